@@ -1,0 +1,25 @@
+// Subcommands of mhc-verify. Each registers its options and returns the exit code to use:
+// 0 success, 1 a verification failed, 2 bad input.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+#include "mhc/reference/config.hpp"
+
+namespace mhc::cli {
+
+using Run = std::function<int()>;
+
+// Adds --n --dim --iters --hc-eps --norm-eps, defaulting to the V4.1 values. Returns the flag
+// that says whether any was given.
+struct ConfigFlags {
+  ref::Config cfg = ref::v41();
+  bool given() const;
+  CLI::Option *n = nullptr, *dim = nullptr, *iters = nullptr, *hc_eps = nullptr, *norm_eps = nullptr;
+};
+void add_config_options(CLI::App& app, ConfigFlags& flags);
+
+Run add_selfcheck(CLI::App& app);
+
+}  // namespace mhc::cli

@@ -1,0 +1,94 @@
+#include "mhc/oracles/selfcheck.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "mhc/oracles/oracle.hpp"
+#include "mhc/oracles/random.hpp"
+#include "mhc/oracles/scalars.hpp"
+
+namespace mhc::oracles {
+
+ref::Config selfcheck_config(int i, std::uint64_t seed) {
+  if (i % 2 == 0) return ref::v41();
+  Rng rng(seed * 7919u + std::uint64_t(i));
+  static const int ns[] = {1, 2, 3, 4, 8};
+  ref::Config c;
+  c.n = ns[rng.integer(0, 4)];
+  c.d = rng.integer(1, 64);
+  c.iters = rng.integer(1, 40);
+  c.hc_eps = rng.uniform() < 0.2 ? 0.0 : rng.log_uniform(1e-8, 1e-1);
+  c.norm_eps = rng.uniform() < 0.2 ? 0.0 : rng.log_uniform(1e-20, 1e-2);
+  return c;
+}
+
+StageCertificate certify(const std::string& name, const std::vector<double>& dbl,
+                         const std::vector<num::mpfr>& hp, const std::vector<num::mpfi>& iv) {
+  StageCertificate s;
+  s.stage = name;
+  s.elements = dbl.size();
+  for (std::size_t i = 0; i < dbl.size(); ++i) {
+    const num::mpfr m = hp[i];
+    const num::mpfr err = abs(num::mpfr(dbl[i]) - m);
+    const num::mpfr lo = num::bmp::lower(iv[i]).convert_to<num::mpfr>();
+    const num::mpfr hi = num::bmp::upper(iv[i]).convert_to<num::mpfr>();
+    const num::mpfr cert = std::max(abs(num::mpfr(dbl[i]) - lo), abs(num::mpfr(dbl[i]) - hi));
+    const double inf = std::numeric_limits<double>::infinity();
+    double rel = 0, crel = 0;
+    if (m != 0) {
+      rel = num::mpfr(err / abs(m)).convert_to<double>();
+      crel = num::mpfr(cert / abs(m)).convert_to<double>();
+    } else {
+      rel = err == 0 ? 0.0 : inf;
+      crel = cert == 0 ? 0.0 : inf;
+    }
+    if (i == 0 || rel > s.max_rel_err) {
+      s.max_rel_err = rel;
+      s.worst = i;
+    }
+    s.certified_rel_err = std::max(s.certified_rel_err, crel);
+    s.max_interval_width = std::max(s.max_interval_width, num::rel_width(iv[i]));
+    if (!num::encloses(iv[i], m)) ++s.not_enclosed;
+  }
+  return s;
+}
+
+SelfcheckResult selfcheck(const SelfcheckOptions& opt,
+                          const std::function<void(const CaseCertificate&)>& on_case) {
+  SelfcheckResult res;
+  res.mpfr_bits = num::set_mpfr_bits(opt.mpfr_bits);
+  res.mpfi_bits = num::set_mpfi_bits(opt.mpfi_bits);
+  for (int i = 0; i < opt.cases; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ref::Config cfg = opt.config_of(i, opt.seed);
+    // Large streams cost MPFR time; small configurations get more tokens.
+    const std::size_t tokens = cfg.stream_size() >= 4096 ? opt.v41_tokens : 8;
+    const std::uint64_t case_seed = opt.seed * 1000003u + std::uint64_t(i);
+    const PiecesCase c = generate_pieces(cfg, tokens, case_seed);
+    OracleStats stats;
+    const auto dbl = oracle_pieces(c, opt.threads, &stats);
+    const auto hp = evaluate_pieces<num::mpfr>(c, opt.threads);
+    const auto iv = evaluate_pieces<num::mpfi>(c, opt.threads);
+    CaseCertificate cc;
+    cc.index = i;
+    cc.oracle = stats;
+    cc.cfg = cfg;
+    cc.tokens = tokens;
+    cc.seed = case_seed;
+    const auto sd = stages(dbl);
+    const auto sh = stages(hp);
+    const auto si = stages(iv);
+    for (std::size_t s = 0; s < sd.size(); ++s) {
+      cc.stages.push_back(certify(pieces_stage_names()[s], *sd[s], *sh[s], *si[s]));
+      res.accurate = res.accurate && cc.stages.back().max_rel_err <= kOracleAccuracy;
+      res.enclosed = res.enclosed && cc.stages.back().not_enclosed == 0;
+    }
+    cc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (on_case) on_case(cc);
+    res.cases.push_back(std::move(cc));
+  }
+  return res;
+}
+
+}  // namespace mhc::oracles

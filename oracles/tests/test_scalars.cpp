@@ -1,0 +1,91 @@
+// Every Scalar of the traits header runs through the same reference code.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "mhc/oracles/pieces.hpp"
+#include "mhc/oracles/scalars.hpp"
+
+using namespace mhc;
+
+namespace {
+// The seed 004 example after two rounds with eps = 0 is [[12/19, 4/11], [7/19, 7/11]] (derived
+// in reference/tests/test_sinkhorn.cpp).
+const double kExact[] = {12.0 / 19, 4.0 / 11, 7.0 / 19, 7.0 / 11};
+
+template <class S>
+std::vector<S> seed004(int iters) {
+  ref::Config c;
+  c.n = 2;
+  c.iters = iters;
+  c.hc_eps = 0;
+  using std::log;
+  const std::vector<S> L{log(S(3)), S(0), S(0), S(0)};
+  std::vector<S> C(4);
+  ref::sinkhorn(c, L.data(), C.data());
+  return C;
+}
+}  // namespace
+
+// Each type must reach the exact values to within a few units of its own precision (the
+// computation has about a dozen roundings, each <= 2^-bits relative).
+TEMPLATE_TEST_CASE("scalars: each type computes the seed 004 comb to its precision", "[scalars]",
+                   float, double, num::quad, num::mpfr) {
+  num::set_mpfr_bits(200);
+  const auto C = seed004<TestType>(2);
+  const double tol = 32 * std::ldexp(1.0, -int(num::scalar_traits<TestType>::bits()));
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(num::scalar_traits<TestType>::name(), i);
+    const double got = num::scalar_traits<TestType>::to_double(C[std::size_t(i)]);
+    // Compare through double: beyond 53 bits we can only see that it is right to double.
+    CHECK(std::fabs(got - kExact[i]) <= std::max(tol, 0x1.0p-52) * kExact[i]);
+  }
+}
+
+TEST_CASE("scalars: mpfi encloses the exact seed 004 comb", "[scalars]") {
+  num::set_mpfi_bits(200);
+  num::set_mpfr_bits(300);
+  const auto C = seed004<num::mpfi>(2);
+  const num::mpfr exact[] = {num::mpfr(12) / 19, num::mpfr(4) / 11, num::mpfr(7) / 19,
+                             num::mpfr(7) / 11};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(num::encloses(C[std::size_t(i)], exact[i]));
+    CHECK(num::rel_width(C[std::size_t(i)]) < 1e-50);  // tight: no blow-up through the divisions
+  }
+}
+
+TEST_CASE("scalars: mpfr precision is set in bits, at least what was asked", "[scalars]") {
+  CHECK(num::set_mpfr_bits(200) >= 200u);
+  CHECK(num::set_mpfr_bits(256) >= 256u);
+  CHECK(num::set_mpfi_bits(128) >= 128u);
+  CHECK(num::mpfr_bits() >= 256u);
+}
+
+// The whole set of pieces in every type, on one small generated case: all agree with double to
+// the lesser of the two precisions (float: its own error bound is the subject of later checks, so
+// here only a loose 1e-3 relative sanity check of the plumbing).
+TEMPLATE_TEST_CASE("scalars: every piece runs in each type", "[scalars]", float, double, num::quad,
+                   num::mpfr, num::mpfi) {
+  num::set_mpfr_bits(200);
+  num::set_mpfi_bits(200);
+  ref::Config cfg;
+  cfg.n = 3;
+  cfg.d = 16;
+  cfg.iters = 5;
+  cfg.hc_eps = 1e-3;
+  const auto c = oracles::generate_pieces(cfg, 3, 42);
+  const auto dbl = oracles::evaluate_pieces<double>(c, 1);
+  const auto got = oracles::evaluate_pieces<TestType>(c, 1);
+  const auto sd = oracles::stages(dbl);
+  const auto sg = oracles::stages(got);
+  const double tol = std::is_same<TestType, float>::value ? 1e-3 : 1e-13;
+  for (std::size_t s = 0; s < sd.size(); ++s) {
+    REQUIRE(sd[s]->size() == sg[s]->size());
+    REQUIRE_FALSE(sd[s]->empty());
+    for (std::size_t i = 0; i < sd[s]->size(); ++i) {
+      const double want = (*sd[s])[i];
+      const double have = num::scalar_traits<TestType>::to_double((*sg[s])[i]);
+      CAPTURE(oracles::pieces_stage_names()[s], i, want, have);
+      CHECK(std::fabs(have - want) <= tol * std::fabs(want) + 1e-300);
+    }
+  }
+}

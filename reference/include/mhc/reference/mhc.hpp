@@ -1,0 +1,169 @@
+// The mHC pieces of SPEC section 2, per token, generic over the Scalar S they compute in.
+//
+// Inputs may be stored in another type (fp32 activations and weights) and are read exactly, by
+// conversion to S. Layouts: a token's streams x[j*d + c] (stream-major), mixes[M],
+// pre[n], post[n], comb[j*n + k] with C[j,k] carrying stream j INTO stream k.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "mhc/reference/arith.hpp"
+#include "mhc/reference/config.hpp"
+
+namespace mhc::ref {
+
+template <class S>
+S sigmoid(const S& z) {
+  using std::exp;
+  return S(1) / (S(1) + exp(-z));
+}
+
+// r = 1 / sqrt(mean(x^2) + eps) over the m values of x (already in S).
+template <class S>
+S rms_scale(const S* x, std::size_t m, double eps) {
+  using std::sqrt;
+  const S mean = dot(x, x, m) / S(static_cast<double>(m));
+  return S(1) / sqrt(mean + S(eps));
+}
+
+// hc_mixes: one RMS statistic over all n*d values of the token, projection first, then * r.
+template <class S, class X, class W>
+void mixes(const Config& c, const X* x, const W* hc_fn, S* out) {
+  const std::size_t nd = c.stream_size();
+  std::vector<S> xs(x, x + nd);
+  const S r = rms_scale(xs.data(), nd, c.norm_eps);
+  for (int a = 0; a < c.mix(); ++a) out[a] = dot(xs.data(), hc_fn + std::size_t(a) * nd, nd) * r;
+}
+
+// Row and column sums of comb after each step of the Sinkhorn (for convergence work).
+template <class S>
+struct SinkhornTrace {
+  enum class Step { softmax, row, column };
+  struct Entry {
+    Step step;
+    std::vector<S> row_sums, col_sums;  // of the matrix right after this step
+  };
+  std::vector<Entry> steps;
+};
+
+namespace detail {
+template <class S>
+void record(const Config& c, const S* C, typename SinkhornTrace<S>::Step step,
+            SinkhornTrace<S>* trace) {
+  if (!trace) return;
+  const int n = c.n;
+  typename SinkhornTrace<S>::Entry e{step, std::vector<S>(n), std::vector<S>(n)};
+  std::vector<S> col(n);
+  for (int j = 0; j < n; ++j) e.row_sums[j] = sum(C + j * n, std::size_t(n));
+  for (int k = 0; k < n; ++k) {
+    for (int j = 0; j < n; ++j) col[j] = C[j * n + k];
+    e.col_sums[k] = sum(col.data(), std::size_t(n));
+  }
+  trace->steps.push_back(std::move(e));
+}
+
+// C[j,k] /= (sum_j' C[j',k] + eps) for every column k.
+template <class S>
+void divide_columns(const Config& c, S* C) {
+  const int n = c.n;
+  std::vector<S> col(n);
+  for (int k = 0; k < n; ++k) {
+    for (int j = 0; j < n; ++j) col[j] = C[j * n + k];
+    const S denom = sum(col.data(), std::size_t(n)) + S(c.hc_eps);
+    for (int j = 0; j < n; ++j) C[j * n + k] = C[j * n + k] / denom;
+  }
+}
+
+// C[j,k] /= (sum_k' C[j,k'] + eps) for every row j.
+template <class S>
+void divide_rows(const Config& c, S* C) {
+  const int n = c.n;
+  for (int j = 0; j < n; ++j) {
+    const S denom = sum(C + j * n, std::size_t(n)) + S(c.hc_eps);
+    for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / denom;
+  }
+}
+}  // namespace detail
+
+// The comb from its logits L[j*n + k]: a row softmax (max-subtracted) plus eps AFTER the
+// division, then a column division, then iters-1 rounds of (row division, column division);
+// every division adds eps to the SUM. With iters = 20: 20 column and 19 row divisions.
+template <class S>
+void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = nullptr) {
+  using Step = typename SinkhornTrace<S>::Step;
+  using std::exp;
+  const int n = c.n;
+  std::vector<S> e(n);
+  for (int j = 0; j < n; ++j) {
+    const S* L = logits + j * n;
+    S mx = L[0];
+    for (int k = 1; k < n; ++k)
+      if (L[k] > mx) mx = L[k];
+    for (int k = 0; k < n; ++k) e[k] = exp(L[k] - mx);
+    const S rs = sum(e.data(), std::size_t(n));
+    for (int k = 0; k < n; ++k) C[j * n + k] = e[k] / rs + S(c.hc_eps);
+  }
+  detail::record(c, C, Step::softmax, trace);
+  detail::divide_columns(c, C);
+  detail::record(c, C, Step::column, trace);
+  for (int it = 1; it < c.iters; ++it) {
+    detail::divide_rows(c, C);
+    detail::record(c, C, Step::row, trace);
+    detail::divide_columns(c, C);
+    detail::record(c, C, Step::column, trace);
+  }
+}
+
+// hc_split_sinkhorn: reading weights pre (+eps after the sigmoid), writing weights post (factor 2,
+// no eps), and the doubly stochastic comb.
+template <class S, class P>
+void split_sinkhorn(const Config& c, const S* mix, const P* hc_scale, const P* hc_base, S* pre,
+                    S* post, S* comb, SinkhornTrace<S>* trace = nullptr) {
+  const int n = c.n;
+  const S s0(hc_scale[0]), s1(hc_scale[1]), s2(hc_scale[2]);
+  for (int j = 0; j < n; ++j) pre[j] = sigmoid(S(mix[j] * s0 + S(hc_base[j]))) + S(c.hc_eps);
+  for (int j = 0; j < n; ++j) post[j] = S(2) * sigmoid(S(mix[n + j] * s1 + S(hc_base[n + j])));
+  std::vector<S> logits(std::size_t(n) * n);
+  for (int i = 0; i < n * n; ++i) logits[i] = mix[2 * n + i] * s2 + S(hc_base[2 * n + i]);
+  sinkhorn(c, logits.data(), comb, trace);
+}
+
+// hc_pre: y[c] = sum_j p[j] * X[j, c].
+template <class S, class X, class P>
+void hc_pre(const Config& c, const X* x, const P* p, S* y) {
+  const int n = c.n;
+  const std::size_t d = std::size_t(c.d);
+  std::vector<S> w(p, p + n), col(n);
+  for (std::size_t cc = 0; cc < d; ++cc) {
+    for (int j = 0; j < n; ++j) col[j] = S(x[std::size_t(j) * d + cc]);
+    y[cc] = dot(w.data(), col.data(), std::size_t(n));
+  }
+}
+
+// hc_post: Y[k, c] = post[k] * F[c] + sum_j C[j, k] * R[j, c]; C[j,k] carries j INTO k.
+template <class S, class F, class R, class P>
+void hc_post(const Config& c, const F* f, const R* residual, const P* post, const P* comb, S* y) {
+  const int n = c.n;
+  const std::size_t d = std::size_t(c.d);
+  std::vector<S> w(n + 1), v(n + 1);
+  for (int k = 0; k < n; ++k) {
+    w[0] = S(post[k]);
+    for (int j = 0; j < n; ++j) w[j + 1] = S(comb[j * n + k]);
+    for (std::size_t cc = 0; cc < d; ++cc) {
+      v[0] = S(f[cc]);
+      for (int j = 0; j < n; ++j) v[j + 1] = S(residual[std::size_t(j) * d + cc]);
+      y[std::size_t(k) * d + cc] = dot(w.data(), v.data(), std::size_t(n) + 1);
+    }
+  }
+}
+
+// RMSNorm: y[c] = g[c] * x[c] / sqrt(mean_c(x^2) + eps), over the d values of one token.
+template <class S, class X, class G>
+void rmsnorm(std::size_t d, double eps, const X* x, const G* g, S* y) {
+  std::vector<S> xs(x, x + d);
+  const S r = rms_scale(xs.data(), d, eps);
+  for (std::size_t cc = 0; cc < d; ++cc) y[cc] = S(g[cc]) * (xs[cc] * r);
+}
+
+}  // namespace mhc::ref
