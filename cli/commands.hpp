@@ -21,5 +21,6 @@ struct ConfigFlags {
 void add_config_options(CLI::App& app, ConfigFlags& flags);
 
 Run add_selfcheck(CLI::App& app);
+Run add_check(CLI::App& app);
 
 }  // namespace mhc::cli

@@ -47,6 +47,11 @@ int main(int argc, char** argv) {
       "print per output the double oracle's max relative error. Exits 1 unless the double oracle\n"
       "is >= 1e6 times more accurate than fp32's unit roundoff (2^-24) everywhere.");
   runs[selfcheck] = mhc::cli::add_selfcheck(*selfcheck);
+  auto* check = app.add_subcommand(
+      "check",
+      "Run a kernel differentially against the oracle on generated cases, judging every stage\n"
+      "against derived per-element error bounds; a REPRO line per failure.");
+  runs[check] = mhc::cli::add_check(*check);
 
   // CLI11 would call a stray word "extra"; name it for what it most likely is.
   if (argc > 1 && argv[1][0] != '-') {

@@ -13,6 +13,7 @@
 
 namespace mhc::ref {
 
+// The logistic sigmoid; a customisation point (a Scalar may bound it as one function).
 template <class S>
 S sigmoid(const S& z) {
   using std::exp;
@@ -33,7 +34,7 @@ void mixes(const Config& c, const X* x, const W* hc_fn, S* out) {
   const std::size_t nd = c.stream_size();
   std::vector<S> xs(x, x + nd);
   const S r = rms_scale(xs.data(), nd, c.norm_eps);
-  for (int a = 0; a < c.mix(); ++a) out[a] = dot(xs.data(), hc_fn + std::size_t(a) * nd, nd) * r;
+  for (int a = 0; a < c.mix(); ++a) out[a] = linear(xs.data(), hc_fn + std::size_t(a) * nd, nd) * r;
 }
 
 // Row and column sums of comb after each step of the Sinkhorn (for convergence work).
@@ -43,6 +44,7 @@ struct SinkhornTrace {
   struct Entry {
     Step step;
     std::vector<S> row_sums, col_sums;  // of the matrix right after this step
+    std::vector<S> matrix;              // the matrix right after this step, [j*n + k]
   };
   std::vector<Entry> steps;
 };
@@ -53,7 +55,8 @@ void record(const Config& c, const S* C, typename SinkhornTrace<S>::Step step,
             SinkhornTrace<S>* trace) {
   if (!trace) return;
   const int n = c.n;
-  typename SinkhornTrace<S>::Entry e{step, std::vector<S>(n), std::vector<S>(n)};
+  typename SinkhornTrace<S>::Entry e{step, std::vector<S>(n), std::vector<S>(n),
+                                     std::vector<S>(C, C + n * n)};
   std::vector<S> col(n);
   for (int j = 0; j < n; ++j) e.row_sums[j] = sum(C + j * n, std::size_t(n));
   for (int k = 0; k < n; ++k) {

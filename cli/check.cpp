@@ -1,0 +1,169 @@
+// mhc-verify check: a kernel against the bound-carrying oracle on generated cases.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "driver.hpp"
+#include "mhc/oracles/verdict.hpp"
+
+namespace mhc::cli {
+namespace {
+
+struct StageSummary {
+  std::map<oracles::State, int> states;
+  double ratio_max = 0, ratio_p99 = 0, max_ulp = 0, max_rel = 0;
+  std::string worst;  // where ratio_max was seen
+};
+
+}  // namespace
+
+std::string config_flags(const ref::Config& c) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "--n %d --dim %d --iters %d --hc-eps %.9g --norm-eps %.9g", c.n,
+                c.d, c.iters, c.hc_eps, c.norm_eps);
+  return buf;
+}
+
+Run add_check(CLI::App& app) {
+  struct State {
+    std::string kernel = "cpu", op = "boundary", precision = "fp32";
+    int cases = 4;
+    std::uint64_t seed = 1;
+    std::size_t tokens = 16;
+    unsigned threads = 0;
+    bool list_rules = false;
+    ConfigFlags cfg;
+  };
+  auto st = std::make_shared<State>();
+  std::vector<std::string> kernels;
+  for (const auto* b : impl::backends()) kernels.push_back(b->name);
+  app.add_option("--kernel", st->kernel, "kernel backend under test")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kernels));
+  app.add_option("--op", st->op,
+                 "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, or "
+                 "boundary (hc_post, then mixes, split and hc_pre of the new streams)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary"}));
+  app.add_option("--cases", st->cases, "generated cases; case i uses seed S+i")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--seed", st->seed, "seed S of the first case")->capture_default_str();
+  app.add_option("--tokens", st->tokens, "tokens per case")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
+  app.add_option("--precision", st->precision,
+                 "declared precision model of the kernel: fp32; tf32 (mixes projection on "
+                 "tf32-rounded operands); bf16 (stream tensors stored as bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+  app.add_option("--threads", st->threads, "threads for the oracle and the kernel (0: one per core)")
+      ->capture_default_str();
+  app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
+  add_config_options(app, st->cfg);
+  app.footer(
+      "Each case is generated from its seed, run through the kernel with every output poisoned\n"
+      "(NaN payload) beforehand, and judged stage by stage against the oracle: the reference\n"
+      "evaluated with a bound-carrying Scalar, which gives every element a derived bound on the\n"
+      "error of any evaluation in the declared precision model. Prints a table per stage and a\n"
+      "REPRO line per failing case. Exit 0: all pass; 1: a case failed; 2: bad input.");
+
+  return [st]() -> int {
+    if (st->list_rules) {
+      for (const auto& r : oracles::rules())
+        std::printf("%-13s %s\n", r.name.c_str(), r.justification.c_str());
+      return 0;
+    }
+    if (const auto why = ref::validate(st->cfg.cfg); !why.empty()) throw std::invalid_argument(why);
+    const impl::Backend* backend = impl::find_backend(st->kernel);
+    const oracles::Op op = oracles::op_from_name(st->op);
+    const ref::Config cfg = st->cfg.cfg;
+    std::printf("check: kernel %s, op %s, precision %s, n=%d d=%d iters=%d hc_eps=%g norm_eps=%g,"
+                " %d cases x %zu tokens, seed %llu\n",
+                backend->name.c_str(), st->op.c_str(), st->precision.c_str(), cfg.n, cfg.d,
+                cfg.iters, cfg.hc_eps, cfg.norm_eps, st->cases, st->tokens,
+                static_cast<unsigned long long>(st->seed));
+    std::fflush(stdout);
+
+    std::vector<std::string> order;
+    std::map<std::string, StageSummary> summary;
+    int failed_cases = 0, undecided_cases = 0;
+    std::vector<std::string> repro;
+    for (int i = 0; i < st->cases; ++i) {
+      const std::uint64_t seed = st->seed + std::uint64_t(i);
+      const auto c = oracles::generate_case(op, cfg, st->tokens, seed, st->precision);
+      const auto want = oracles::oracle_trace(c, st->threads);
+      oracles::Verdict v;
+      try {
+        const auto got = driver::run_kernel(*backend, c, st->threads);
+        v = oracles::compare(got, want);
+      } catch (const impl::NotCompiled& e) {
+        v.state = oracles::State::not_compiled;
+        for (const auto& w : want) {
+          oracles::StageVerdict sv;
+          sv.stage = w.name;
+          sv.state = oracles::State::not_compiled;
+          sv.rule = "not_compiled";
+          sv.reason = e.what();
+          v.stages.push_back(sv);
+        }
+      }
+      for (const auto& s : v.stages) {
+        if (!summary.count(s.stage)) order.push_back(s.stage);
+        auto& sum = summary[s.stage];
+        ++sum.states[s.state];
+        if (s.ratio_max >= sum.ratio_max) {
+          sum.ratio_max = s.ratio_max;
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "case %d token %zu elem %zu", i, s.worst.token,
+                        s.worst.index);
+          sum.worst = buf;
+        }
+        sum.ratio_p99 = std::max(sum.ratio_p99, s.ratio_p99);
+        sum.max_ulp = std::max(sum.max_ulp, s.metrics.max_ulp);
+        sum.max_rel = std::max(sum.max_rel, s.metrics.max_rel);
+      }
+      if (v.state == oracles::State::fail) {
+        ++failed_cases;
+        for (const auto& s : v.stages)
+          if (s.stage == v.first_divergent)
+            std::printf("FAIL case %d (seed %llu): first divergent stage '%s': %s\n", i,
+                        static_cast<unsigned long long>(seed), s.stage.c_str(), s.reason.c_str());
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "REPRO: mhc-verify check --kernel %s --op %s --precision %s --seed %llu "
+                      "--cases 1 --tokens %zu %s",
+                      backend->name.c_str(), st->op.c_str(), st->precision.c_str(),
+                      static_cast<unsigned long long>(seed), st->tokens, config_flags(cfg).c_str());
+        std::printf("%s\n", buf);
+      } else if (v.state != oracles::State::pass) {
+        ++undecided_cases;
+      }
+      std::fflush(stdout);
+    }
+
+    std::printf("\n%-6s %5s %5s %6s %6s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail", "undec",
+                "mistr", "max ratio", "p99 ratio", "max ulp", "max rel", "worst");
+    for (const auto& name : order) {
+      auto& s = summary[name];
+      auto n = [&](oracles::State x) { return s.states.count(x) ? s.states[x] : 0; };
+      std::printf("%-6s %5d %5d %6d %6d %11.3g %11.3g %9.3g %11.3g  %s\n", name.c_str(),
+                  n(oracles::State::pass), n(oracles::State::fail), n(oracles::State::undecidable),
+                  n(oracles::State::mistrusted), s.ratio_max, s.ratio_p99, s.max_ulp, s.max_rel,
+                  s.worst.c_str());
+    }
+    std::printf("\nratio: observed error / derived bound per element (pass needs <= 1).\n");
+    std::printf("check: %s (%d of %d cases failed%s)\n", failed_cases ? "FAIL" : "PASS",
+                failed_cases, st->cases,
+                undecided_cases ? (", " + std::to_string(undecided_cases) + " not decided").c_str()
+                                : "");
+    return failed_cases ? 1 : 0;
+  };
+}
+
+}  // namespace mhc::cli

@@ -1,0 +1,159 @@
+// A bound-carrying Scalar: run through the reference, it gives every output a bound on the
+// error of ANY evaluation of the same formula in a declared precision model (fp32, fp32 with
+// tf32-rounded products, bf16 storage of stream tensors).
+//
+// A Bounded holds v, the value computed in double, and e, a bound on |x_hat - x| where x is the
+// exact value and x_hat what a kernel in the model may compute. Each operation propagates the
+// operands' bounds exactly to first order plus the product of bounds (so it is a bound, not an
+// estimate, while the bounds stay small), and adds the rounding of its own result:
+//   rnd(v, p) = k*u*(|v| + p) + u64*|v| + eta
+// with k the operation's budget in units of u (from the model's table), p the propagated bound,
+// u64*|v| the double evaluation's own rounding, and eta an absolute floor for underflow and
+// flush-to-zero. Reductions use Higham's gamma_n = n*u/(1 - n*u) with sum|terms|, which holds for
+// every summation order and tree, with or without FMA.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+
+#include "mhc/reference/mhc.hpp"
+
+namespace mhc::bnd {
+
+struct Model {
+  std::string name = "fp32";
+  double u = 0x1.0p-24;     // unit roundoff of the arithmetic
+  double u_prod = 0;        // extra relative error of each linear() product (tf32 inputs)
+  double u_store = 0;       // rounding of stream tensors on store (bf16: 2^-8)
+  double eta = 0x1.0p-126;  // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
+  double big = 0x1.fffffep127;  // FLT_MAX: a value beyond it overflows in the model
+  // Budgets in units of u, each large enough for the usual implementations:
+  double k_div = 2;     // a/b, or a * (1/b)
+  double k_sqrt = 2;    // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
+  double k_exp = 4;     // expf within 2 ulp (CUDA expf; glibc expf < 1 ulp)
+  double k_sig = 8;     // 1/(1+exp(-z)) relative, see sigmoid()
+  double a_sig = 2;     // ... and absolute (0.5*(1+tanh(z/2)) cancels for z << 0)
+};
+
+Model fp32();
+Model tf32();  // products of linear() on tf32-rounded operands (10-bit mantissa), fp32 sums
+Model bf16();  // fp32 arithmetic, stream tensors stored in bf16 (round to nearest even)
+Model model_by_name(const std::string& name);  // throws std::invalid_argument
+
+// The model the Bounded operations of this thread use; set it with a ModelScope.
+const Model& model();
+class ModelScope {
+ public:
+  explicit ModelScope(const Model& m);
+  ~ModelScope();
+  ModelScope(const ModelScope&) = delete;
+  ModelScope& operator=(const ModelScope&) = delete;
+
+ private:
+  const Model* prev_;
+};
+
+constexpr double u64 = 0x1.0p-53;
+inline double gamma(double n, double u) { return n * u < 1 ? n * u / (1 - n * u) : HUGE_VAL; }
+
+struct Bounded {
+  double v = 0;  // value (double evaluation)
+  double e = 0;  // bound on the model's error
+  Bounded() = default;
+  Bounded(double x) : v(x) {}  // NOLINT: exact inputs and constants convert implicitly
+  Bounded(float x) : v(double(x)) {}
+  Bounded(int x) : v(double(x)) {}
+  Bounded(double value, double bound) : v(value), e(bound) {}
+
+  Bounded& operator+=(const Bounded& o) { return *this = *this + o; }
+  Bounded& operator-=(const Bounded& o) { return *this = *this - o; }
+  Bounded& operator*=(const Bounded& o) { return *this = *this * o; }
+  Bounded& operator/=(const Bounded& o) { return *this = *this / o; }
+
+  friend Bounded operator-(const Bounded& a) { return {-a.v, a.e}; }
+  friend Bounded operator+(const Bounded& a, const Bounded& b) {
+    const double v = a.v + b.v, p = a.e + b.e;
+    return {v, p + rnd(v, p, 1)};
+  }
+  friend Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
+  friend Bounded operator*(const Bounded& a, const Bounded& b) {
+    const double v = a.v * b.v, p = std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e;
+    return {v, p + rnd(v, p, 1)};
+  }
+  // |a/b - (a+da)/(b+db)| <= (|da| + |a/b| |db|) / (|b| - |db|) while |db| < |b|.
+  friend Bounded operator/(const Bounded& a, const Bounded& b) {
+    const double v = a.v / b.v;
+    if (!(b.e < std::fabs(b.v))) return {v, HUGE_VAL};
+    const double p = (a.e + std::fabs(v) * b.e) / (std::fabs(b.v) - b.e);
+    return {v, p + rnd(v, p, model().k_div)};
+  }
+  friend bool operator<(const Bounded& a, const Bounded& b) { return a.v < b.v; }
+  friend bool operator>(const Bounded& a, const Bounded& b) { return a.v > b.v; }
+  friend bool operator<=(const Bounded& a, const Bounded& b) { return a.v <= b.v; }
+  friend bool operator>=(const Bounded& a, const Bounded& b) { return a.v >= b.v; }
+  friend bool operator==(const Bounded& a, const Bounded& b) { return a.v == b.v; }
+
+  // Rounding of one result v with propagated bound p, k*u relative (see the header comment).
+  // A result the model cannot represent (overflow) gets an infinite bound.
+  static double rnd(double v, double p, double k) {
+    const Model& m = model();
+    if (std::fabs(v) + p > m.big) return HUGE_VAL;
+    return k * m.u * (std::fabs(v) + p) + u64 * std::fabs(v) + m.eta;
+  }
+};
+
+// exp: |exp(x+dx) - exp(x)| <= exp(x) * expm1(|dx|).
+inline Bounded exp(const Bounded& a) {
+  const double v = std::exp(a.v), p = v * std::expm1(a.e);
+  return {v, p + Bounded::rnd(v, p, model().k_exp)};
+}
+// sqrt: |sqrt(x+dx) - sqrt(x)| <= |dx| / (sqrt(x) + sqrt(max(x-|dx|, 0))) <= sqrt(|dx|).
+inline Bounded sqrt(const Bounded& a) {
+  const double v = std::sqrt(a.v), lo = std::sqrt(std::max(a.v - a.e, 0.0));
+  const double p = v + lo > 0 ? std::min(a.e / (v + lo), std::sqrt(a.e)) : std::sqrt(a.e);
+  return {v, p + Bounded::rnd(v, p, model().k_sqrt)};
+}
+inline Bounded abs(const Bounded& a) { return {std::fabs(a.v), a.e}; }
+
+// sigmoid, as one function: sig' <= 1/4 bounds the propagation (the max of sig' over
+// [z - e, z + e] where that interval keeps away from 0); its own error covers the usual forms:
+// 1/(1+exp(-z)) is within (k_exp + 1 + k_div) u relative <= k_sig u, 0.5*(1+tanh(z/2)) within
+// a_sig u absolute.
+inline Bounded sigmoid(const Bounded& z) {
+  const double v = 1 / (1 + std::exp(-z.v));
+  const double near0 = std::max(0.0, std::fabs(z.v) - z.e);  // closest point to 0
+  const double s = 1 / (1 + std::exp(-near0));
+  const double p = z.e * s * (1 - s);
+  const Model& m = model();
+  return {v, p + m.k_sig * m.u * (v + p) + m.a_sig * m.u + u64 * v + m.eta};
+}
+
+// Reductions, bounded for every order: |sum_hat - sum| <= sum e_i + gamma_{n-1} (sum|t_i| + sum e_i).
+Bounded sum(const Bounded* t, std::size_t n);
+Bounded dot(const Bounded* a, const Bounded* b, std::size_t n);
+// The projection of mixes (F.linear): exact fp32 weights; tf32 models round both operands.
+Bounded linear(const Bounded* x, const float* w, std::size_t n);
+
+// The Sinkhorn of the comb as one function. Propagating a scalar bound through each of its
+// 2*iters-1 normalisations doubles it every time (numerator and denominator errors are treated
+// as unrelated), so it would say nothing after 39 divisions. Instead the values come from the
+// reference in double and the bound from the first-order propagation of relative (log)
+// perturbations through the linearised normalisations: a normalisation maps a perturbation D
+// to D - (weighted mean of D over the row or column), which removes its common part, and every
+// step adds its own rounding (sum, + eps, division). The bound per output is
+// C * expm1(sum over steps s and entries e of |adjoint_s[e]| * rounding_s[e]), computed by one
+// backward sweep per output entry (n^2 * n^2 * 2 iters operations).
+void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
+              ref::SinkhornTrace<Bounded>* trace = nullptr);
+
+// The rounding to storage of a stream tensor element (bf16 models; nothing for fp32).
+inline Bounded stored(const Bounded& a) {
+  const Model& m = model();
+  if (m.u_store == 0) return a;
+  const double p = a.e;
+  return {a.v, p + m.u_store * (std::fabs(a.v) + p) + m.eta};
+}
+
+}  // namespace mhc::bnd

@@ -1,0 +1,74 @@
+// Verdicts as structured data: every stage of a Trace judged element by element through an
+// ordered list of named rules, then summarised (state, reason, worst element, statistics).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mhc/oracles/bounded.hpp"
+#include "mhc/oracles/ops.hpp"
+
+namespace mhc::oracles {
+
+enum class State { pass, fail, mistrusted, undecidable, skipped, not_compiled };
+std::string state_name(State s);
+
+// The NaN payload written into every output before a kernel runs: an element that still holds
+// it afterwards was never written.
+constexpr std::uint32_t kPoisonBits = 0x7FC0DEADu;
+float poison();
+bool is_poison(float v);
+
+// ULP distance between two fp32 values on the ordered line of floats: -0 and +0 are the same
+// point (distance 0); NaN against NaN is 0, NaN against anything else is infinite.
+double ulp_distance(float a, float b);
+
+struct Element {
+  std::size_t index = 0;  // flat index in the stage
+  std::size_t token = 0;  // index / (elements per token)
+  double got = 0, want = 0, bound = 0, ratio = 0;
+  std::string rule;       // the rule that decided it
+};
+
+struct Metrics {
+  double max_abs = 0;       // max |got - want|
+  double max_rel = 0;       // max |got - want| / max(|want|, rel_floor)
+  double max_ulp = 0;       // max ulp_distance(got, fp32(want))
+  double normwise = 0;      // ||got - want||_2 / ||want||_2 (0 when both are 0)
+  double rel_floor = 0;
+};
+
+struct StageVerdict {
+  std::string stage;
+  State state = State::pass;
+  std::string rule;    // the rule that set the state
+  std::string reason;  // one line, for people
+  std::size_t elements = 0, failed = 0, undecidable = 0;
+  Element worst;       // the largest observed/bound ratio (the first failing rule's element on fail)
+  double ratio_max = 0, ratio_p99 = 0;  // of observed error / bound over decided elements
+  Metrics metrics;
+};
+
+struct Verdict {
+  State state = State::pass;
+  std::string first_divergent;  // the first stage (in Trace order) that failed; empty if none
+  std::vector<StageVerdict> stages;
+};
+
+// One rule of the ordered list: name and numerical justification (printed by `check --rules`).
+struct RuleInfo {
+  std::string name, justification;
+};
+const std::vector<RuleInfo>& rules();
+
+// Judges got[i] against the oracle's want[i] (value and bound). per_token: elements per token.
+// rel_floor: the floor of the relative metric (default: FLT_MIN).
+StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
+                   std::size_t count, std::size_t per_token, double rel_floor = 0x1.0p-126);
+
+// Walks both Traces in the oracle's order; a stage the kernel did not produce is skipped.
+Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want);
+
+}  // namespace mhc::oracles

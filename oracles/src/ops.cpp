@@ -1,0 +1,198 @@
+#include "mhc/oracles/ops.hpp"
+
+#include <stdexcept>
+
+#include "mhc/oracles/generate.hpp"
+#include "mhc/oracles/pieces.hpp"
+#include "mhc/reference/mhc.hpp"
+
+namespace mhc::oracles {
+
+const std::vector<Op>& all_ops() {
+  static const std::vector<Op> ops{Op::split_sinkhorn, Op::mixes,   Op::pre,
+                                   Op::post,           Op::rmsnorm, Op::boundary};
+  return ops;
+}
+
+std::string op_name(Op op) {
+  switch (op) {
+    case Op::split_sinkhorn: return "split_sinkhorn";
+    case Op::mixes: return "mixes";
+    case Op::pre: return "pre";
+    case Op::post: return "post";
+    case Op::rmsnorm: return "rmsnorm";
+    case Op::boundary: return "boundary";
+  }
+  return "?";
+}
+
+Op op_from_name(const std::string& name) {
+  for (Op op : all_ops())
+    if (op_name(op) == name) return op;
+  throw std::invalid_argument(
+      "unknown op '" + name + "' (split_sinkhorn, mixes, pre, post, rmsnorm, boundary)");
+}
+
+const Tensor& OpCase::input(const std::string& name) const {
+  auto it = inputs.find(name);
+  if (it == inputs.end()) throw std::invalid_argument("case has no input '" + name + "'");
+  return it->second;
+}
+const Tensor& OpCase::param(const std::string& name) const {
+  auto it = params.find(name);
+  if (it == params.end()) throw std::invalid_argument("case has no param '" + name + "'");
+  return it->second;
+}
+
+const std::vector<std::string>& output_names(Op op) {
+  static const std::vector<std::string> split{"pre", "post", "comb"};
+  static const std::vector<std::string> mixes{"mixes", "pre", "post", "comb"};
+  static const std::vector<std::string> y{"y"};
+  static const std::vector<std::string> boundary{"x", "mixes", "pre", "post", "comb", "y"};
+  switch (op) {
+    case Op::split_sinkhorn: return split;
+    case Op::mixes: return mixes;
+    case Op::boundary: return boundary;
+    default: return y;
+  }
+}
+
+OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
+                     const std::string& precision) {
+  bnd::model_by_name(precision);  // validates the name
+  OpCase c;
+  c.op = op;
+  c.cfg = cfg_in;
+  // The kernel computes with the eps values rounded to fp32; the case declares those.
+  c.cfg.hc_eps = double(float(cfg_in.hc_eps));
+  c.cfg.norm_eps = double(float(cfg_in.norm_eps));
+  c.tokens = T;
+  c.seed = seed;
+  c.precision = precision;
+  Rng rng(seed);
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), M = std::size_t(c.cfg.mix());
+  const bool bf16 = precision == "bf16";
+  auto stream = [&](std::vector<float> v) {
+    if (bf16) gen::to_bf16(v);
+    return v;
+  };
+  auto put = [](std::map<std::string, Tensor>& m, const std::string& name,
+                std::vector<std::size_t> shape, std::vector<float> data) {
+    m[name] = Tensor{std::move(shape), std::move(data)};
+  };
+  const bool zero_ok = c.cfg.norm_eps > 0;  // a zero token with norm_eps = 0 is 0 * inf
+  switch (op) {
+    case Op::split_sinkhorn:
+      put(c.inputs, "mixes", {T, M}, gen::mixes(rng, c.cfg, T));
+      break;
+    case Op::mixes:
+      put(c.inputs, "x", {T, n, d}, stream(gen::activations(rng, T, n * d, zero_ok)));
+      put(c.params, "hc_fn", {M, n * d}, gen::hc_fn(rng, c.cfg));
+      break;
+    case Op::pre:
+      put(c.inputs, "x", {T, n, d}, stream(gen::activations(rng, T, n * d, true)));
+      put(c.inputs, "pre_mix", {T, n}, gen::pre_weights(rng, c.cfg, T));
+      break;
+    case Op::post:
+      put(c.inputs, "f", {T, d}, stream(gen::activations(rng, T, d, true)));
+      put(c.inputs, "residual", {T, n, d}, stream(gen::activations(rng, T, n * d, true)));
+      put(c.inputs, "post", {T, n}, gen::post_weights(rng, c.cfg, T));
+      put(c.inputs, "comb", {T, n, n}, gen::combs(rng, c.cfg, T));
+      break;
+    case Op::rmsnorm:
+      put(c.inputs, "x", {T, d}, stream(gen::activations(rng, T, d, zero_ok)));
+      put(c.params, "weight", {d}, gen::norm_weight(rng, d));
+      break;
+    case Op::boundary:
+      put(c.inputs, "f", {T, d}, stream(gen::activations(rng, T, d, false)));
+      put(c.inputs, "residual", {T, n, d}, stream(gen::activations(rng, T, n * d, false)));
+      put(c.inputs, "post", {T, n}, gen::post_weights(rng, c.cfg, T));
+      put(c.inputs, "comb", {T, n, n}, gen::combs(rng, c.cfg, T));
+      put(c.inputs, "pre_mix", {T, n}, gen::pre_weights(rng, c.cfg, T));
+      put(c.params, "hc_fn", {M, n * d}, gen::hc_fn(rng, c.cfg));
+      break;
+  }
+  if (op == Op::split_sinkhorn || op == Op::mixes || op == Op::boundary) {
+    put(c.params, "hc_scale", {3}, gen::hc_scale(rng));
+    put(c.params, "hc_base", {M}, gen::hc_base(rng, c.cfg));
+  }
+  return c;
+}
+
+Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {
+  using B = bnd::Bounded;
+  const bnd::Model model = bnd::model_by_name(c.precision);
+  const ref::Config& k = c.cfg;
+  const std::size_t T = c.tokens, n = std::size_t(k.n), d = std::size_t(k.d);
+  const std::size_t M = std::size_t(k.mix()), nd = n * d;
+  std::map<std::string, std::vector<std::size_t>> shapes{
+      {"x", {T, n, d}},   {"y", {T, d}},    {"mixes", {T, M}},
+      {"pre", {T, n}},    {"post", {T, n}}, {"comb", {T, n, n}}};
+  if (c.op == Op::post) shapes["y"] = {T, n, d};
+  Trace<B> trace;
+  for (const auto& name : output_names(c.op)) {
+    const auto& shape = shapes.at(name);
+    std::size_t size = 1;
+    for (auto s : shape) size *= s;
+    trace.push_back({name, shape, std::vector<B>(size)});
+  }
+  auto out = [&](const std::string& name) -> std::vector<B>& {
+    for (auto& s : trace)
+      if (s.name == name) return s.values;
+    throw std::logic_error("no stage " + name);
+  };
+  auto split = [&](std::size_t t, const B* mix) {
+    ref::split_sinkhorn(k, mix, c.param("hc_scale").data.data(), c.param("hc_base").data.data(),
+                        &out("pre")[t * n], &out("post")[t * n], &out("comb")[t * n * n]);
+  };
+  for_tokens(T, threads, [&](std::size_t t) {
+    bnd::ModelScope scope(model);
+    switch (c.op) {
+      case Op::split_sinkhorn: {
+        const float* m = c.input("mixes").data.data() + t * M;
+        const std::vector<B> mix(m, m + M);
+        split(t, mix.data());
+        break;
+      }
+      case Op::mixes:
+        ref::mixes(k, c.input("x").data.data() + t * nd, c.param("hc_fn").data.data(),
+                   &out("mixes")[t * M]);
+        split(t, &out("mixes")[t * M]);
+        break;
+      case Op::pre: {
+        B* y = &out("y")[t * d];
+        ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n, y);
+        for (std::size_t i = 0; i < d; ++i) y[i] = bnd::stored(y[i]);
+        break;
+      }
+      case Op::post: {
+        B* y = &out("y")[t * nd];
+        ref::hc_post(k, c.input("f").data.data() + t * d, c.input("residual").data.data() + t * nd,
+                     c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, y);
+        for (std::size_t i = 0; i < nd; ++i) y[i] = bnd::stored(y[i]);
+        break;
+      }
+      case Op::rmsnorm: {
+        B* y = &out("y")[t * d];
+        ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d, c.param("weight").data.data(), y);
+        for (std::size_t i = 0; i < d; ++i) y[i] = bnd::stored(y[i]);
+        break;
+      }
+      case Op::boundary: {
+        B* x = &out("x")[t * nd];
+        ref::hc_post(k, c.input("f").data.data() + t * d, c.input("residual").data.data() + t * nd,
+                     c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, x);
+        for (std::size_t i = 0; i < nd; ++i) x[i] = bnd::stored(x[i]);
+        ref::mixes(k, x, c.param("hc_fn").data.data(), &out("mixes")[t * M]);
+        split(t, &out("mixes")[t * M]);
+        B* y = &out("y")[t * d];
+        ref::hc_pre(k, x, c.input("pre_mix").data.data() + t * n, y);
+        for (std::size_t i = 0; i < d; ++i) y[i] = bnd::stored(y[i]);
+        break;
+      }
+    }
+  });
+  return trace;
+}
+
+}  // namespace mhc::oracles

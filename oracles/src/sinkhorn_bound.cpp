@@ -1,0 +1,103 @@
+// The linearised error bound of the Sinkhorn of the comb (see bounded.hpp).
+#include <algorithm>
+#include <cmath>
+
+#include "mhc/oracles/bounded.hpp"
+
+namespace mhc::bnd {
+
+void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
+              ref::SinkhornTrace<Bounded>* trace) {
+  using Step = ref::SinkhornTrace<double>::Step;
+  const Model& m = model();
+  const int n = c.n;
+  const std::size_t nn = std::size_t(n) * std::size_t(n);
+  const double u = m.u, eps = c.hc_eps, g = gamma(double(n - 1), u);
+
+  std::vector<double> L(nn), out(nn);
+  for (std::size_t i = 0; i < nn; ++i) L[i] = logits[i].v;
+  ref::SinkhornTrace<double> tr;
+  ref::sinkhorn(c, L.data(), out.data(), &tr);
+  const std::size_t S = tr.steps.size();  // softmax, column, (row, column) * (iters - 1)
+
+  // Relative rounding of an entry of value x whose magnitude may sit near fp32's underflow.
+  auto tiny = [&](double x) { return x > 0 ? m.eta / x : HUGE_VAL; };
+
+  // Step 0's sources: exp(L - max) with the logits' bounds, the subtraction's and exp's rounding.
+  std::vector<double> b_exp(nn), P(nn);
+  for (int j = 0; j < n; ++j) {
+    int arg = 0;
+    for (int k = 1; k < n; ++k)
+      if (L[std::size_t(j * n + k)] > L[std::size_t(j * n + arg)]) arg = k;
+    const double mx = L[std::size_t(j * n + arg)], e_mx = logits[j * n + arg].e;
+    double rowsum = 0;
+    for (int k = 0; k < n; ++k) rowsum += std::exp(L[std::size_t(j * n + k)] - mx);
+    for (int k = 0; k < n; ++k) {
+      const std::size_t e = std::size_t(j * n + k);
+      const double diff_err = logits[e].e + (k == arg ? 0 : e_mx) + u * std::fabs(L[e] - mx);
+      P[e] = std::exp(L[e] - mx) / rowsum;  // the softmax before + eps
+      b_exp[e] = std::expm1(diff_err) + m.k_exp * u + tiny(P[e]);
+    }
+  }
+
+  std::vector<double> r(nn), sums(static_cast<std::size_t>(n));
+  for (std::size_t o = 0; o < nn; ++o) {
+    std::fill(r.begin(), r.end(), 0.0);
+    r[o] = 1;
+    double beta = 0;
+    auto local = [&](const std::vector<double>& b) {
+      for (std::size_t e = 0; e < nn; ++e)
+        if (r[e] != 0) beta += std::fabs(r[e]) * b[e];  // an entry that cannot matter may be 0
+    };
+    std::vector<double> b(nn);
+    for (std::size_t s = S - 1; s >= 1; --s) {
+      const auto& before = tr.steps[s - 1].matrix;
+      const bool column = tr.steps[s].step == Step::column;
+      // Sums of the normalised lines, and the rounding of this step per entry.
+      std::fill(sums.begin(), sums.end(), 0.0);
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < n; ++k) sums[std::size_t(column ? k : j)] += before[std::size_t(j * n + k)];
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < n; ++k) {
+          const std::size_t e = std::size_t(j * n + k);
+          const double Sl = sums[std::size_t(column ? k : j)];
+          b[e] = g * Sl / (Sl + eps) + u + m.k_div * u + tiny(tr.steps[s].matrix[e]);
+        }
+      local(b);
+      // r <- r M: M D = D - (sum over the line of w D), w = before / (line sum + eps).
+      std::vector<double> rs(std::size_t(n), 0.0);
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < n; ++k) rs[std::size_t(column ? k : j)] += r[std::size_t(j * n + k)];
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < n; ++k) {
+          const std::size_t e = std::size_t(j * n + k), line = std::size_t(column ? k : j);
+          r[e] -= before[e] / (sums[line] + eps) * rs[line];
+        }
+    }
+    // Step 0 backwards: C = P + eps, P = E / rowsum(E), E = exp(L - max).
+    std::fill(b.begin(), b.end(), u);
+    local(b);
+    for (std::size_t e = 0; e < nn; ++e) r[e] *= P[e] / (P[e] + eps);
+    std::fill(b.begin(), b.end(), g + m.k_div * u);
+    local(b);
+    std::vector<double> rs(std::size_t(n), 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) rs[std::size_t(j)] += r[std::size_t(j * n + k)];
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) r[std::size_t(j * n + k)] -= P[std::size_t(j * n + k)] * rs[std::size_t(j)];
+    local(b_exp);
+    const double v = out[o];
+    C[o] = Bounded(v, v * std::expm1(beta) + 64 * u64 * v + m.eta);
+  }
+  if (trace)
+    for (const auto& st : tr.steps) {
+      typename ref::SinkhornTrace<Bounded>::Entry e;
+      e.step = static_cast<ref::SinkhornTrace<Bounded>::Step>(st.step);
+      e.row_sums.assign(st.row_sums.begin(), st.row_sums.end());
+      e.col_sums.assign(st.col_sums.begin(), st.col_sums.end());
+      e.matrix.assign(st.matrix.begin(), st.matrix.end());
+      trace->steps.push_back(std::move(e));
+    }
+}
+
+}  // namespace mhc::bnd

@@ -1,0 +1,234 @@
+#include "mhc/oracles/verdict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+
+namespace mhc::oracles {
+
+std::string state_name(State s) {
+  switch (s) {
+    case State::pass: return "pass";
+    case State::fail: return "fail";
+    case State::mistrusted: return "mistrusted";
+    case State::undecidable: return "undecidable";
+    case State::skipped: return "skipped";
+    case State::not_compiled: return "not_compiled";
+  }
+  return "?";
+}
+
+float poison() {
+  float f;
+  std::memcpy(&f, &kPoisonBits, 4);
+  return f;
+}
+bool is_poison(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u == kPoisonBits;
+}
+
+double ulp_distance(float a, float b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::isnan(a) && std::isnan(b) ? 0 : std::numeric_limits<double>::infinity();
+  auto ordered = [](float f) {
+    std::int32_t i;
+    std::memcpy(&i, &f, 4);
+    // sign-magnitude to a line where -0 and +0 both map to 0
+    return i < 0 ? -std::int64_t(i & 0x7FFFFFFF) : std::int64_t(i);
+  };
+  return double(std::llabs(ordered(a) - ordered(b)));
+}
+
+namespace {
+
+using Decision = std::optional<State>;
+struct Rule {
+  RuleInfo info;
+  std::function<Decision(float got, const bnd::Bounded& want)> decide;
+};
+
+// The ordered rules; the first that decides an element decides it.
+const std::vector<Rule>& element_rules() {
+  static const std::vector<Rule> r{
+      {{"unwritten",
+        "the output still holds the poison NaN payload written before the call: the kernel never "
+        "wrote it"},
+       [](float g, const bnd::Bounded&) -> Decision {
+         return is_poison(g) ? Decision(State::fail) : std::nullopt;
+       }},
+      {{"nan_agrees",
+        "the oracle is NaN only where the exact result is undefined (0 * inf with norm_eps = 0); "
+        "a NaN there agrees, a number there does not"},
+       [](float g, const bnd::Bounded& w) -> Decision {
+         if (!std::isnan(w.v)) return std::nullopt;
+         return std::isnan(g) ? State::pass : State::fail;
+       }},
+      {{"nonfinite",
+        "NaN or Inf where the oracle is finite is never rounding: the bounds are finite there"},
+       [](float g, const bnd::Bounded& w) -> Decision {
+         if (std::isfinite(g)) return std::nullopt;
+         if (std::isinf(g) && std::isinf(w.v) && (g > 0) == (w.v > 0)) return State::pass;
+         return State::fail;
+       }},
+      {{"unbounded",
+        "the bound is infinite (an fp32 overflow or a division whose denominator's bound reaches "
+        "0): nothing can be concluded about this element"},
+       [](float, const bnd::Bounded& w) -> Decision {
+         return std::isfinite(w.e) ? std::nullopt : Decision(State::undecidable);
+       }},
+      {{"within_bound",
+        "|got - want| <= bound, the derived error bound of the declared precision model (it "
+        "includes the double oracle's own rounding)"},
+       [](float g, const bnd::Bounded& w) -> Decision {
+         return std::fabs(double(g) - w.v) <= w.e ? State::pass : State::fail;
+       }},
+  };
+  return r;
+}
+
+}  // namespace
+
+const std::vector<RuleInfo>& rules() {
+  static const std::vector<RuleInfo> all = [] {
+    std::vector<RuleInfo> v;
+    for (const auto& r : element_rules()) v.push_back(r.info);
+    v.push_back({"empty", "a stage with no elements proves nothing: mistrusted"});
+    v.push_back({"degenerate",
+                 "every oracle and kernel value is exactly zero: a kernel that writes zeros would "
+                 "pass too, so the data cannot tell: mistrusted"});
+    return v;
+  }();
+  return all;
+}
+
+StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
+                   std::size_t count, std::size_t per_token, double rel_floor) {
+  StageVerdict s;
+  s.stage = s.rule = stage;
+  s.elements = count;
+  s.metrics.rel_floor = rel_floor;
+  if (per_token == 0) per_token = 1;
+  if (count == 0) {
+    s.state = State::mistrusted;
+    s.rule = "empty";
+    s.reason = "no elements";
+    return s;
+  }
+  std::vector<double> ratios;
+  ratios.reserve(count);
+  std::optional<Element> first_fail;
+  bool all_zero = true;
+  double diff2 = 0, want2 = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float g = got[i];
+    const bnd::Bounded& w = want[i];
+    all_zero = all_zero && g == 0 && w.v == 0;
+    std::string decided_by;
+    State st = State::pass;
+    for (const auto& r : element_rules())
+      if (auto d = r.decide(g, w)) {
+        st = *d;
+        decided_by = r.info.name;
+        break;
+      }
+    const double diff = std::fabs(double(g) - w.v);
+    double ratio = diff == 0 ? 0 : (w.e > 0 ? diff / w.e : std::numeric_limits<double>::infinity());
+    if (std::isnan(ratio)) ratio = std::numeric_limits<double>::infinity();
+    Element el{i, i / per_token, double(g), w.v, w.e, ratio, decided_by};
+    if (st == State::undecidable) {
+      ++s.undecidable;
+      continue;
+    }
+    if (std::isfinite(diff)) {
+      s.metrics.max_abs = std::max(s.metrics.max_abs, diff);
+      s.metrics.max_rel = std::max(s.metrics.max_rel, diff / std::max(std::fabs(w.v), rel_floor));
+      diff2 += diff * diff;
+      want2 += w.v * w.v;
+    }
+    s.metrics.max_ulp = std::max(s.metrics.max_ulp, ulp_distance(g, float(w.v)));
+    if (st == State::fail) {
+      ++s.failed;
+      if (!first_fail) first_fail = el;
+      if (std::isnan(diff)) ratio = el.ratio = std::numeric_limits<double>::infinity();
+    }
+    if (ratios.empty() || ratio > s.worst.ratio) s.worst = el;
+    ratios.push_back(ratio);
+  }
+  s.metrics.normwise = want2 > 0 ? std::sqrt(diff2 / want2) : (diff2 > 0 ? HUGE_VAL : 0.0);
+  if (!ratios.empty()) {
+    s.ratio_max = *std::max_element(ratios.begin(), ratios.end());
+    const std::size_t k = std::min(ratios.size() - 1, std::size_t(0.99 * double(ratios.size())));
+    std::nth_element(ratios.begin(), ratios.begin() + std::ptrdiff_t(k), ratios.end());
+    s.ratio_p99 = ratios[k];
+  }
+  char buf[256];
+  if (s.failed > 0) {
+    s.state = State::fail;
+    s.rule = first_fail->rule;
+    std::snprintf(buf, sizeof buf,
+                  "%zu of %zu elements fail; first at %zu (token %zu) by rule %s: got %.9g, want "
+                  "%.9g +- %.3g",
+                  s.failed, count, first_fail->index, first_fail->token, first_fail->rule.c_str(),
+                  first_fail->got, first_fail->want, first_fail->bound);
+    s.reason = buf;
+  } else if (s.undecidable > 0) {
+    s.state = State::undecidable;
+    s.rule = "unbounded";
+    std::snprintf(buf, sizeof buf, "%zu of %zu elements have no finite bound", s.undecidable, count);
+    s.reason = buf;
+  } else if (all_zero) {
+    s.state = State::mistrusted;
+    s.rule = "degenerate";
+    s.reason = "every oracle and kernel value is 0";
+  } else {
+    s.state = State::pass;
+    s.rule = "within_bound";
+    std::snprintf(buf, sizeof buf, "all %zu within bound; max ratio %.3g", count, s.ratio_max);
+    s.reason = buf;
+  }
+  return s;
+}
+
+Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
+  Verdict v;
+  bool any_undecidable = false, any_mistrusted = false;
+  for (const auto& w : want) {
+    const Stage<float>* g = nullptr;
+    for (const auto& s : got)
+      if (s.name == w.name) g = &s;
+    StageVerdict sv;
+    if (!g) {
+      sv.stage = w.name;
+      sv.state = State::skipped;
+      sv.rule = "absent";
+      sv.reason = "the kernel did not produce this stage";
+    } else if (g->values.size() != w.values.size()) {
+      sv.stage = w.name;
+      sv.state = State::fail;
+      sv.rule = "shape";
+      sv.reason = "the kernel produced " + std::to_string(g->values.size()) + " elements, expected " +
+                  std::to_string(w.values.size());
+    } else {
+      const std::size_t per_token = w.shape.empty() || w.shape[0] == 0
+                                        ? w.values.size()
+                                        : w.values.size() / w.shape[0];
+      sv = judge(w.name, g->values.data(), w.values.data(), w.values.size(), per_token);
+    }
+    if (sv.state == State::fail && v.first_divergent.empty()) v.first_divergent = sv.stage;
+    any_undecidable = any_undecidable || sv.state == State::undecidable;
+    any_mistrusted = any_mistrusted || sv.state == State::mistrusted;
+    v.stages.push_back(std::move(sv));
+  }
+  v.state = !v.first_divergent.empty() ? State::fail
+            : any_undecidable          ? State::undecidable
+            : any_mistrusted           ? State::mistrusted
+                                       : State::pass;
+  return v;
+}
+
+}  // namespace mhc::oracles
