@@ -1,6 +1,7 @@
 #include "mhc/oracles/bounded.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 namespace mhc::bnd {
 
@@ -37,7 +38,7 @@ thread_local const Model* current = nullptr;
 }  // namespace
 
 const Model& model() { return current ? *current : default_model(); }
-ModelScope::ModelScope(const Model& m) : prev_(current) { current = &m; }
+ModelScope::ModelScope(Model m) : model_(std::move(m)), prev_(current) { current = &model_; }
 ModelScope::~ModelScope() { current = prev_; }
 
 namespace {

@@ -120,79 +120,8 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
 }
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {
-  using B = bnd::Bounded;
   const bnd::Model model = bnd::model_by_name(c.precision);
-  const ref::Config& k = c.cfg;
-  const std::size_t T = c.tokens, n = std::size_t(k.n), d = std::size_t(k.d);
-  const std::size_t M = std::size_t(k.mix()), nd = n * d;
-  std::map<std::string, std::vector<std::size_t>> shapes{
-      {"x", {T, n, d}},   {"y", {T, d}},    {"mixes", {T, M}},
-      {"pre", {T, n}},    {"post", {T, n}}, {"comb", {T, n, n}}};
-  if (c.op == Op::post) shapes["y"] = {T, n, d};
-  Trace<B> trace;
-  for (const auto& name : output_names(c.op)) {
-    const auto& shape = shapes.at(name);
-    std::size_t size = 1;
-    for (auto s : shape) size *= s;
-    trace.push_back({name, shape, std::vector<B>(size)});
-  }
-  auto out = [&](const std::string& name) -> std::vector<B>& {
-    for (auto& s : trace)
-      if (s.name == name) return s.values;
-    throw std::logic_error("no stage " + name);
-  };
-  auto split = [&](std::size_t t, const B* mix) {
-    ref::split_sinkhorn(k, mix, c.param("hc_scale").data.data(), c.param("hc_base").data.data(),
-                        &out("pre")[t * n], &out("post")[t * n], &out("comb")[t * n * n]);
-  };
-  for_tokens(T, threads, [&](std::size_t t) {
-    bnd::ModelScope scope(model);
-    switch (c.op) {
-      case Op::split_sinkhorn: {
-        const float* m = c.input("mixes").data.data() + t * M;
-        const std::vector<B> mix(m, m + M);
-        split(t, mix.data());
-        break;
-      }
-      case Op::mixes:
-        ref::mixes(k, c.input("x").data.data() + t * nd, c.param("hc_fn").data.data(),
-                   &out("mixes")[t * M]);
-        split(t, &out("mixes")[t * M]);
-        break;
-      case Op::pre: {
-        B* y = &out("y")[t * d];
-        ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n, y);
-        for (std::size_t i = 0; i < d; ++i) y[i] = bnd::stored(y[i]);
-        break;
-      }
-      case Op::post: {
-        B* y = &out("y")[t * nd];
-        ref::hc_post(k, c.input("f").data.data() + t * d, c.input("residual").data.data() + t * nd,
-                     c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, y);
-        for (std::size_t i = 0; i < nd; ++i) y[i] = bnd::stored(y[i]);
-        break;
-      }
-      case Op::rmsnorm: {
-        B* y = &out("y")[t * d];
-        ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d, c.param("weight").data.data(), y);
-        for (std::size_t i = 0; i < d; ++i) y[i] = bnd::stored(y[i]);
-        break;
-      }
-      case Op::boundary: {
-        B* x = &out("x")[t * nd];
-        ref::hc_post(k, c.input("f").data.data() + t * d, c.input("residual").data.data() + t * nd,
-                     c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, x);
-        for (std::size_t i = 0; i < nd; ++i) x[i] = bnd::stored(x[i]);
-        ref::mixes(k, x, c.param("hc_fn").data.data(), &out("mixes")[t * M]);
-        split(t, &out("mixes")[t * M]);
-        B* y = &out("y")[t * d];
-        ref::hc_pre(k, x, c.input("pre_mix").data.data() + t * n, y);
-        for (std::size_t i = 0; i < d; ++i) y[i] = bnd::stored(y[i]);
-        break;
-      }
-    }
-  });
-  return trace;
+  return evaluate_op<bnd::Bounded>(c, threads, [&model] { return bnd::ModelScope(model); });
 }
 
 }  // namespace mhc::oracles

@@ -42,16 +42,18 @@ Model tf32();  // products of linear() on tf32-rounded operands (10-bit mantissa
 Model bf16();  // fp32 arithmetic, stream tensors stored in bf16 (round to nearest even)
 Model model_by_name(const std::string& name);  // throws std::invalid_argument
 
-// The model the Bounded operations of this thread use; set it with a ModelScope.
+// The model the Bounded operations of this thread use; a ModelScope sets (a copy of) it until
+// the scope ends.
 const Model& model();
 class ModelScope {
  public:
-  explicit ModelScope(const Model& m);
+  explicit ModelScope(Model m);
   ~ModelScope();
   ModelScope(const ModelScope&) = delete;
   ModelScope& operator=(const ModelScope&) = delete;
 
  private:
+  Model model_;
   const Model* prev_;
 };
 

@@ -1,0 +1,160 @@
+// Self-tests of the comparison code on hand-built buffers (nothing here runs a kernel).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "mhc/oracles/verdict.hpp"
+
+using namespace mhc;
+using oracles::State;
+using B = bnd::Bounded;
+
+TEST_CASE("verdict: all zeros are mistrusted, not passed", "[verdict]") {
+  const std::vector<float> got(32, 0.0f);
+  const std::vector<B> want(32, B(0.0, 1e-7));
+  const auto s = oracles::judge("y", got.data(), want.data(), got.size(), 8);
+  CHECK(s.state == State::mistrusted);
+  CHECK(s.rule == "degenerate");
+  const auto e = oracles::judge("y", got.data(), want.data(), 0, 8);
+  CHECK(e.state == State::mistrusted);
+  CHECK(e.rule == "empty");
+}
+
+// want = 1 with bound 2^-10: got = 1 + 2^-10 (exact in fp32) sits on the bound and passes; the
+// next float above fails.
+TEST_CASE("verdict: an error passes at its threshold and fails just above", "[verdict]") {
+  const float at = 1.0f + 0x1.0p-10f;
+  const std::vector<B> want{B(1.0, 0x1.0p-10), B(2.0, 0.0)};
+  std::vector<float> got{at, 2.0f};
+  auto s = oracles::judge("y", got.data(), want.data(), 2, 1);
+  CHECK(s.state == State::pass);
+  CHECK(s.ratio_max == 1.0);
+  got[0] = std::nextafter(at, 2.0f);
+  s = oracles::judge("y", got.data(), want.data(), 2, 1);
+  CHECK(s.state == State::fail);
+  CHECK(s.rule == "within_bound");
+  CHECK(s.failed == 1u);
+  CHECK(s.worst.index == 0u);
+  CHECK(s.ratio_max > 1.0);
+}
+
+TEST_CASE("verdict: -0 and +0 are the same point; NaN follows the documented policy", "[verdict]") {
+  CHECK(oracles::ulp_distance(-0.0f, 0.0f) == 0);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  CHECK(oracles::ulp_distance(-tiny, tiny) == 2);
+  CHECK(oracles::ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)) == 1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(oracles::ulp_distance(nan, nan) == 0);
+  CHECK(std::isinf(oracles::ulp_distance(nan, 1.0f)));
+
+  // -0 against an exact +0 with a zero bound passes.
+  std::vector<float> got{-0.0f, 1.0f};
+  std::vector<B> want{B(0.0, 0.0), B(1.0, 0.0)};
+  CHECK(oracles::judge("y", got.data(), want.data(), 2, 1).state == State::pass);
+  // NaN where the oracle is finite fails, by rule nonfinite.
+  got[1] = nan;
+  auto s = oracles::judge("y", got.data(), want.data(), 2, 1);
+  CHECK(s.state == State::fail);
+  CHECK(s.rule == "nonfinite");
+  CHECK(s.worst.index == 1u);
+  // The oracle NaN (undefined exact result): NaN agrees, a number does not.
+  want[1] = B(std::nan(""), 0.0);
+  CHECK(oracles::judge("y", got.data(), want.data(), 2, 1).state == State::pass);
+  got[1] = 1.0f;
+  s = oracles::judge("y", got.data(), want.data(), 2, 1);
+  CHECK(s.state == State::fail);
+  CHECK(s.rule == "nan_agrees");
+  // Inf where the oracle is finite fails.
+  want[1] = B(1.0, 1e-3);
+  got[1] = std::numeric_limits<float>::infinity();
+  CHECK(oracles::judge("y", got.data(), want.data(), 2, 1).state == State::fail);
+}
+
+TEST_CASE("verdict: an element left holding the poison payload fails as unwritten", "[verdict]") {
+  std::vector<float> got(16, 1.0f);
+  const std::vector<B> want(16, B(1.0, 1e-6));
+  got[9] = oracles::poison();
+  CHECK(oracles::is_poison(got[9]));
+  CHECK_FALSE(oracles::is_poison(std::numeric_limits<float>::quiet_NaN()));
+  const auto s = oracles::judge("y", got.data(), want.data(), 16, 4);
+  CHECK(s.state == State::fail);
+  CHECK(s.rule == "unwritten");
+  CHECK(s.worst.index == 9u);
+  CHECK(s.worst.token == 2u);
+}
+
+// 16 tokens of 64 elements, every element at the float nearest the oracle and well inside its
+// bound, except the very last, moved one ulp beyond its bound.
+TEST_CASE("verdict: a one-ulp-beyond-bound fault in the last element of the last token", "[verdict]") {
+  const std::size_t T = 16, per = 64, N = T * per;
+  std::vector<B> want(N);
+  std::vector<float> got(N);
+  for (std::size_t i = 0; i < N; ++i) {
+    const double v = std::sin(double(i) + 0.5) * 3;
+    want[i] = B(v, std::fabs(v) * 0x1.0p-20);
+    got[i] = float(v);
+  }
+  auto s = oracles::judge("y", got.data(), want.data(), N, per);
+  REQUIRE(s.state == State::pass);
+  const double v = want[N - 1].v, e = want[N - 1].e;
+  float g = float(v + e);
+  while (std::fabs(double(g) - v) <= e) g = std::nextafter(g, 1e30f);
+  REQUIRE(std::fabs(double(std::nextafter(g, -1e30f)) - v) <= e);  // one ulp back is inside
+  got[N - 1] = g;
+  s = oracles::judge("y", got.data(), want.data(), N, per);
+  CHECK(s.state == State::fail);
+  CHECK(s.failed == 1u);
+  CHECK(s.worst.index == N - 1);
+  CHECK(s.worst.token == T - 1);
+}
+
+TEST_CASE("verdict: an infinite bound makes the element undecidable, never a pass or fail",
+          "[verdict]") {
+  const std::vector<float> got{1.0f, 5.0f};
+  const std::vector<B> want{B(1.0, 1e-6), B(1.0, HUGE_VAL)};
+  const auto s = oracles::judge("y", got.data(), want.data(), 2, 1);
+  CHECK(s.state == State::undecidable);
+  CHECK(s.undecidable == 1u);
+}
+
+// Ratios 0, 0.01, ..., 0.99 (bounds 1, errors i/100): max 0.99; p99 the 99th of 100 sorted = 0.98
+// or above.
+TEST_CASE("verdict: ratio statistics", "[verdict]") {
+  std::vector<float> got(100);
+  std::vector<B> want(100);
+  for (int i = 0; i < 100; ++i) {
+    want[std::size_t(i)] = B(16.0, 1.0);
+    got[std::size_t(i)] = float(16.0 + i / 100.0);  // within 2^-20 of i/100
+  }
+  const auto s = oracles::judge("y", got.data(), want.data(), 100, 10);
+  CHECK(s.ratio_max == Approx(0.99).epsilon(1e-5));
+  CHECK(s.ratio_p99 >= 0.98 - 1e-5);
+  CHECK(s.ratio_p99 <= s.ratio_max);
+  CHECK(s.worst.index == 99u);
+  CHECK(s.metrics.max_abs == Approx(0.99).epsilon(1e-5));
+  CHECK(s.metrics.max_rel == Approx(0.99 / 16).epsilon(1e-5));
+}
+
+TEST_CASE("verdict: compare names the first divergent stage in trace order", "[verdict]") {
+  using oracles::Stage;
+  oracles::Trace<B> want{{"x", {2, 2}, {B(1.0, 0.1), B(2.0, 0.1), B(3.0, 0.1), B(4.0, 0.1)}},
+                         {"mixes", {2, 1}, {B(1.0, 0.1), B(1.0, 0.1)}},
+                         {"y", {2, 1}, {B(1.0, 0.1), B(1.0, 0.1)}}};
+  oracles::Trace<float> got{{"y", {2, 1}, {9.0f, 1.0f}},
+                            {"mixes", {2, 1}, {1.0f, 5.0f}},
+                            {"x", {2, 2}, {1.0f, 2.0f, 3.0f, 4.0f}}};
+  auto v = oracles::compare(got, want);
+  CHECK(v.state == State::fail);
+  CHECK(v.first_divergent == "mixes");  // the oracle's order, not the kernel's
+  REQUIRE(v.stages.size() == 3u);
+  CHECK(v.stages[0].state == State::pass);
+  CHECK(v.stages[2].state == State::fail);
+  got.pop_back();  // no "x" from the kernel: skipped
+  v = oracles::compare(got, want);
+  CHECK(v.stages[0].state == State::skipped);
+  got[0].values.push_back(1.0f);  // y with 3 elements: shape mismatch
+  v = oracles::compare(got, want);
+  CHECK(v.stages[2].state == State::fail);
+  CHECK(v.stages[2].rule == "shape");
+}
