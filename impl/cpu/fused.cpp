@@ -2,7 +2,8 @@
 // dimension (so the compiler vectorises them), and the sublayer boundary in ONE pass over the
 // streams per token: each chunk of the new streams is computed (hc_post), stored, and consumed
 // at once by the sum of squares, the 24 projections of mixes and hc_pre. It reads n*d + d and
-// writes n*d + d values per token, against about twice that for the four-pass form.
+// writes n*d + d values per token, against about twice that for the four-pass form, and blocks
+// tokens so that each chunk of hc_fn serves several of them.
 #include <array>
 
 #include "common.hpp"
@@ -19,63 +20,86 @@ float lane_sum(const float* v) {  // pairwise over the 16 lanes
   return (s[0] + s[2]) + (s[1] + s[3]);
 }
 
-// One token's pass over its streams: load(k, c0, len, xk) yields stream k's values c0..c0+len;
-// they are written to x_out (if any), folded into y_out = sum_k pre_mix[k] * x_k (if any), into
-// the sum of squares and into the M projections; mix_out gets the finished mixes.
+// Tokens per block: each 16-wide chunk of hc_fn is loaded once per block of tokens (hc_fn is
+// 2 MB at the V4.1 sizes, so per-token passes would be bound by streaming it).
+constexpr std::size_t TB = 8;
+
+// One pass over the streams of a block of nt <= TB tokens: load(b, k, c0, len, xk) yields token
+// b's stream k at columns c0..c0+len; the values go to x_out[b] (if any), into
+// y_out[b] = sum_k pre_mix[b][k] * x_k (if any), the sum of squares and the M projections;
+// mix_out[b] gets the finished mixes.
 template <bool TF32, class Load>
-void stream_pass(const KernelConfig& c, const float* W, const float* pre_mix, Load load,
-                 float* x_out, float* y_out, float* mix_out) {
+void block_pass(const KernelConfig& c, const float* W, std::size_t nt,
+                const float* const* pre_mix, Load load, float* const* x_out, float* const* y_out,
+                float* const* mix_out) {
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
   const std::size_t M = std::size_t(c.mix());
-  std::vector<float> acc(M * L, 0.0f);
-  alignas(64) float ss[L] = {}, xk[L], y[L];
+  std::vector<float> acc(TB * M * L, 0.0f);
+  alignas(64) float ss[TB][L] = {}, xk[TB][L], y[TB][L], wl[L];
   for (std::size_t c0 = 0; c0 < d; c0 += L) {
     const std::size_t len = std::min(L, d - c0);
-    std::fill(y, y + L, 0.0f);
+    for (std::size_t b = 0; b < nt; ++b) std::fill(y[b], y[b] + L, 0.0f);
     for (std::size_t k = 0; k < n; ++k) {
-      std::fill(xk, xk + L, 0.0f);
-      load(k, c0, len, xk);
-      if (x_out) std::copy(xk, xk + len, x_out + k * d + c0);
-      for (std::size_t l = 0; l < L; ++l) ss[l] += xk[l] * xk[l];
-      if (y_out)
-        for (std::size_t l = 0; l < L; ++l) y[l] += pre_mix[k] * xk[l];
-      float xo[L];
-      for (std::size_t l = 0; l < L; ++l) xo[l] = TF32 ? round_tf32(xk[l]) : xk[l];
+      for (std::size_t b = 0; b < nt; ++b) {
+        float* xb = xk[b];
+        std::fill(xb, xb + L, 0.0f);
+        load(b, k, c0, len, xb);
+        if (x_out) std::copy(xb, xb + len, x_out[b] + k * d + c0);
+        for (std::size_t l = 0; l < L; ++l) ss[b][l] += xb[l] * xb[l];
+        if (y_out)
+          for (std::size_t l = 0; l < L; ++l) y[b][l] += pre_mix[b][k] * xb[l];
+        if (TF32)
+          for (std::size_t l = 0; l < L; ++l) xb[l] = round_tf32(xb[l]);
+      }
       const float* Wk = W + k * d + c0;
       for (std::size_t a = 0; a < M; ++a) {
         const float* w = Wk + a * nd;
-        float* A = &acc[a * L];
-        if (len == L) {
-          for (std::size_t l = 0; l < L; ++l) A[l] += (TF32 ? round_tf32(w[l]) : w[l]) * xo[l];
-        } else {
-          for (std::size_t l = 0; l < len; ++l) A[l] += (TF32 ? round_tf32(w[l]) : w[l]) * xo[l];
+        for (std::size_t l = 0; l < L; ++l) wl[l] = l < len ? (TF32 ? round_tf32(w[l]) : w[l]) : 0.0f;
+        for (std::size_t b = 0; b < nt; ++b) {
+          float* __restrict A = &acc[(b * M + a) * L];
+          const float* __restrict xb = xk[b];
+          for (std::size_t l = 0; l < L; ++l) A[l] += wl[l] * xb[l];
         }
       }
     }
     if (y_out)
-      for (std::size_t l = 0; l < len; ++l) y_out[c0 + l] = store(c, y[l]);
+      for (std::size_t b = 0; b < nt; ++b)
+        for (std::size_t l = 0; l < len; ++l) y_out[b][c0 + l] = store(c, y[b][l]);
   }
-  const float r = 1.0f / std::sqrt(lane_sum(ss) / float(nd) + c.norm_eps);
-  for (std::size_t a = 0; a < M; ++a) mix_out[a] = lane_sum(&acc[a * L]) * r;
+  for (std::size_t b = 0; b < nt; ++b) {
+    const float r = 1.0f / std::sqrt(lane_sum(ss[b]) / float(nd) + c.norm_eps);
+    for (std::size_t a = 0; a < M; ++a) mix_out[b][a] = lane_sum(&acc[(b * M + a) * L]) * r;
+  }
+}
+
+// Runs fn(t0, nt) over blocks of up to TB tokens, blocks spread over the threads.
+template <class Fn>
+void parallel_blocks(unsigned threads, std::size_t T, Fn fn) {
+  parallel_tokens(threads, (T + TB - 1) / TB,
+                  [&](std::size_t blk) { fn(blk * TB, std::min(TB, T - blk * TB)); });
 }
 
 template <class Load>
-void stream_pass_any(const KernelConfig& c, const float* W, const float* pre_mix, Load load,
-                     float* x_out, float* y_out, float* mix_out) {
+void block_pass_any(const KernelConfig& c, const float* W, std::size_t nt,
+                    const float* const* pre_mix, Load load, float* const* x_out,
+                    float* const* y_out, float* const* mix_out) {
   if (c.arith == Arith::tf32)
-    stream_pass<true>(c, W, pre_mix, load, x_out, y_out, mix_out);
+    block_pass<true>(c, W, nt, pre_mix, load, x_out, y_out, mix_out);
   else
-    stream_pass<false>(c, W, pre_mix, load, x_out, y_out, mix_out);
+    block_pass<false>(c, W, nt, pre_mix, load, x_out, y_out, mix_out);
 }
 
 void mixes(const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), d = std::size_t(c.d);
-  parallel_tokens(c.threads, T, [&](std::size_t t) {
-    const float* xt = x + t * nd;
-    auto load = [&](std::size_t k, std::size_t c0, std::size_t len, float* xk) {
-      std::copy(xt + k * d + c0, xt + k * d + c0 + len, xk);
+  const std::size_t M = std::size_t(c.mix());
+  parallel_blocks(c.threads, T, [&](std::size_t t0, std::size_t nt) {
+    float* mix[TB];
+    for (std::size_t b = 0; b < nt; ++b) mix[b] = out + (t0 + b) * M;
+    auto load = [&](std::size_t b, std::size_t k, std::size_t c0, std::size_t len, float* xk) {
+      const float* xt = x + (t0 + b) * nd + k * d + c0;
+      std::copy(xt, xt + len, xk);
     };
-    stream_pass_any(c, W, nullptr, load, nullptr, nullptr, out + t * std::size_t(c.mix()));
+    block_pass_any(c, W, nt, nullptr, load, nullptr, nullptr, mix);
   });
 }
 
@@ -141,16 +165,27 @@ void rmsnorm(const KernelConfig& c, std::size_t T, const float* x, const float* 
 
 void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.mix());
-  parallel_tokens(c.threads, T, [&](std::size_t t) {
-    const float *f = in.f + t * d, *R = in.residual + t * n * d;
-    const float *post = in.post + t * n, *comb = in.comb + t * n * n;
-    auto load = [&](std::size_t k, std::size_t c0, std::size_t len, float* xk) {
-      post_chunk(c, f, R, post, comb, k, c0, len, xk);
+  parallel_blocks(c.threads, T, [&](std::size_t t0, std::size_t nt) {
+    const float* pm[TB];
+    float *xo[TB], *yo[TB], *mix[TB];
+    for (std::size_t b = 0; b < nt; ++b) {
+      const std::size_t t = t0 + b;
+      pm[b] = in.pre_mix + t * n;
+      xo[b] = out.x + t * n * d;
+      yo[b] = out.y + t * d;
+      mix[b] = out.mixes + t * M;
+    }
+    auto load = [&](std::size_t b, std::size_t k, std::size_t c0, std::size_t len, float* xk) {
+      const std::size_t t = t0 + b;
+      post_chunk(c, in.f + t * d, in.residual + t * n * d, in.post + t * n, in.comb + t * n * n, k,
+                 c0, len, xk);
     };
-    float* mix = out.mixes + t * M;
-    stream_pass_any(c, in.hc_fn, in.pre_mix + t * n, load, out.x + t * n * d, out.y + t * d, mix);
-    split_token(c, mix, in.hc_scale, in.hc_base, out.pre + t * n, out.post + t * n,
-                out.comb + t * n * n);
+    block_pass_any(c, in.hc_fn, nt, pm, load, xo, yo, mix);
+    for (std::size_t b = 0; b < nt; ++b) {
+      const std::size_t t = t0 + b;
+      split_token(c, mix[b], in.hc_scale, in.hc_base, out.pre + t * n, out.post + t * n,
+                  out.comb + t * n * n);
+    }
   });
 }
 

@@ -1,6 +1,10 @@
 #include "mhc/oracles/bounded.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <utility>
 
 namespace mhc::bnd {
@@ -41,61 +45,102 @@ const Model& model() { return current ? *current : default_model(); }
 ModelScope::ModelScope(Model m) : model_(std::move(m)), prev_(current) { current = &model_; }
 ModelScope::~ModelScope() { current = prev_; }
 
-namespace {
-// The error of an n-term reduction whose terms have magnitudes A and propagated bounds E.
-Bounded reduce(double v, double A, double E, std::size_t n, double k_prod = 0) {
-  const Model& m = model();
-  const double nn = double(n);
-  double e = E + k_prod * (A + E) + gamma(nn, m.u) * (A + E) * (1 + k_prod) + gamma(nn, u64) * A +
-             nn * m.eta;
-  if (A + E > m.big) e = HUGE_VAL;
-  return {v, e};
-}
-}  // namespace
-
-Bounded sum(const Bounded* t, std::size_t n) {
+// The projection is the oracle's hot loop (n*d terms for each of the M mixes). Partial sums in
+// four lanes; the order changes v only within the gamma_n(u64) term already in the bound.
+Bounded linear(const Bounded* x, const float* w, std::size_t n) {
+  static_assert(sizeof(Bounded) == 2 * sizeof(double), "Bounded is read as {v, e} pairs");
+  const double* xd = &x[0].v;
   double v = 0, A = 0, E = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    v += t[i].v;
-    A += std::fabs(t[i].v);
-    E += t[i].e;
+  std::size_t i = 0;
+#ifdef __AVX2__
+  __m256d vv = _mm256_setzero_pd(), aa = vv, ee = vv;
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  for (; i + 4 <= n; i += 4) {
+    // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]
+    const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
+    const __m256d xv = _mm256_unpacklo_pd(lo, hi), xe = _mm256_unpackhi_pd(lo, hi);
+    const __m256d wv = _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), 0xD8);
+    const __m256d p = _mm256_mul_pd(xv, wv);
+    vv = _mm256_add_pd(vv, p);
+    aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
+    ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
   }
-  return reduce(v, A, E, n > 0 ? n - 1 : 0);
-}
-
-// Each product rounds once (u) and the n-1 additions round: gamma_n covers both.
-Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
-  double v = 0, A = 0, E = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double p = a[i].v * b[i].v;
+  alignas(32) double lv[4], la[4], le[4];
+  _mm256_store_pd(lv, vv);
+  _mm256_store_pd(la, aa);
+  _mm256_store_pd(le, ee);
+  v = (lv[0] + lv[1]) + (lv[2] + lv[3]);
+  A = (la[0] + la[1]) + (la[2] + la[3]);
+  E = (le[0] + le[1]) + (le[2] + le[3]);
+#endif
+  for (; i < n; ++i) {
+    const double wi = double(w[i]), p = xd[2 * i] * wi;
     v += p;
     A += std::fabs(p);
-    E += std::fabs(a[i].v) * b[i].e + std::fabs(b[i].v) * a[i].e + a[i].e * b[i].e;
+    E += std::fabs(wi) * xd[2 * i + 1];
   }
-  return reduce(v, A, E, n);
+  return detail::reduce(v, A, E, n, model().u_prod);
 }
 
-// Four independent partial sums so that the loop vectorises; the order changes v only within
-// the gamma_n(u64) term already in the bound.
-Bounded linear(const Bounded* x, const float* w, std::size_t n) {
-  double v[4] = {0, 0, 0, 0}, A[4] = {0, 0, 0, 0}, E[4] = {0, 0, 0, 0};
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int l = 0; l < 4; ++l) {
-      const double wi = double(w[i + std::size_t(l)]);
-      const double p = x[i + std::size_t(l)].v * wi;
-      v[l] += p;
-      A[l] += std::fabs(p);
-      E[l] += std::fabs(wi) * x[i + std::size_t(l)].e;
+void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
+             Bounded* out) {
+#ifdef __AVX2__
+  constexpr std::size_t kChunk = 256, kBlock = 4;  // 4 tokens x 256 terms x 16 B = 16 KB of x
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  const std::size_t n4 = n / 4 * 4;
+  const double k_prod = model().u_prod;
+  std::vector<__m256d> acc(3 * rows * kBlock);
+  for (std::size_t t0 = 0; t0 < tokens; t0 += kBlock) {
+    const std::size_t nt = std::min(kBlock, tokens - t0);
+    std::fill(acc.begin(), acc.end(), _mm256_setzero_pd());
+    for (std::size_t i0 = 0; i0 < n4; i0 += kChunk) {
+      const std::size_t i1 = std::min(n4, i0 + kChunk);
+      for (std::size_t a = 0; a < rows; ++a) {
+        const float* w = W + a * n;
+        for (std::size_t b = 0; b < nt; ++b) {
+          const double* xd = &x[(t0 + b) * n].v;
+          __m256d* ac = &acc[3 * (b * rows + a)];
+          __m256d vv = ac[0], aa = ac[1], ee = ac[2];
+          for (std::size_t i = i0; i < i1; i += 4) {
+            // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]
+            const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
+            const __m256d xv = _mm256_unpacklo_pd(lo, hi), xe = _mm256_unpackhi_pd(lo, hi);
+            const __m256d wv = _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), 0xD8);
+            const __m256d p = _mm256_mul_pd(xv, wv);
+            vv = _mm256_add_pd(vv, p);
+            aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
+            ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
+          }
+          ac[0] = vv;
+          ac[1] = aa;
+          ac[2] = ee;
+        }
+      }
     }
-  for (; i < n; ++i) {
-    const double wi = double(w[i]), p = x[i].v * wi;
-    v[0] += p;
-    A[0] += std::fabs(p);
-    E[0] += std::fabs(wi) * x[i].e;
+    for (std::size_t b = 0; b < nt; ++b) {
+      const Bounded* xt = x + (t0 + b) * n;
+      for (std::size_t a = 0; a < rows; ++a) {
+        const __m256d* ac = &acc[3 * (b * rows + a)];
+        alignas(32) double lv[4], la[4], le[4];
+        _mm256_store_pd(lv, ac[0]);
+        _mm256_store_pd(la, ac[1]);
+        _mm256_store_pd(le, ac[2]);
+        double v = (lv[0] + lv[1]) + (lv[2] + lv[3]), A = (la[0] + la[1]) + (la[2] + la[3]);
+        double E = (le[0] + le[1]) + (le[2] + le[3]);
+        for (std::size_t i = n4; i < n; ++i) {
+          const double wi = double(W[a * n + i]), p = xt[i].v * wi;
+          v += p;
+          A += std::fabs(p);
+          E += std::fabs(wi) * xt[i].e;
+        }
+        out[(t0 + b) * rows + a] = detail::reduce(v, A, E, n, k_prod);
+      }
+    }
   }
-  return reduce((v[0] + v[1]) + (v[2] + v[3]), (A[0] + A[1]) + (A[2] + A[3]),
-                (E[0] + E[1]) + (E[2] + E[3]), n, model().u_prod);
+#else
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) out[t * rows + a] = linear(x + t * n, W + a * n, n);
+#endif
 }
 
 }  // namespace mhc::bnd

@@ -23,6 +23,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
   // Relative rounding of an entry of value x whose magnitude may sit near fp32's underflow.
   auto tiny = [&](double x) { return x > 0 ? m.eta / x : HUGE_VAL; };
 
+  const std::vector<double> b_add(nn, u), b_div(nn, g + m.k_div * u);
   // Step 0's sources: exp(L - max) with the logits' bounds, the subtraction's and exp's rounding.
   std::vector<double> b_exp(nn), P(nn);
   for (int j = 0; j < n; ++j) {
@@ -40,52 +41,58 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     }
   }
 
-  std::vector<double> r(nn), sums(static_cast<std::size_t>(n));
+  // Per division step s >= 1: its rounding per entry, and the weights w = before / (line sum +
+  // eps) of its linearised map D -> D - (sum over the line of w D). Independent of the output.
+  std::vector<double> b(S * nn), w(S * nn);
+  std::vector<char> is_col(S);
+  std::vector<double> sums(static_cast<std::size_t>(n));
+  for (std::size_t s = 1; s < S; ++s) {
+    const auto& before = tr.steps[s - 1].matrix;
+    const bool column = tr.steps[s].step == Step::column;
+    is_col[s] = column;
+    std::fill(sums.begin(), sums.end(), 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) sums[std::size_t(column ? k : j)] += before[std::size_t(j * n + k)];
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) {
+        const std::size_t e = std::size_t(j * n + k);
+        const double Sl = sums[std::size_t(column ? k : j)];
+        b[s * nn + e] = g * Sl / (Sl + eps) + u + m.k_div * u + tiny(tr.steps[s].matrix[e]);
+        w[s * nn + e] = before[e] / (Sl + eps);
+      }
+  }
+
+  std::vector<double> r(nn), rs(static_cast<std::size_t>(n));
   for (std::size_t o = 0; o < nn; ++o) {
     std::fill(r.begin(), r.end(), 0.0);
     r[o] = 1;
     double beta = 0;
-    auto local = [&](const std::vector<double>& b) {
+    auto local = [&](const double* bs) {
       for (std::size_t e = 0; e < nn; ++e)
-        if (r[e] != 0) beta += std::fabs(r[e]) * b[e];  // an entry that cannot matter may be 0
+        if (r[e] != 0) beta += std::fabs(r[e]) * bs[e];  // an entry that cannot matter may be 0
     };
-    std::vector<double> b(nn);
     for (std::size_t s = S - 1; s >= 1; --s) {
-      const auto& before = tr.steps[s - 1].matrix;
-      const bool column = tr.steps[s].step == Step::column;
-      // Sums of the normalised lines, and the rounding of this step per entry.
-      std::fill(sums.begin(), sums.end(), 0.0);
-      for (int j = 0; j < n; ++j)
-        for (int k = 0; k < n; ++k) sums[std::size_t(column ? k : j)] += before[std::size_t(j * n + k)];
-      for (int j = 0; j < n; ++j)
-        for (int k = 0; k < n; ++k) {
-          const std::size_t e = std::size_t(j * n + k);
-          const double Sl = sums[std::size_t(column ? k : j)];
-          b[e] = g * Sl / (Sl + eps) + u + m.k_div * u + tiny(tr.steps[s].matrix[e]);
-        }
-      local(b);
-      // r <- r M: M D = D - (sum over the line of w D), w = before / (line sum + eps).
-      std::vector<double> rs(std::size_t(n), 0.0);
+      local(&b[s * nn]);
+      const bool column = is_col[s];
+      std::fill(rs.begin(), rs.end(), 0.0);
       for (int j = 0; j < n; ++j)
         for (int k = 0; k < n; ++k) rs[std::size_t(column ? k : j)] += r[std::size_t(j * n + k)];
       for (int j = 0; j < n; ++j)
         for (int k = 0; k < n; ++k) {
-          const std::size_t e = std::size_t(j * n + k), line = std::size_t(column ? k : j);
-          r[e] -= before[e] / (sums[line] + eps) * rs[line];
+          const std::size_t e = std::size_t(j * n + k);
+          r[e] -= w[s * nn + e] * rs[std::size_t(column ? k : j)];
         }
     }
     // Step 0 backwards: C = P + eps, P = E / rowsum(E), E = exp(L - max).
-    std::fill(b.begin(), b.end(), u);
-    local(b);
+    local(b_add.data());
     for (std::size_t e = 0; e < nn; ++e) r[e] *= P[e] / (P[e] + eps);
-    std::fill(b.begin(), b.end(), g + m.k_div * u);
-    local(b);
-    std::vector<double> rs(std::size_t(n), 0.0);
+    local(b_div.data());
+    std::fill(rs.begin(), rs.end(), 0.0);
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k) rs[std::size_t(j)] += r[std::size_t(j * n + k)];
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k) r[std::size_t(j * n + k)] -= P[std::size_t(j * n + k)] * rs[std::size_t(j)];
-    local(b_exp);
+    local(b_exp.data());
     const double v = out[o];
     C[o] = Bounded(v, v * std::expm1(beta) + 64 * u64 * v + m.eta);
   }

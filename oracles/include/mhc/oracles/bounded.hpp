@@ -13,10 +13,12 @@
 // every summation order and tree, with or without FMA.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "mhc/reference/mhc.hpp"
 
@@ -58,7 +60,9 @@ class ModelScope {
 };
 
 constexpr double u64 = 0x1.0p-53;
-inline double gamma(double n, double u) { return n * u < 1 ? n * u / (1 - n * u) : HUGE_VAL; }
+// Higham's gamma_n = n u / (1 - n u), bounded above by n u (1 + 2 n u) while n u <= 1/2 (no
+// division on the hot path).
+inline double gamma(double n, double u) { return n * u <= 0.5 ? n * u * (1 + 2 * n * u) : HUGE_VAL; }
 
 struct Bounded {
   double v = 0;  // value (double evaluation)
@@ -132,11 +136,82 @@ inline Bounded sigmoid(const Bounded& z) {
   return {v, p + m.k_sig * m.u * (v + p) + m.a_sig * m.u + u64 * v + m.eta};
 }
 
+namespace detail {
+// The error of an n-term reduction whose terms have magnitudes A and propagated bounds E; k_prod
+// is an extra relative error of each term (tf32 products).
+inline Bounded reduce(double v, double A, double E, std::size_t n, double k_prod = 0) {
+  const Model& m = model();
+  const double nn = double(n);
+  if (A + E > m.big) return {v, HUGE_VAL};
+  return {v, E + k_prod * (A + E) + gamma(nn, m.u) * (A + E) * (1 + k_prod) + gamma(nn, u64) * A +
+                 nn * m.eta};
+}
+}  // namespace detail
+
 // Reductions, bounded for every order: |sum_hat - sum| <= sum e_i + gamma_{n-1} (sum|t_i| + sum e_i).
-Bounded sum(const Bounded* t, std::size_t n);
-Bounded dot(const Bounded* a, const Bounded* b, std::size_t n);
+inline Bounded sum(const Bounded* t, std::size_t n) {
+  double v = 0, A = 0, E = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    v += t[i].v;
+    A += std::fabs(t[i].v);
+    E += t[i].e;
+  }
+  return detail::reduce(v, A, E, n > 0 ? n - 1 : 0);
+}
+// Each product rounds once (u) and the n-1 additions round: gamma_n covers both, in any order,
+// with or without FMA.
+inline Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
+  double v = 0, A = 0, E = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double p = a[i].v * b[i].v;
+    v += p;
+    A += std::fabs(p);
+    E += std::fabs(a[i].v) * b[i].e + std::fabs(b[i].v) * a[i].e + a[i].e * b[i].e;
+  }
+  return detail::reduce(v, A, E, n);
+}
+// lincomb (hc_pre, hc_post): every column is a k-term dot product; the model's constants are
+// fetched once for all m columns.
+inline double val(float x) { return double(x); }
+inline double val(const Bounded& x) { return x.v; }
+inline double err(float) { return 0; }
+inline double err(const Bounded& x) { return x.e; }
+template <class W, class R>
+void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bounded* out) {
+  const Model& md = model();
+  const double kk = double(k), g = gamma(kk, md.u), g64 = gamma(kk, u64), floor = kk * md.eta;
+  // Term by term over chunks of columns (the inner loop runs over c and vectorises; the chunk's
+  // accumulators stay in the L1 cache).
+  constexpr std::size_t kChunk = 512;
+  double V[kChunk], A[kChunk], E[kChunk];
+  for (std::size_t c0 = 0; c0 < m; c0 += kChunk) {
+    const std::size_t len = std::min(kChunk, m - c0);
+    std::fill(V, V + len, 0.0);
+    std::fill(A, A + len, 0.0);
+    std::fill(E, E + len, 0.0);
+    for (std::size_t i = 0; i < k; ++i) {
+      const double wv = val(w[i]), we = err(w[i]), aw = std::fabs(wv);
+      const R* row = rows[i] + c0;
+      for (std::size_t c = 0; c < len; ++c) {
+        const double rv = val(row[c]), re = err(row[c]), p = wv * rv;
+        V[c] += p;
+        A[c] += std::fabs(p);
+        E[c] += aw * re + std::fabs(rv) * we + we * re;
+      }
+    }
+    for (std::size_t c = 0; c < len; ++c)
+      out[c0 + c] = A[c] + E[c] > md.big
+                        ? Bounded(V[c], HUGE_VAL)
+                        : Bounded(V[c], E[c] + g * (A[c] + E[c]) + g64 * A[c] + floor);
+  }
+}
+
 // The projection of mixes (F.linear): exact fp32 weights; tf32 models round both operands.
 Bounded linear(const Bounded* x, const float* w, std::size_t n);
+// The projection of several tokens, blocked: each chunk of W serves a block of tokens and each
+// chunk of x stays in the L1 cache while all rows use it.
+void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
+             Bounded* out);
 
 // The Sinkhorn of the comb as one function. Propagating a scalar bound through each of its
 // 2*iters-1 normalisations doubles it every time (numerator and denominator errors are treated

@@ -95,57 +95,69 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
     ref::split_sinkhorn(k, mix, c.param("hc_scale").data.data(), c.param("hc_base").data.data(),
                         &out("pre")[t * n], &out("post")[t * n], &out("comb")[t * n * n]);
   };
-  for_tokens(T, threads, [&](std::size_t t) {
+  // Blocks of tokens, so that the projection of mixes can reuse each chunk of hc_fn.
+  constexpr std::size_t kBlock = 8;
+  for_tokens((T + kBlock - 1) / kBlock, threads, [&](std::size_t blk) {
     const auto scope = scope_of();
     (void)scope;
+    const std::size_t t0 = blk * kBlock, nt = std::min(kBlock, T - t0);
+    const float* f = c.op == Op::post || c.op == Op::boundary ? c.input("f").data.data() : nullptr;
     switch (c.op) {
-      case Op::split_sinkhorn: {
-        const float* m = c.input("mixes").data.data() + t * M;
-        const std::vector<B> mix(m, m + M);
-        split(t, mix.data());
+      case Op::split_sinkhorn:
+        for (std::size_t t = t0; t < t0 + nt; ++t) {
+          const float* m = c.input("mixes").data.data() + t * M;
+          const std::vector<B> mix(m, m + M);
+          split(t, mix.data());
+        }
         break;
-      }
       case Op::mixes:
-        ref::mixes(k, c.input("x").data.data() + t * nd, c.param("hc_fn").data.data(),
-                   &out("mixes")[t * M]);
-        split(t, &out("mixes")[t * M]);
+        ref::mixes(k, nt, c.input("x").data.data() + t0 * nd, c.param("hc_fn").data.data(),
+                   &out("mixes")[t0 * M]);
+        for (std::size_t t = t0; t < t0 + nt; ++t) split(t, &out("mixes")[t * M]);
         break;
-      case Op::pre: {
-        B* y = &out("y")[t * d];
-        ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n, y);
-        for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+      case Op::pre:
+        for (std::size_t t = t0; t < t0 + nt; ++t) {
+          B* y = &out("y")[t * d];
+          ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n, y);
+          for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+        }
         break;
-      }
-      case Op::post: {
-        B* y = &out("y")[t * nd];
-        ref::hc_post(k, c.input("f").data.data() + t * d, c.input("residual").data.data() + t * nd,
-                     c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, y);
-        for (std::size_t i = 0; i < nd; ++i) y[i] = stored(y[i]);
+      case Op::post:
+        for (std::size_t t = t0; t < t0 + nt; ++t) {
+          B* y = &out("y")[t * nd];
+          ref::hc_post(k, f + t * d, c.input("residual").data.data() + t * nd,
+                       c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, y);
+          for (std::size_t i = 0; i < nd; ++i) y[i] = stored(y[i]);
+        }
         break;
-      }
-      case Op::rmsnorm: {
-        B* y = &out("y")[t * d];
-        ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d, c.param("weight").data.data(), y);
-        for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+      case Op::rmsnorm:
+        for (std::size_t t = t0; t < t0 + nt; ++t) {
+          B* y = &out("y")[t * d];
+          ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d, c.param("weight").data.data(), y);
+          for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+        }
         break;
-      }
       case Op::boundary: {
-        B* x = &out("x")[t * nd];
-        ref::hc_post(k, c.input("f").data.data() + t * d, c.input("residual").data.data() + t * nd,
-                     c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, x);
-        for (std::size_t i = 0; i < nd; ++i) x[i] = stored(x[i]);
-        ref::mixes(k, x, c.param("hc_fn").data.data(), &out("mixes")[t * M]);
-        split(t, &out("mixes")[t * M]);
-        B* y = &out("y")[t * d];
-        ref::hc_pre(k, x, c.input("pre_mix").data.data() + t * n, y);
-        for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+        B* x = &out("x")[t0 * nd];
+        for (std::size_t t = t0; t < t0 + nt; ++t) {
+          B* xt = &out("x")[t * nd];
+          ref::hc_post(k, f + t * d, c.input("residual").data.data() + t * nd,
+                       c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, xt);
+          for (std::size_t i = 0; i < nd; ++i) xt[i] = stored(xt[i]);
+        }
+        ref::mixes(k, nt, x, c.param("hc_fn").data.data(), &out("mixes")[t0 * M]);
+        for (std::size_t t = t0; t < t0 + nt; ++t) {
+          split(t, &out("mixes")[t * M]);
+          B* y = &out("y")[t * d];
+          ref::hc_pre(k, &out("x")[t * nd], c.input("pre_mix").data.data() + t * n, y);
+          for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+        }
         break;
       }
     }
   });
   return trace;
 }
-
 
 // The op in Scalar B with nothing to scope (double, float, multiprecision).
 template <class B>

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 namespace mhc::ref {
 
@@ -71,6 +72,26 @@ inline double dot(const double* a, const float* b, std::size_t n) { return detai
 template <class S, class T>
 S linear(const S* x, const T* w, std::size_t n) {
   return dot(x, w, n);
+}
+
+// out[t*rows + a] = linear(x + t*m, W + a*m, m): the projection of mixes for `tokens` consecutive
+// tokens, a [tokens, m] x [m, rows] product, so that a Scalar can block it for the caches.
+template <class S, class T>
+void project(const S* x, std::size_t tokens, const T* W, std::size_t rows, std::size_t m, S* out) {
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) out[t * rows + a] = linear(x + t * m, W + a * m, m);
+}
+
+// out[c] = sum_i w[i] * rows[i][c] for c < m: the small linear combination of rows that hc_pre
+// (the streams) and hc_post (the sublayer output and the streams) are made of. A Scalar may
+// bound all m columns at once.
+template <class S, class W, class R>
+void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, S* out) {
+  std::vector<S> a(w, w + k), b(k);
+  for (std::size_t c = 0; c < m; ++c) {
+    for (std::size_t i = 0; i < k; ++i) b[i] = S(rows[i][c]);
+    out[c] = dot(a.data(), b.data(), k);
+  }
 }
 
 }  // namespace mhc::ref

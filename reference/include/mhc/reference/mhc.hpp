@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "mhc/reference/arith.hpp"
@@ -28,13 +29,30 @@ S rms_scale(const S* x, std::size_t m, double eps) {
   return S(1) / sqrt(mean + S(eps));
 }
 
-// hc_mixes: one RMS statistic over all n*d values of the token, projection first, then * r.
+// hc_mixes of T consecutive tokens (x: [T, n*d], out: [T, M]): one RMS statistic over all n*d
+// values of each token, projection first, then * r.
+template <class S, class X, class W>
+void mixes(const Config& c, std::size_t T, const X* x, const W* hc_fn, S* out) {
+  const std::size_t nd = c.stream_size(), M = std::size_t(c.mix());
+  std::vector<S> copy;
+  const S* xs = nullptr;
+  if constexpr (std::is_same<X, S>::value) {
+    xs = x;
+  } else {
+    copy.assign(x, x + T * nd);
+    xs = copy.data();
+  }
+  project(xs, T, hc_fn, M, nd, out);
+  for (std::size_t t = 0; t < T; ++t) {
+    const S r = rms_scale(xs + t * nd, nd, c.norm_eps);
+    for (std::size_t a = 0; a < M; ++a) out[t * M + a] = out[t * M + a] * r;
+  }
+}
+
+// hc_mixes of one token.
 template <class S, class X, class W>
 void mixes(const Config& c, const X* x, const W* hc_fn, S* out) {
-  const std::size_t nd = c.stream_size();
-  std::vector<S> xs(x, x + nd);
-  const S r = rms_scale(xs.data(), nd, c.norm_eps);
-  for (int a = 0; a < c.mix(); ++a) out[a] = linear(xs.data(), hc_fn + std::size_t(a) * nd, nd) * r;
+  mixes(c, 1, x, hc_fn, out);
 }
 
 // Row and column sums of comb after each step of the Sinkhorn (for convergence work).
@@ -135,29 +153,24 @@ void split_sinkhorn(const Config& c, const S* mix, const P* hc_scale, const P* h
 // hc_pre: y[c] = sum_j p[j] * X[j, c].
 template <class S, class X, class P>
 void hc_pre(const Config& c, const X* x, const P* p, S* y) {
-  const int n = c.n;
-  const std::size_t d = std::size_t(c.d);
-  std::vector<S> w(p, p + n), col(n);
-  for (std::size_t cc = 0; cc < d; ++cc) {
-    for (int j = 0; j < n; ++j) col[j] = S(x[std::size_t(j) * d + cc]);
-    y[cc] = dot(w.data(), col.data(), std::size_t(n));
-  }
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  std::vector<const X*> rows(n);
+  for (std::size_t j = 0; j < n; ++j) rows[j] = x + j * d;
+  lincomb(p, rows.data(), n, d, y);
 }
 
 // hc_post: Y[k, c] = post[k] * F[c] + sum_j C[j, k] * R[j, c]; C[j,k] carries j INTO k.
-template <class S, class F, class R, class P>
-void hc_post(const Config& c, const F* f, const R* residual, const P* post, const P* comb, S* y) {
-  const int n = c.n;
-  const std::size_t d = std::size_t(c.d);
-  std::vector<S> w(n + 1), v(n + 1);
-  for (int k = 0; k < n; ++k) {
-    w[0] = S(post[k]);
-    for (int j = 0; j < n; ++j) w[j + 1] = S(comb[j * n + k]);
-    for (std::size_t cc = 0; cc < d; ++cc) {
-      v[0] = S(f[cc]);
-      for (int j = 0; j < n; ++j) v[j + 1] = S(residual[std::size_t(j) * d + cc]);
-      y[std::size_t(k) * d + cc] = dot(w.data(), v.data(), std::size_t(n) + 1);
-    }
+template <class S, class X, class P>
+void hc_post(const Config& c, const X* f, const X* residual, const P* post, const P* comb, S* y) {
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  std::vector<P> w(n + 1);
+  std::vector<const X*> rows(n + 1);
+  rows[0] = f;
+  for (std::size_t j = 0; j < n; ++j) rows[j + 1] = residual + j * d;
+  for (std::size_t k = 0; k < n; ++k) {
+    w[0] = post[k];
+    for (std::size_t j = 0; j < n; ++j) w[j + 1] = comb[j * n + k];
+    lincomb(w.data(), rows.data(), n + 1, d, y + k * d);
   }
 }
 
