@@ -40,11 +40,18 @@ Run add_check(CLI::App& app) {
     ConfigFlags cfg;
   };
   auto st = std::make_shared<State>();
-  std::vector<std::string> kernels;
-  for (const auto* b : impl::backends()) kernels.push_back(b->name);
-  app.add_option("--kernel", st->kernel, "kernel backend under test")
+  std::string kernels;
+  for (const auto* b : impl::backends()) kernels += (kernels.empty() ? "" : ", ") + b->name;
+  app.add_option("--kernel", st->kernel,
+                 "kernel backend under test: " + kernels +
+                     ", or a mutation self-test kernel variant:NAME / mutant:NAME (listed by "
+                     "mhc-verify mutants --list)")
       ->capture_default_str()
-      ->check(CLI::IsMember(kernels));
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            return impl::find_backend(name) ? "" : "unknown kernel '" + name + "'";
+          },
+          "KERNEL"));
   app.add_option("--op", st->op,
                  "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, or "
                  "boundary (hc_post, then mixes, split and hc_pre of the new streams)")

@@ -6,13 +6,15 @@
 
 namespace mhc::bnd {
 
+// For a deviating semantics (diagnosis only), the values follow it exactly and the bound is the
+// same linearisation evaluated on its own intermediate matrices: the right size, not exact.
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
               ref::SinkhornTrace<Bounded>* trace) {
   using Step = ref::SinkhornTrace<double>::Step;
   const Model& m = model();
   const int n = c.n;
   const std::size_t nn = std::size_t(n) * std::size_t(n);
-  const double u = m.u, eps = c.hc_eps, g = gamma(double(n - 1), u);
+  const double u = m.u, eps = ref::hc_eps(c), g = gamma(double(n - 1), u);
 
   std::vector<double> L(nn), out(nn);
   for (std::size_t i = 0; i < nn; ++i) L[i] = logits[i].v;

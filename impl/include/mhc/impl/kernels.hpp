@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,25 +48,32 @@ struct BoundaryOut {
 struct Backend {
   std::string name;
   std::string description;
-  void (*mixes)(const KernelConfig&, std::size_t T, const float* x, const float* hc_fn,
-                float* mixes);
-  void (*split_sinkhorn)(const KernelConfig&, std::size_t T, const float* mixes,
-                         const float* hc_scale, const float* hc_base, float* pre, float* post,
-                         float* comb);
-  void (*hc_pre)(const KernelConfig&, std::size_t T, const float* x, const float* pre_mix,
-                 float* y);
-  void (*hc_post)(const KernelConfig&, std::size_t T, const float* f, const float* residual,
-                  const float* post, const float* comb, float* y);
-  void (*rmsnorm)(const KernelConfig&, std::size_t T, const float* x, const float* weight,
-                  float* y);
-  void (*boundary)(const KernelConfig&, std::size_t T, const BoundaryIn&, const BoundaryOut&);
+  std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* hc_fn,
+                     float* mixes)>
+      mixes;
+  std::function<void(const KernelConfig&, std::size_t T, const float* mixes,
+                     const float* hc_scale, const float* hc_base, float* pre, float* post,
+                     float* comb)>
+      split_sinkhorn;
+  std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* pre_mix,
+                     float* y)>
+      hc_pre;
+  std::function<void(const KernelConfig&, std::size_t T, const float* f, const float* residual,
+                     const float* post, const float* comb, float* y)>
+      hc_post;
+  std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* weight,
+                     float* y)>
+      rmsnorm;
+  std::function<void(const KernelConfig&, std::size_t T, const BoundaryIn&, const BoundaryOut&)>
+      boundary;
 };
 
 struct NotCompiled : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The backends of this build, and lookup by name (nullptr when unknown).
+// The backends of this build, and lookup by name (nullptr when unknown). The lookup also knows
+// the mutation self-test's kernels, "variant:NAME" and "mutant:NAME" (impl/variants.hpp).
 const std::vector<const Backend*>& backends();
 const Backend* find_backend(const std::string& name);
 

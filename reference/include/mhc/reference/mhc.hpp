@@ -21,11 +21,13 @@ S sigmoid(const S& z) {
   return S(1) / (S(1) + exp(-z));
 }
 
-// r = 1 / sqrt(mean(x^2) + eps) over the m values of x (already in S).
+// r = 1 / sqrt(mean(x^2) + eps) over the m values of x (already in S); of_sum: the sum instead
+// of the mean (a deviation).
 template <class S>
-S rms_scale(const S* x, std::size_t m, double eps) {
+S rms_scale(const S* x, std::size_t m, double eps, bool of_sum = false) {
   using std::sqrt;
-  const S mean = dot(x, x, m) / S(static_cast<double>(m));
+  const S ss = dot(x, x, m);
+  const S mean = of_sum ? ss : ss / S(static_cast<double>(m));
   return S(1) / sqrt(mean + S(eps));
 }
 
@@ -33,6 +35,8 @@ S rms_scale(const S* x, std::size_t m, double eps) {
 // values of each token, projection first, then * r.
 template <class S, class X, class W>
 void mixes(const Config& c, std::size_t T, const X* x, const W* hc_fn, S* out) {
+  const Semantics& sem = c.sem;
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
   const std::size_t nd = c.stream_size(), M = std::size_t(c.mix());
   std::vector<S> copy;
   const S* xs = nullptr;
@@ -42,9 +46,30 @@ void mixes(const Config& c, std::size_t T, const X* x, const W* hc_fn, S* out) {
     copy.assign(x, x + T * nd);
     xs = copy.data();
   }
-  project(xs, T, hc_fn, M, nd, out);
+  if (sem.rms == Semantics::Rms::stream_mean) {  // deviation: one statistic per stream
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t a = 0; a < M; ++a) {
+        S acc(0);
+        for (std::size_t j = 0; j < n; ++j) {
+          const S* xj = xs + t * nd + j * d;
+          acc += linear(xj, hc_fn + a * nd + j * d, d) * rms_scale(xj, d, c.norm_eps);
+        }
+        out[t * M + a] = acc;
+      }
+    return;
+  }
+  std::vector<S> flat;
+  const S* proj_in = xs;
+  if (sem.d_major) {  // deviation: the projection sees x[c*n + j]
+    flat.resize(T * nd);
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t j = 0; j < n; ++j)
+        for (std::size_t cc = 0; cc < d; ++cc) flat[t * nd + cc * n + j] = xs[t * nd + j * d + cc];
+    proj_in = flat.data();
+  }
+  project(proj_in, T, hc_fn, M, nd, out);
   for (std::size_t t = 0; t < T; ++t) {
-    const S r = rms_scale(xs + t * nd, nd, c.norm_eps);
+    const S r = rms_scale(xs + t * nd, nd, c.norm_eps, sem.rms == Semantics::Rms::token_sum);
     for (std::size_t a = 0; a < M; ++a) out[t * M + a] = out[t * M + a] * r;
   }
 }
@@ -67,6 +92,9 @@ struct SinkhornTrace {
   std::vector<Entry> steps;
 };
 
+// hc_eps as used: the configured value, times the deviation's scale.
+inline double hc_eps(const Config& c) { return c.hc_eps * c.sem.hc_eps_scale; }
+
 namespace detail {
 template <class S>
 void record(const Config& c, const S* C, typename SinkhornTrace<S>::Step step,
@@ -84,25 +112,36 @@ void record(const Config& c, const S* C, typename SinkhornTrace<S>::Step step,
   trace->steps.push_back(std::move(e));
 }
 
-// C[j,k] /= (sum_j' C[j',k] + eps) for every column k.
+// v normalised by its line sum S, with eps where `mode` puts it.
+template <class S>
+S normalise(const S& v, const S& sum_, Semantics::Eps mode, double eps) {
+  switch (mode) {
+    case Semantics::Eps::in_sum: return v / (sum_ + S(eps));
+    case Semantics::Eps::after: return v / sum_ + S(eps);
+    case Semantics::Eps::none: break;
+  }
+  return v / sum_;
+}
+
+// Every column k divided by its sum: C[j,k] / (sum_j' C[j',k] + eps) by default.
 template <class S>
 void divide_columns(const Config& c, S* C) {
   const int n = c.n;
   std::vector<S> col(n);
   for (int k = 0; k < n; ++k) {
     for (int j = 0; j < n; ++j) col[j] = C[j * n + k];
-    const S denom = sum(col.data(), std::size_t(n)) + S(c.hc_eps);
-    for (int j = 0; j < n; ++j) C[j * n + k] = C[j * n + k] / denom;
+    const S s = sum(col.data(), std::size_t(n));
+    for (int j = 0; j < n; ++j) C[j * n + k] = normalise(C[j * n + k], s, c.sem.col_eps, hc_eps(c));
   }
 }
 
-// C[j,k] /= (sum_k' C[j,k'] + eps) for every row j.
+// Every row j divided by its sum: C[j,k] / (sum_k' C[j,k'] + eps) by default.
 template <class S>
 void divide_rows(const Config& c, S* C) {
   const int n = c.n;
   for (int j = 0; j < n; ++j) {
-    const S denom = sum(C + j * n, std::size_t(n)) + S(c.hc_eps);
-    for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / denom;
+    const S s = sum(C + j * n, std::size_t(n));
+    for (int k = 0; k < n; ++k) C[j * n + k] = normalise(C[j * n + k], s, c.sem.row_eps, hc_eps(c));
   }
 }
 }  // namespace detail
@@ -123,12 +162,16 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
       if (L[k] > mx) mx = L[k];
     for (int k = 0; k < n; ++k) e[k] = exp(L[k] - mx);
     const S rs = sum(e.data(), std::size_t(n));
-    for (int k = 0; k < n; ++k) C[j * n + k] = e[k] / rs + S(c.hc_eps);
+    for (int k = 0; k < n; ++k) C[j * n + k] = detail::normalise(e[k], rs, c.sem.softmax_eps, hc_eps(c));
   }
   detail::record(c, C, Step::softmax, trace);
+  if (c.sem.first_row) {  // deviation: the first division a row division
+    detail::divide_rows(c, C);
+    detail::record(c, C, Step::row, trace);
+  }
   detail::divide_columns(c, C);
   detail::record(c, C, Step::column, trace);
-  for (int it = 1; it < c.iters; ++it) {
+  for (int it = 1; it < c.iters + c.sem.iters_delta; ++it) {
     detail::divide_rows(c, C);
     detail::record(c, C, Step::row, trace);
     detail::divide_columns(c, C);
@@ -141,10 +184,20 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
 template <class S, class P>
 void split_sinkhorn(const Config& c, const S* mix, const P* hc_scale, const P* hc_base, S* pre,
                     S* post, S* comb, SinkhornTrace<S>* trace = nullptr) {
+  const Semantics& sem = c.sem;
   const int n = c.n;
-  const S s0(hc_scale[0]), s1(hc_scale[1]), s2(hc_scale[2]);
-  for (int j = 0; j < n; ++j) pre[j] = sigmoid(S(mix[j] * s0 + S(hc_base[j]))) + S(c.hc_eps);
-  for (int j = 0; j < n; ++j) post[j] = S(2) * sigmoid(S(mix[n + j] * s1 + S(hc_base[n + j])));
+  const double eps = hc_eps(c);
+  const S s0(hc_scale[sem.scales_swapped ? 1 : 0]), s1(hc_scale[sem.scales_swapped ? 0 : 1]);
+  const S s2(hc_scale[2]);
+  for (int j = 0; j < n; ++j) {
+    pre[j] = sigmoid(S(mix[j] * s0 + S(hc_base[j])));
+    if (sem.pre_eps) pre[j] = pre[j] + S(eps);
+  }
+  for (int j = 0; j < n; ++j) {
+    post[j] = sigmoid(S(mix[n + j] * s1 + S(hc_base[n + j])));
+    if (sem.post_factor2) post[j] = S(2) * post[j];
+    if (sem.post_eps) post[j] = post[j] + S(eps);
+  }
   std::vector<S> logits(std::size_t(n) * n);
   for (int i = 0; i < n * n; ++i) logits[i] = mix[2 * n + i] * s2 + S(hc_base[2 * n + i]);
   sinkhorn(c, logits.data(), comb, trace);
@@ -169,7 +222,7 @@ void hc_post(const Config& c, const X* f, const X* residual, const P* post, cons
   for (std::size_t j = 0; j < n; ++j) rows[j + 1] = residual + j * d;
   for (std::size_t k = 0; k < n; ++k) {
     w[0] = post[k];
-    for (std::size_t j = 0; j < n; ++j) w[j + 1] = comb[j * n + k];
+    for (std::size_t j = 0; j < n; ++j) w[j + 1] = c.sem.comb_transposed ? comb[k * n + j] : comb[j * n + k];
     lincomb(w.data(), rows.data(), n + 1, d, y + k * d);
   }
 }

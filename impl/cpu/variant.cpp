@@ -1,0 +1,283 @@
+// The configurable straightforward fp32 kernel of the mutation self-test (see variants.hpp).
+// Deliberately plain: one token at a time, every choice a branch.
+#include "mhc/impl/variants.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "common.hpp"
+
+namespace mhc::impl {
+namespace {
+using cpu_detail::store;
+
+struct Kernel {
+  Variant v;
+
+  float sum(std::vector<float>& t) const {
+    const std::size_t n = t.size();
+    switch (v.sum) {
+      case Variant::Sum::forward: {
+        float s = 0;
+        for (float x : t) s += x;
+        return s;
+      }
+      case Variant::Sum::reverse: {
+        float s = 0;
+        for (std::size_t i = n; i-- > 0;) s += t[i];
+        return s;
+      }
+      case Variant::Sum::pairwise: {
+        for (std::size_t w = 1; w < n; w *= 2)
+          for (std::size_t i = 0; i + w < n; i += 2 * w) t[i] += t[i + w];
+        return n ? t[0] : 0.0f;
+      }
+      case Variant::Sum::blocked: {
+        float total = 0;
+        for (std::size_t b = 0; b < n; b += 32) {
+          float s = 0;
+          for (std::size_t i = b; i < std::min(n, b + 32); ++i) s += t[i];
+          total += s;
+        }
+        return total;
+      }
+    }
+    return 0;
+  }
+  // sum_i a[i] * b[i*sb]
+  float dot(const float* a, const float* b, std::size_t n, std::size_t sb = 1) const {
+    if (v.bf16_accumulation) {
+      float s = 0;
+      for (std::size_t i = 0; i < n; ++i) s = round_bf16(s + a[i] * b[i * sb]);
+      return s;
+    }
+    if (v.fma) {
+      float s = 0;
+      if (v.sum == Variant::Sum::reverse)
+        for (std::size_t i = n; i-- > 0;) s = std::fma(a[i], b[i * sb], s);
+      else
+        for (std::size_t i = 0; i < n; ++i) s = std::fma(a[i], b[i * sb], s);
+      return s;
+    }
+    std::vector<float> t(n);
+    for (std::size_t i = 0; i < n; ++i) t[i] = a[i] * b[i * sb];
+    return sum(t);
+  }
+  float div(float a, float b) const { return v.reciprocal ? a * (1.0f / b) : a / b; }
+  float exp(float x) const { return v.exp2_exp ? std::exp2(x * 1.44269504088896341f) : std::exp(x); }
+  float sigmoid(float z) const {
+    return v.tanh_sigmoid ? 0.5f * (1.0f + std::tanh(0.5f * z)) : div(1.0f, 1.0f + exp(-z));
+  }
+  float normalise(float x, float s, Variant::Eps mode, float eps) const {
+    switch (mode) {
+      case Variant::Eps::in_sum: return div(x, s + eps);
+      case Variant::Eps::after: return div(x, s) + eps;
+      case Variant::Eps::none: break;
+    }
+    return div(x, s);
+  }
+  float rscale(const float* x, std::size_t m, float eps, bool of_sum) const {
+    const float ss = dot(x, x, m);
+    return div(1.0f, std::sqrt((of_sum ? ss : div(ss, float(m))) + eps));
+  }
+
+  void mixes_token(const KernelConfig& c, const float* x, const float* W, float* out) const {
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
+    const std::size_t M = std::size_t(c.mix());
+    if (v.rms == Variant::Rms::stream_mean) {
+      for (std::size_t a = 0; a < M; ++a) {
+        float acc = 0;
+        for (std::size_t j = 0; j < n; ++j)
+          acc += dot(W + a * nd + j * d, x + j * d, d) * rscale(x + j * d, d, c.norm_eps, false);
+        out[a] = acc;
+      }
+      return;
+    }
+    const float r = rscale(x, nd, c.norm_eps, v.rms == Variant::Rms::token_sum);
+    std::vector<float> xs(x, x + nd);
+    if (v.d_major)
+      for (std::size_t j = 0; j < n; ++j)
+        for (std::size_t cc = 0; cc < d; ++cc) xs[cc * n + j] = x[j * d + cc];
+    if (v.scale_first)
+      for (float& e : xs) e *= r;
+    for (std::size_t a = 0; a < M; ++a) {
+      std::vector<float> w(W + a * nd, W + (a + 1) * nd);
+      if (c.arith == Arith::tf32)
+        for (std::size_t i = 0; i < nd; ++i) {
+          w[i] = round_tf32(w[i]);
+          xs[i] = round_tf32(xs[i]);
+        }
+      const float p = dot(w.data(), xs.data(), nd);
+      out[a] = v.scale_first ? p : p * r;
+    }
+  }
+
+  void split_token(const KernelConfig& c, const float* m, const float* s, const float* b,
+                   float* pre, float* post, float* C) const {
+    const int n = c.n;
+    const float eps = c.hc_eps * v.hc_eps_scale;
+    const float s0 = s[v.scales_swapped ? 1 : 0], s1 = s[v.scales_swapped ? 0 : 1];
+    for (int j = 0; j < n; ++j) {
+      pre[j] = sigmoid(m[j] * s0 + b[j]);
+      if (v.pre_eps) pre[j] += eps;
+      post[j] = sigmoid(m[n + j] * s1 + b[n + j]);
+      if (v.post_factor2) post[j] *= 2.0f;
+      if (v.post_eps) post[j] += eps;
+    }
+    std::vector<float> t(static_cast<std::size_t>(n));
+    for (int j = 0; j < n; ++j) {
+      float mx = -INFINITY;
+      for (int k = 0; k < n; ++k) mx = std::max(mx, m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k]);
+      if (v.no_max_subtraction) mx = 0;
+      for (int k = 0; k < n; ++k) t[std::size_t(k)] = C[j * n + k] = exp(m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k] - mx);
+      const float rs = sum(t);
+      for (int k = 0; k < n; ++k) C[j * n + k] = normalise(C[j * n + k], rs, v.softmax_eps, eps);
+    }
+    auto rows = [&] {
+      for (int j = 0; j < n; ++j) {
+        for (int k = 0; k < n; ++k) t[std::size_t(k)] = C[j * n + k];
+        const float rs = sum(t);
+        for (int k = 0; k < n; ++k) C[j * n + k] = normalise(C[j * n + k], rs, v.row_eps, eps);
+      }
+    };
+    auto cols = [&] {
+      for (int k = 0; k < n; ++k) {
+        for (int j = 0; j < n; ++j) t[std::size_t(j)] = C[j * n + k];
+        const float cs = sum(t);
+        for (int j = 0; j < n; ++j) C[j * n + k] = normalise(C[j * n + k], cs, v.col_eps, eps);
+      }
+    };
+    if (v.first_row) rows();
+    cols();
+    for (int it = 1; it < c.iters + v.iters_delta; ++it) {
+      rows();
+      cols();
+    }
+  }
+
+  void hc_pre_token(const KernelConfig& c, const float* x, const float* p, float* y) const {
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+    for (std::size_t cc = 0; cc < d; ++cc) y[cc] = store(c, dot(p, x + cc, n, d));
+  }
+
+  void hc_post_token(const KernelConfig& c, const float* f, const float* R, const float* post,
+                     const float* comb, float* y) const {
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+    std::vector<float> w(n + 1), col(n + 1);
+    for (std::size_t k = 0; k < n; ++k) {
+      w[0] = post[k];
+      for (std::size_t j = 0; j < n; ++j) w[j + 1] = v.comb_transposed ? comb[k * n + j] : comb[j * n + k];
+      for (std::size_t cc = 0; cc < d; ++cc) {
+        col[0] = f[cc];
+        for (std::size_t j = 0; j < n; ++j) col[j + 1] = R[j * d + cc];
+        y[k * d + cc] = store(c, dot(w.data(), col.data(), n + 1));
+      }
+    }
+  }
+
+  void rmsnorm_token(const KernelConfig& c, const float* x, const float* g, float* y) const {
+    const std::size_t d = std::size_t(c.d);
+    const float r = rscale(x, d, c.norm_eps, v.rms == Variant::Rms::token_sum);
+    for (std::size_t i = 0; i < d; ++i) y[i] = store(c, g[i] * (x[i] * r));
+  }
+};
+
+}  // namespace
+
+std::string backend_name(const Variant& v) { return (v.wrong ? "mutant:" : "variant:") + v.name; }
+
+Backend make_backend(const Variant& v) {
+  auto k = std::make_shared<Kernel>(Kernel{v});
+  Backend b;
+  b.name = backend_name(v);
+  b.description = v.wrong ? "mutation self-test: a wrong kernel" : "mutation self-test: a legitimate kernel";
+  b.mixes = [k](const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
+    const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
+    for (std::size_t t = 0; t < T; ++t) k->mixes_token(c, x + t * nd, W, out + t * M);
+  };
+  b.split_sinkhorn = [k](const KernelConfig& c, std::size_t T, const float* m, const float* s,
+                         const float* bb, float* pre, float* post, float* comb) {
+    const std::size_t n = std::size_t(c.n), M = std::size_t(c.mix());
+    for (std::size_t t = 0; t < T; ++t)
+      k->split_token(c, m + t * M, s, bb, pre + t * n, post + t * n, comb + t * n * n);
+  };
+  b.hc_pre = [k](const KernelConfig& c, std::size_t T, const float* x, const float* p, float* y) {
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+    for (std::size_t t = 0; t < T; ++t) k->hc_pre_token(c, x + t * n * d, p + t * n, y + t * d);
+  };
+  b.hc_post = [k](const KernelConfig& c, std::size_t T, const float* f, const float* R,
+                  const float* post, const float* comb, float* y) {
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+    for (std::size_t t = 0; t < T; ++t)
+      k->hc_post_token(c, f + t * d, R + t * n * d, post + t * n, comb + t * n * n, y + t * n * d);
+  };
+  b.rmsnorm = [k](const KernelConfig& c, std::size_t T, const float* x, const float* g, float* y) {
+    const std::size_t d = std::size_t(c.d);
+    for (std::size_t t = 0; t < T; ++t) k->rmsnorm_token(c, x + t * d, g, y + t * d);
+  };
+  b.boundary = [b](const KernelConfig& c, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
+    b.hc_post(c, T, in.f, in.residual, in.post, in.comb, out.x);
+    b.mixes(c, T, out.x, in.hc_fn, out.mixes);
+    b.split_sinkhorn(c, T, out.mixes, in.hc_scale, in.hc_base, out.pre, out.post, out.comb);
+    b.hc_pre(c, T, out.x, in.pre_mix, out.y);
+  };
+  return b;
+}
+
+const std::vector<Variant>& variant_catalogue() {
+  static const std::vector<Variant> all = [] {
+    std::vector<Variant> v;
+    auto legit = [&v](const std::string& name, auto set) {
+      Variant x;
+      x.name = name;
+      set(x);
+      v.push_back(x);
+    };
+    auto wrong = [&v](const std::string& name, const std::string& explains, auto set) {
+      Variant x;
+      x.name = name;
+      x.wrong = true;
+      x.explains = explains;
+      set(x);
+      v.push_back(x);
+    };
+    using E = Variant::Eps;
+    legit("reversed_sums", [](Variant& x) { x.sum = Variant::Sum::reverse; });
+    legit("pairwise_sums", [](Variant& x) { x.sum = Variant::Sum::pairwise; });
+    legit("blocked_sums", [](Variant& x) { x.sum = Variant::Sum::blocked; });
+    legit("fma", [](Variant& x) { x.fma = true; });
+    legit("fma_reversed", [](Variant& x) { x.fma = true; x.sum = Variant::Sum::reverse; });
+    legit("reciprocal_division", [](Variant& x) { x.reciprocal = true; });
+    legit("tanh_sigmoid", [](Variant& x) { x.tanh_sigmoid = true; });
+    legit("exp2_exp", [](Variant& x) { x.exp2_exp = true; });
+    legit("scale_before_projection", [](Variant& x) { x.scale_first = true; });
+    legit("all_choices", [](Variant& x) {
+      x.sum = Variant::Sum::pairwise; x.reciprocal = x.tanh_sigmoid = x.exp2_exp = x.scale_first = true;
+    });
+    wrong("softmax_eps_inside", "softmax_eps_in_sum", [](Variant& x) { x.softmax_eps = E::in_sum; });
+    wrong("softmax_without_eps", "softmax_eps_none", [](Variant& x) { x.softmax_eps = E::none; });
+    wrong("col_eps_outside", "col_eps_after", [](Variant& x) { x.col_eps = E::after; });
+    wrong("row_eps_outside", "row_eps_after", [](Variant& x) { x.row_eps = E::after; });
+    wrong("col_without_eps", "col_eps_none", [](Variant& x) { x.col_eps = E::none; });
+    wrong("row_without_eps", "row_eps_none", [](Variant& x) { x.row_eps = E::none; });
+    wrong("first_division_row", "first_division_row", [](Variant& x) { x.first_row = true; });
+    wrong("one_more_iteration", "iters+1", [](Variant& x) { x.iters_delta = 1; });
+    wrong("one_less_iteration", "iters-1", [](Variant& x) { x.iters_delta = -1; });
+    wrong("comb_transposed", "comb_transposed", [](Variant& x) { x.comb_transposed = true; });
+    wrong("post_without_factor2", "post_without_factor2", [](Variant& x) { x.post_factor2 = false; });
+    wrong("post_with_eps", "post_with_eps", [](Variant& x) { x.post_eps = true; });
+    wrong("pre_without_eps", "pre_without_eps", [](Variant& x) { x.pre_eps = false; });
+    wrong("scales_swapped", "scales_swapped", [](Variant& x) { x.scales_swapped = true; });
+    wrong("rms_per_stream", "rms_per_stream", [](Variant& x) { x.rms = Variant::Rms::stream_mean; });
+    wrong("rms_of_sum", "rms_of_sum", [](Variant& x) { x.rms = Variant::Rms::token_sum; });
+    wrong("d_major_flattening", "d_major_flattening", [](Variant& x) { x.d_major = true; });
+    wrong("hc_eps_x10", "hc_eps_x10", [](Variant& x) { x.hc_eps_scale = 10; });
+    wrong("no_max_subtraction", "", [](Variant& x) { x.no_max_subtraction = true; });
+    wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
+    return v;
+  }();
+  return all;
+}
+
+}  // namespace mhc::impl

@@ -1,0 +1,53 @@
+// The mutation self-test's kernels: one configurable straightforward fp32 kernel, and a catalogue
+// of named configurations. Legitimate ones ("variant:NAME") make implementation choices that
+// fp32 rounding allows (sum orders, FMA, reciprocal division, other sigmoid and exp forms, RMS
+// scaling before the projection): the harness must pass them. Wrong ones ("mutant:NAME") deviate
+// from the semantics in a plausible way (eps placement, iterations, comb transposed, ...): the
+// harness must catch them and, where the deviation is a catalogued one, name it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mhc/impl/kernels.hpp"
+
+namespace mhc::impl {
+
+struct Variant {
+  std::string name;
+  bool wrong = false;
+  std::string explains;  // wrong: the deviation the diagnosis should name ("" if uncatalogued)
+
+  // Legitimate choices.
+  enum class Sum { forward, reverse, pairwise, blocked };
+  Sum sum = Sum::forward;     // order of every reduction
+  bool fma = false;           // products accumulated with fmaf
+  bool reciprocal = false;    // a / b computed as a * (1 / b)
+  bool tanh_sigmoid = false;  // sig(z) = 0.5 * (1 + tanh(z / 2))
+  bool exp2_exp = false;      // exp(x) = exp2(x * log2(e))
+  bool scale_first = false;   // x scaled by r before the projection of mixes
+
+  // Deviations (the reference's Semantics, mirrored).
+  enum class Eps { in_sum, after, none };
+  Eps softmax_eps = Eps::after, col_eps = Eps::in_sum, row_eps = Eps::in_sum;
+  bool first_row = false;
+  int iters_delta = 0;
+  bool comb_transposed = false;
+  bool post_factor2 = true;
+  bool post_eps = false;
+  bool pre_eps = true;
+  bool scales_swapped = false;
+  enum class Rms { token_mean, stream_mean, token_sum };
+  Rms rms = Rms::token_mean;
+  bool d_major = false;
+  float hc_eps_scale = 1;
+  bool no_max_subtraction = false;  // exp(L) without subtracting the row max
+  bool bf16_accumulation = false;   // the projection's accumulator rounded to bf16 each step
+};
+
+const std::vector<Variant>& variant_catalogue();
+// "variant:NAME" for a legitimate entry, "mutant:NAME" for a wrong one.
+std::string backend_name(const Variant& v);
+Backend make_backend(const Variant& v);
+
+}  // namespace mhc::impl
