@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "driver.hpp"
+#include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/verdict.hpp"
 
 namespace mhc::cli {
@@ -37,6 +38,7 @@ Run add_check(CLI::App& app) {
     std::size_t tokens = 16;
     unsigned threads = 0;
     bool list_rules = false;
+    bool diagnose = true;
     ConfigFlags cfg;
   };
   auto st = std::make_shared<State>();
@@ -71,6 +73,8 @@ Run add_check(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   app.add_option("--threads", st->threads, "threads for the oracle and the kernel (0: one per core)")
       ->capture_default_str();
+  app.add_flag("!--no-diagnosis", st->diagnose,
+               "do not look for the catalogued deviation that explains a failure");
   app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
   add_config_options(app, st->cfg);
   app.footer(
@@ -106,8 +110,9 @@ Run add_check(CLI::App& app) {
       const auto c = oracles::generate_case(op, cfg, st->tokens, seed, st->precision);
       const auto want = oracles::oracle_trace(c, st->threads);
       oracles::Verdict v;
+      oracles::Trace<float> got;
       try {
-        const auto got = driver::run_kernel(*backend, c, st->threads);
+        got = driver::run_kernel(*backend, c, st->threads);
         v = oracles::compare(got, want);
       } catch (const impl::NotCompiled& e) {
         v.state = oracles::State::not_compiled;
@@ -141,6 +146,9 @@ Run add_check(CLI::App& app) {
           if (s.stage == v.first_divergent)
             std::printf("FAIL case %d (seed %llu): first divergent stage '%s': %s\n", i,
                         static_cast<unsigned long long>(seed), s.stage.c_str(), s.reason.c_str());
+        if (st->diagnose)
+          std::printf("DIAGNOSIS: %s\n",
+                      oracles::describe_diagnosis(oracles::diagnose(c, got, st->threads)).c_str());
         char buf[512];
         std::snprintf(buf, sizeof buf,
                       "REPRO: mhc-verify check --kernel %s --op %s --precision %s --seed %llu "

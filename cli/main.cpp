@@ -52,6 +52,12 @@ int main(int argc, char** argv) {
       "Run a kernel differentially against the oracle on generated cases, judging every stage\n"
       "against derived per-element error bounds; a REPRO line per failure.");
   runs[check] = mhc::cli::add_check(*check);
+  auto* mutants = app.add_subcommand(
+      "mutants",
+      "The mutation self-test: run the catalogue of wrong-but-plausible kernels (each must be\n"
+      "caught and diagnosed) and of legitimate fp32 variants (none may be flagged); print the\n"
+      "kill table.");
+  runs[mutants] = mhc::cli::add_mutants(*mutants);
 
   // CLI11 would call a stray word "extra"; name it for what it most likely is.
   if (argc > 1 && argv[1][0] != '-') {

@@ -45,9 +45,10 @@ struct Kernel {
     }
     return 0;
   }
-  // sum_i a[i] * b[i*sb]
-  float dot(const float* a, const float* b, std::size_t n, std::size_t sb = 1) const {
-    if (v.bf16_accumulation) {
+  // sum_i a[i] * b[i*sb]; projection: the mixes projection (where bf16_accumulation applies)
+  float dot(const float* a, const float* b, std::size_t n, std::size_t sb = 1,
+            bool projection = false) const {
+    if (projection && v.bf16_accumulation) {
       float s = 0;
       for (std::size_t i = 0; i < n; ++i) s = round_bf16(s + a[i] * b[i * sb]);
       return s;
@@ -108,7 +109,7 @@ struct Kernel {
           w[i] = round_tf32(w[i]);
           xs[i] = round_tf32(xs[i]);
         }
-      const float p = dot(w.data(), xs.data(), nd);
+      const float p = dot(w.data(), xs.data(), nd, 1, true);
       out[a] = v.scale_first ? p : p * r;
     }
   }

@@ -4,6 +4,7 @@
 
 #include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/pieces.hpp"
+#include "mhc/oracles/random.hpp"
 #include "mhc/reference/mhc.hpp"
 
 namespace mhc::oracles {
@@ -117,6 +118,21 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
     put(c.params, "hc_base", {M}, gen::hc_base(rng, c.cfg));
   }
   return c;
+}
+
+OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
+  Rng rng(seed * 0x100000001B3ull + i);
+  static const int ns[] = {1, 2, 3, 4, 8};
+  static const Op others[] = {Op::mixes, Op::pre, Op::post, Op::rmsnorm};
+  const double pick = rng.uniform();
+  const Op op = pick < 0.5 ? Op::boundary : pick < 0.75 ? Op::split_sinkhorn : others[rng.integer(0, 3)];
+  ref::Config cfg;
+  cfg.n = ns[rng.integer(0, 4)];
+  cfg.d = rng.integer(1, 48);
+  cfg.iters = rng.integer(1, 30);
+  cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
+  cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);
+  return generate_case(op, cfg, 2, rng.next(), "fp32");
 }
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {

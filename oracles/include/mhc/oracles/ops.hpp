@@ -57,6 +57,12 @@ struct Stage {
 template <class S>
 using Trace = std::vector<Stage<S>>;
 
+// Case i of a self-test campaign (seed + i): an op (boundary half the time, split_sinkhorn a
+// quarter, the others the rest), n in {1,2,3,4,8}, d in 1..48, iters in 1..30, hc_eps
+// log-uniform in 1e-6..1e-1 (large eps makes a misplaced eps glaring), norm_eps log-uniform in
+// 1e-20..1e-3, 2 tokens, fp32.
+OpCase campaign_case(std::uint64_t seed, std::uint64_t i);
+
 // The oracle: the reference in the bound-carrying Scalar under the case's precision model.
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads = 0);
 

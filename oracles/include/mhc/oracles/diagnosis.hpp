@@ -1,0 +1,25 @@
+// Diagnosis of a failing kernel: which known, plausible deviation from the semantics explains
+// its output ("matches the oracle with eps outside the column division").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mhc/oracles/ops.hpp"
+
+namespace mhc::oracles {
+
+// The catalogued deviations (ref::Semantics values other than DeepSeek's): eps inside, outside or
+// missing in each normalisation, the first division a row, iterations +-1, comb transposed, post
+// without its factor 2 or with an eps, pre without eps, scales swapped, per-stream RMS, RMS of the
+// sum, d-major flattening, and other eps values.
+const std::vector<ref::Semantics>& deviation_catalogue();
+
+// The names of the deviations under which the oracle (same case, same precision model) passes
+// every stage the kernel produced; empty when none explains it.
+std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads = 1);
+
+// One line for people: "matches the oracle with X" / "... with X or Y" / "no catalogued ...".
+std::string describe_diagnosis(const std::vector<std::string>& names);
+
+}  // namespace mhc::oracles
