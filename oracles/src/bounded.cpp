@@ -11,6 +11,12 @@ namespace mhc::bnd {
 
 Model fp32() { return Model{}; }
 
+double reduction_gamma(const Model& m, double n, double u) {
+  if (!m.probabilistic) return gamma(n, u);
+  // Never above the rigorous constant: for small n the deterministic bound is the smaller.
+  return std::min(gamma(n, u), std::expm1(m.lambda * std::sqrt(n) * u + n * u * u / (1 - u)));
+}
+
 Model tf32() {
   Model m;
   m.name = "tf32";

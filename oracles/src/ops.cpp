@@ -137,7 +137,8 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {
   const bnd::Model model = bnd::model_by_name(c.precision);
-  return evaluate_op<bnd::Bounded>(c, threads, [&model] { return bnd::ModelScope(model); });
+  return evaluate_op<bnd::Bounded>(c, threads,
+                                   [&model](std::size_t) { return bnd::ModelScope(model); });
 }
 
 }  // namespace mhc::oracles

@@ -165,6 +165,9 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
     const std::size_t k = std::min(ratios.size() - 1, std::size_t(0.99 * double(ratios.size())));
     std::nth_element(ratios.begin(), ratios.begin() + std::ptrdiff_t(k), ratios.end());
     s.ratio_p99 = ratios[k];
+    const std::size_t h = ratios.size() / 2;
+    std::nth_element(ratios.begin(), ratios.begin() + std::ptrdiff_t(h), ratios.end());
+    s.ratio_p50 = ratios[h];
   }
   char buf[256];
   if (s.failed > 0) {

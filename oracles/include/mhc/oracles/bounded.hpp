@@ -37,7 +37,18 @@ struct Model {
   double k_exp = 4;     // expf within 2 ulp (CUDA expf; glibc expf < 1 ulp)
   double k_sig = 8;     // 1/(1+exp(-z)) relative, see sigmoid()
   double a_sig = 2;     // ... and absolute (0.5*(1+tanh(z/2)) cancels for z << 0)
+  // How an n-term reduction is bounded: rigorous, Higham's gamma_n = n u / (1 - n u), for every
+  // order and every rounding; or probabilistic, Higham & Mary (2019):
+  //   gamma~_n(lambda) = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1,
+  // which holds for a dot product with probability >= 1 - 2 n exp(-lambda^2 (1-u)^2 / 2) when the
+  // rounding errors are independent and mean zero. lambda = 8: failure probability per element
+  // <= 2 n e^-32 = 5e-10 at n = 20480.
+  bool probabilistic = false;
+  double lambda = 8;
 };
+
+// The relative error constant of an n-term reduction in unit roundoff u under model m.
+double reduction_gamma(const Model& m, double n, double u);
 
 Model fp32();
 Model tf32();  // products of linear() on tf32-rounded operands (10-bit mantissa), fp32 sums
@@ -143,7 +154,7 @@ inline Bounded reduce(double v, double A, double E, std::size_t n, double k_prod
   const Model& m = model();
   const double nn = double(n);
   if (A + E > m.big) return {v, HUGE_VAL};
-  return {v, E + k_prod * (A + E) + gamma(nn, m.u) * (A + E) * (1 + k_prod) + gamma(nn, u64) * A +
+  return {v, E + k_prod * (A + E) + reduction_gamma(m, nn, m.u) * (A + E) * (1 + k_prod) + gamma(nn, u64) * A +
                  nn * m.eta};
 }
 }  // namespace detail
@@ -179,7 +190,8 @@ inline double err(const Bounded& x) { return x.e; }
 template <class W, class R>
 void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bounded* out) {
   const Model& md = model();
-  const double kk = double(k), g = gamma(kk, md.u), g64 = gamma(kk, u64), floor = kk * md.eta;
+  const double kk = double(k), g = reduction_gamma(md, kk, md.u), g64 = gamma(kk, u64);
+  const double floor = kk * md.eta;
   // Term by term over chunks of columns (the inner loop runs over c and vectorises; the chunk's
   // accumulators stay in the L1 cache).
   constexpr std::size_t kChunk = 512;

@@ -73,8 +73,10 @@ S stored(const S& x) {
   return x;
 }
 
-// The op evaluated through the reference in any Scalar B; scope_of() is called on each worker
-// thread and its result held while that thread evaluates (the bound type's model scope).
+// The op evaluated through the reference in any Scalar B, in blocks of tokens; scope_of(block)
+// is called on the worker thread before each block and its result held while it evaluates (the
+// bound type's model scope, the stochastic type's random stream: per block, so that results do
+// not depend on the thread count).
 template <class B, class Scope>
 Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
   using std::size_t;
@@ -104,7 +106,7 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
   // Blocks of tokens, so that the projection of mixes can reuse each chunk of hc_fn.
   constexpr std::size_t kBlock = 8;
   for_tokens((T + kBlock - 1) / kBlock, threads, [&](std::size_t blk) {
-    const auto scope = scope_of();
+    const auto scope = scope_of(blk);
     (void)scope;
     const std::size_t t0 = blk * kBlock, nt = std::min(kBlock, T - t0);
     const float* f = c.op == Op::post || c.op == Op::boundary ? c.input("f").data.data() : nullptr;
@@ -168,7 +170,7 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
 // The op in Scalar B with nothing to scope (double, float, multiprecision).
 template <class B>
 Trace<B> evaluate_op(const OpCase& c, unsigned threads = 0) {
-  return evaluate_op<B>(c, threads, [] { return 0; });
+  return evaluate_op<B>(c, threads, [](std::size_t) { return 0; });
 }
 
 }  // namespace mhc::oracles

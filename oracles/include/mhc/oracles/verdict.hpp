@@ -47,7 +47,7 @@ struct StageVerdict {
   std::string reason;  // one line, for people
   std::size_t elements = 0, failed = 0, undecidable = 0;
   Element worst;       // the largest observed/bound ratio (the first failing rule's element on fail)
-  double ratio_max = 0, ratio_p99 = 0;  // of observed error / bound over decided elements
+  double ratio_max = 0, ratio_p99 = 0, ratio_p50 = 0;  // observed error / bound, decided elements
   Metrics metrics;
 };
 

@@ -1,0 +1,58 @@
+// Bound tightness: observed error / bound of the straightforward fp32 kernel (`cpu`), per op,
+// stage and error model, pooled over every element of every case. Usage:
+// mhc-bench-tightness [cases] [tokens] [d]   (defaults 4 cases x 4 tokens at d = 5120)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
+
+#include "driver.hpp"
+#include "mhc/oracles/error_model.hpp"
+
+using namespace mhc;
+
+int main(int argc, char** argv) {
+  const int cases = argc > 1 ? std::atoi(argv[1]) : 4;
+  const std::size_t tokens = argc > 2 ? std::size_t(std::atol(argv[2])) : 4;
+  ref::Config cfg = ref::v41();
+  if (argc > 3) cfg.d = std::atoi(argv[3]);
+  std::printf("tightness of the bounds on kernel cpu: n=%d d=%d iters=%d hc_eps=%g norm_eps=%g, "
+              "%d cases x %zu tokens per op, fp32\n", cfg.n, cfg.d, cfg.iters, cfg.hc_eps,
+              cfg.norm_eps, cases, tokens);
+  std::printf("%-15s %-7s %-14s %12s %12s %12s\n", "op", "stage", "model", "median", "p99", "max");
+  const oracles::ErrorModel models[] = {oracles::ErrorModel::rigorous,
+                                        oracles::ErrorModel::probabilistic,
+                                        oracles::ErrorModel::empirical};
+  for (oracles::Op op : oracles::all_ops()) {
+    std::map<std::pair<std::string, int>, std::vector<double>> ratios;
+    std::vector<std::string> order;
+    for (int i = 0; i < cases; ++i) {
+      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), "fp32");
+      const auto got = driver::run_kernel(impl::cpu(), c, 0);
+      for (int m = 0; m < 3; ++m) {
+        const auto want = oracles::oracle_trace(c, 0, models[m]);
+        for (std::size_t s = 0; s < want.size(); ++s) {
+          if (i == 0 && m == 0) order.push_back(want[s].name);
+          auto& r = ratios[{want[s].name, m}];
+          for (std::size_t e = 0; e < want[s].values.size(); ++e) {
+            const auto& w = want[s].values[e];
+            const double diff = std::fabs(double(got[s].values[e]) - w.v);
+            if (std::isfinite(w.e) && w.e > 0) r.push_back(diff / w.e);
+          }
+        }
+      }
+    }
+    for (const auto& stage : order)
+      for (int m = 0; m < 3; ++m) {
+        auto& r = ratios[{stage, m}];
+        if (r.empty()) continue;
+        std::sort(r.begin(), r.end());
+        std::printf("%-15s %-7s %-14s %12.3g %12.3g %12.3g\n", oracles::op_name(op).c_str(),
+                    stage.c_str(), oracles::error_model_name(models[m]).c_str(), r[r.size() / 2],
+                    r[std::min(r.size() - 1, std::size_t(0.99 * double(r.size())))], r.back());
+      }
+  }
+  return 0;
+}
