@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mhc/oracles/bounded.hpp"
+#include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/ops.hpp"
 
 using namespace mhc;
@@ -103,4 +104,18 @@ TEST_CASE("bounded: tf32 products exceed the fp32 model and fit the tf32 one", "
     }
   }
   CHECK(outside32 > 0);
+}
+
+// A = [[3,1],[1,1]]: the only non-trivial cross-ratio is 3*1/(1*1), so Delta = log 3 and
+// kappa = tanh(log(3)/4) = (sqrt 3 - 1)/(sqrt 3 + 1) (tanh(log(x)/4) = (x^(1/2)-1)/(x^(1/2)+1)).
+// Diagonal scalings leave it unchanged.
+TEST_CASE("birkhoff: contraction coefficient of the seed 004 example", "[birkhoff]") {
+  std::vector<double> A{3, 1, 1, 1};
+  CHECK(oracles::projective_diameter(A, 2) == Approx(std::log(3.0)).epsilon(1e-14));
+  const double want = (std::sqrt(3.0) - 1) / (std::sqrt(3.0) + 1);
+  CHECK(oracles::birkhoff_kappa(A, 2) == Approx(want).epsilon(1e-14));
+  std::vector<double> B{3 * 2.0 * 5, 1 * 2.0 * 7, 1 * 0.5 * 5, 1 * 0.5 * 7};  // diag(2,.5) A diag(5,7)
+  CHECK(oracles::birkhoff_kappa(B, 2) == Approx(want).epsilon(1e-12));
+  std::vector<double> Z{1, 0, 1, 1};
+  CHECK(std::isinf(oracles::projective_diameter(Z, 2)));
 }
