@@ -24,14 +24,15 @@ int main(int argc, char** argv) {
   std::printf("%-15s %-7s %-14s %12s %12s %12s\n", "op", "stage", "model", "median", "p99", "max");
   const oracles::ErrorModel models[] = {oracles::ErrorModel::rigorous,
                                         oracles::ErrorModel::probabilistic,
-                                        oracles::ErrorModel::empirical};
+                                        oracles::ErrorModel::empirical,
+                                        oracles::ErrorModel::standard};
   for (oracles::Op op : oracles::all_ops()) {
     std::map<std::pair<std::string, int>, std::vector<double>> ratios;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
       const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), "fp32");
       const auto got = driver::run_kernel(impl::cpu(), c, 0);
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < 4; ++m) {
         const auto want = oracles::oracle_trace(c, 0, models[m]);
         for (std::size_t s = 0; s < want.size(); ++s) {
           if (i == 0 && m == 0) order.push_back(want[s].name);
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
       }
     }
     for (const auto& stage : order)
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < 4; ++m) {
         auto& r = ratios[{stage, m}];
         if (r.empty()) continue;
         std::sort(r.begin(), r.end());

@@ -7,9 +7,9 @@
 // 4 b per step (b ~ (n+2) u, the step's rounding), ~4 b S over the S = 2 iters - 1 divisions,
 // and contraction only tames the scaling part on top of it. The linearisation below is exact to
 // first order, removes each normalisation's common mode itself (the contraction, measured rather
-// than bounded), and keeps the per-step sums where they cancel; at the V4.1 sizes it gives about
-// 200 u per comb entry against ~4 b S ~ 900 u, and honest fp32 kernels reach 0.2 of it
-// (bench/README.md). kappa stays useful where the question is convergence, not rounding.
+// than bounded), and keeps the per-step sums where they cancel; at the V4.1 sizes it gives a
+// median of 540 u per comb entry (6..1300 u) against ~4 b S ~ 940 u, and honest fp32 kernels
+// reach 0.2 of it (bench/README.md). kappa stays useful where the question is convergence, not rounding.
 #include <algorithm>
 #include <cmath>
 
