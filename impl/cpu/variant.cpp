@@ -274,7 +274,7 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("rms_of_sum", "rms_of_sum", [](Variant& x) { x.rms = Variant::Rms::token_sum; });
     wrong("d_major_flattening", "d_major_flattening", [](Variant& x) { x.d_major = true; });
     wrong("hc_eps_x10", "hc_eps_x10", [](Variant& x) { x.hc_eps_scale = 10; });
-    wrong("no_max_subtraction", "", [](Variant& x) { x.no_max_subtraction = true; });
+    wrong("no_max_subtraction", "no_max_subtraction", [](Variant& x) { x.no_max_subtraction = true; });
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
     return v;
   }();

@@ -36,6 +36,18 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
   // Relative rounding of an entry of value x whose magnitude may sit near fp32's underflow.
   auto tiny = [&](double x) { return x > 0 ? m.eta / x : HUGE_VAL; };
 
+  // Without the max subtraction (a deviation) exp(L) itself can overflow fp32; the row sums then
+  // give Inf/Inf and everything after is NaN: no bound at all.
+  if (!c.sem.max_subtraction)
+    for (int j = 0; j < n; ++j) {
+      double rowsum = 0;
+      for (int k = 0; k < n; ++k)
+        rowsum += std::exp(L[std::size_t(j * n + k)] + logits[j * n + k].e);
+      if (rowsum * (1 + m.k_exp * u) > m.big) {
+        for (std::size_t o = 0; o < nn; ++o) C[o] = Bounded(out[o], HUGE_VAL);
+        return;
+      }
+    }
   const std::vector<double> b_add(nn, u), b_div(nn, g + m.k_div * u);
   // Step 0's sources: exp(L - max) with the logits' bounds, the subtraction's and exp's rounding.
   std::vector<double> b_exp(nn), P(nn);

@@ -68,18 +68,18 @@ const std::vector<Rule>& element_rules() {
          if (!std::isnan(w.v)) return std::nullopt;
          return std::isnan(g) ? State::pass : State::fail;
        }},
+      {{"unbounded",
+        "the bound is infinite (the model's fp32 evaluation overflows, or a denominator's bound "
+        "reaches 0): any value, Inf and NaN included, is consistent with it"},
+       [](float, const bnd::Bounded& w) -> Decision {
+         return std::isfinite(w.e) ? std::nullopt : Decision(State::undecidable);
+       }},
       {{"nonfinite",
         "NaN or Inf where the oracle is finite is never rounding: the bounds are finite there"},
        [](float g, const bnd::Bounded& w) -> Decision {
          if (std::isfinite(g)) return std::nullopt;
          if (std::isinf(g) && std::isinf(w.v) && (g > 0) == (w.v > 0)) return State::pass;
          return State::fail;
-       }},
-      {{"unbounded",
-        "the bound is infinite (an fp32 overflow or a division whose denominator's bound reaches "
-        "0): nothing can be concluded about this element"},
-       [](float, const bnd::Bounded& w) -> Decision {
-         return std::isfinite(w.e) ? std::nullopt : Decision(State::undecidable);
        }},
       {{"within_bound",
         "|got - want| <= bound, the derived error bound of the declared precision model (it "

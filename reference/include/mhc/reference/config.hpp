@@ -28,6 +28,8 @@ struct Semantics {
   enum class Rms { token_mean, stream_mean, token_sum };
   Rms rms = Rms::token_mean;     // r from the mean over all n*d values of the token
   bool d_major = false;          // streams flattened x[c*n + j] for the projection
+  bool max_subtraction = true;   // softmax of L - max L; the same in exact arithmetic, but
+                                 // without it exp overflows in fp32 (the bound then says so)
   double hc_eps_scale = 1;       // hc_eps used = hc_eps * hc_eps_scale
 
   bool is_default() const { return name() == "deepseek"; }
@@ -65,6 +67,7 @@ inline std::string Semantics::name() const {
   if (rms == Rms::stream_mean) add("rms_per_stream");
   if (rms == Rms::token_sum) add("rms_of_sum");
   if (d_major) add("d_major_flattening");
+  if (!max_subtraction) add("no_max_subtraction");
   if (hc_eps_scale != 1) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "hc_eps_x%g", hc_eps_scale);

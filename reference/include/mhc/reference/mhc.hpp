@@ -160,7 +160,7 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
     S mx = L[0];
     for (int k = 1; k < n; ++k)
       if (L[k] > mx) mx = L[k];
-    for (int k = 0; k < n; ++k) e[k] = exp(L[k] - mx);
+    for (int k = 0; k < n; ++k) e[k] = c.sem.max_subtraction ? exp(L[k] - mx) : exp(L[k]);
     const S rs = sum(e.data(), std::size_t(n));
     for (int k = 0; k < n; ++k) C[j * n + k] = detail::normalise(e[k], rs, c.sem.softmax_eps, hc_eps(c));
   }
