@@ -32,6 +32,15 @@ std::string config_flags(const ref::Config& c) {
   return buf;
 }
 
+std::string block_flags(const ref::BlockConfig& b, std::size_t batch) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                " --batch %zu --layers %d --heads %d --head-dim %d --experts %d --top-k %d "
+                "--inter %d --route-scale %.9g",
+                batch, b.layers, b.heads, b.head_dim, b.experts, b.top_k, b.inter, b.route_scale);
+  return buf;
+}
+
 Run add_check(CLI::App& app) {
   struct State {
     std::string kernel = "cpu", op = "boundary", precision = "fp32";
@@ -42,6 +51,8 @@ Run add_check(CLI::App& app) {
     bool list_rules = false;
     bool diagnose = true;
     std::string model = "standard";
+    ref::BlockConfig block;
+    std::size_t batch = 1;
     ConfigFlags cfg;
   };
   auto st = std::make_shared<State>();
@@ -61,7 +72,31 @@ Run add_check(CLI::App& app) {
                  "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, or "
                  "boundary (hc_post, then mixes, split and hc_pre of the new streams)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary"}));
+      ->check(CLI::IsMember(
+          {"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary", "block", "stack"}));
+  app.add_option("--batch", st->batch, "block, stack: sequences per case (--tokens positions each)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
+  app.add_option("--layers", st->block.layers, "stack: Blocks in the stack")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--heads", st->block.heads, "block, stack: attention heads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--head-dim", st->block.head_dim, "block, stack: head width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--experts", st->block.experts, "block, stack: routed experts")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--top-k", st->block.top_k, "block, stack: experts chosen per token")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--inter", st->block.inter, "block, stack: expert hidden width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--route-scale", st->block.route_scale, "block, stack: routing weight scale")
+      ->capture_default_str();
   app.add_option("--cases", st->cases, "generated cases; case i uses seed S+i")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
@@ -99,7 +134,8 @@ Run add_check(CLI::App& app) {
         std::printf("%-13s %s\n", r.name.c_str(), r.justification.c_str());
       return 0;
     }
-    if (const auto why = ref::validate(st->cfg.cfg); !why.empty()) throw std::invalid_argument(why);
+    if (const auto why = ref::validate(st->cfg.cfg, st->block); !why.empty())
+      throw std::invalid_argument(why);
     const impl::Backend* backend = impl::find_backend(st->kernel);
     const oracles::Op op = oracles::op_from_name(st->op);
     const ref::Config cfg = st->cfg.cfg;
@@ -118,14 +154,19 @@ Run add_check(CLI::App& app) {
     std::vector<std::string> repro;
     for (int i = 0; i < st->cases; ++i) {
       const std::uint64_t seed = st->seed + std::uint64_t(i);
-      const auto c = oracles::generate_case(op, cfg, st->tokens, seed, st->precision);
-      const auto want = oracles::oracle_trace(c, st->threads, model);
+      const bool whole = op == oracles::Op::block || op == oracles::Op::stack;
+      const auto c = whole ? oracles::generate_block_case(op, cfg, st->block, st->batch, st->tokens,
+                                                          seed, st->precision)
+                           : oracles::generate_case(op, cfg, st->tokens, seed, st->precision);
       oracles::Verdict v;
       oracles::Trace<float> got;
+      oracles::Trace<bnd::Bounded> want;
       try {
         got = driver::run_kernel(*backend, c, st->threads);
+        want = oracles::oracle_trace(c, st->threads, model, {}, &got);
         v = oracles::compare(got, want);
       } catch (const impl::NotCompiled& e) {
+        want = oracles::oracle_trace(c, st->threads, model);
         v.state = oracles::State::not_compiled;
         for (const auto& w : want) {
           oracles::StageVerdict sv;
@@ -164,10 +205,10 @@ Run add_check(CLI::App& app) {
         char buf[512];
         std::snprintf(buf, sizeof buf,
                       "REPRO: mhc-verify check --kernel %s --op %s --precision %s --error-model %s "
-                      "--seed %llu --cases 1 --tokens %zu %s",
+                      "--seed %llu --cases 1 --tokens %zu %s%s",
                       backend->name.c_str(), st->op.c_str(), st->precision.c_str(),
                       st->model.c_str(), static_cast<unsigned long long>(seed), st->tokens,
-                      config_flags(cfg).c_str());
+                      config_flags(cfg).c_str(), whole ? block_flags(st->block, st->batch).c_str() : "");
         std::printf("%s\n", buf);
       } else if (v.state != oracles::State::pass) {
         ++undecided_cases;
@@ -175,7 +216,7 @@ Run add_check(CLI::App& app) {
       std::fflush(stdout);
     }
 
-    std::printf("\n%-6s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail",
+    std::printf("\n%-16s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail",
                 "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp", "max rel", "worst");
     for (const auto& name : order) {
       auto& s = summary[name];
@@ -185,7 +226,7 @@ Run add_check(CLI::App& app) {
         std::sort(s.p50.begin(), s.p50.end());
         med = s.p50[s.p50.size() / 2];
       }
-      std::printf("%-6s %5d %5d %6d %6d %11.3g %11.3g %11.3g %9.3g %11.3g  %s\n", name.c_str(),
+      std::printf("%-16s %5d %5d %6d %6d %11.3g %11.3g %11.3g %9.3g %11.3g  %s\n", name.c_str(),
                   n(oracles::State::pass), n(oracles::State::fail), n(oracles::State::undecidable),
                   n(oracles::State::mistrusted), s.ratio_max, s.ratio_p99, med, s.max_ulp,
                   s.max_rel, s.worst.c_str());

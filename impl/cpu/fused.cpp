@@ -192,9 +192,15 @@ void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const 
 }  // namespace
 
 const Backend& cpu_fused() {
-  static const Backend b{"cpu-fused",
+  static const Backend b = [] {
+    Backend k{"cpu-fused",
                          "fp32 CPU, vectorisable and threaded over tokens; single-pass boundary",
-                         mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary};
+                         mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary, {}};
+    BlockKnobs knobs;
+    knobs.fused_boundary = true;
+    k.block = make_block(k, knobs);
+    return k;
+  }();
   return b;
 }
 

@@ -72,9 +72,15 @@ void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const 
 }  // namespace
 
 const Backend& cpu() {
-  static const Backend b{"cpu",
+  static const Backend b = [] {
+    Backend k{"cpu",
                          "fp32 CPU, straightforward port: one plain pass per piece, one thread",
-                         mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary};
+                         mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary, {}};
+    BlockKnobs knobs;
+    knobs.fused_boundary = false;
+    k.block = make_block(k, knobs);
+    return k;
+  }();
   return b;
 }
 

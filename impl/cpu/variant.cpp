@@ -223,6 +223,7 @@ Backend make_backend(const Variant& v) {
     b.split_sinkhorn(c, T, out.mixes, in.hc_scale, in.hc_base, out.pre, out.post, out.comb);
     b.hc_pre(c, T, out.x, in.pre_mix, out.y);
   };
+  b.block = make_block(b, v.block);
   return b;
 }
 
@@ -276,6 +277,13 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("hc_eps_x10", "hc_eps_x10", [](Variant& x) { x.hc_eps_scale = 10; });
     wrong("no_max_subtraction", "no_max_subtraction", [](Variant& x) { x.no_max_subtraction = true; });
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
+    wrong("block_pre_not_shifted", "pre_not_shifted", [](Variant& x) { x.block.shifted_pre = false; });
+    wrong("block_attention_not_causal", "attention_not_causal", [](Variant& x) { x.block.causal = false; });
+    wrong("block_attn_norm_skipped", "attn_norm_skipped", [](Variant& x) { x.block.attn_norm = false; });
+    wrong("block_routing_not_normalised", "routing_not_normalised",
+          [](Variant& x) { x.block.normalise_routing = false; });
+    wrong("block_comb_transposed_at_ffn", "comb_transposed_at_ffn",
+          [](Variant& x) { x.block.comb_transposed_site = 1; });
     return v;
   }();
   return all;

@@ -1,5 +1,6 @@
 #include "mhc/oracles/diagnosis.hpp"
 
+#include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 
 namespace mhc::oracles {
@@ -37,20 +38,46 @@ const std::vector<ref::Semantics>& deviation_catalogue() {
   return all;
 }
 
+const std::vector<ref::BlockSemantics>& block_deviation_catalogue() {
+  static const std::vector<ref::BlockSemantics> all = [] {
+    std::vector<ref::BlockSemantics> v(7);
+    v[0].shifted_pre = false;
+    v[1].causal = false;
+    v[2].attn_norm = false;
+    v[3].ffn_norm = false;
+    v[4].normalise_routing = false;
+    v[5].comb_transposed_site = 0;
+    v[6].comb_transposed_site = 1;
+    return v;
+  }();
+  return all;
+}
+
 std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads) {
   std::vector<std::string> names;
+  std::vector<OpCase> alternatives;
   for (const auto& sem : deviation_catalogue()) {
     OpCase alt = c;
     alt.cfg.sem = sem;
+    alternatives.push_back(std::move(alt));
+  }
+  if (c.op == Op::block || c.op == Op::stack)
+    for (const auto& sem : block_deviation_catalogue()) {
+      OpCase alt = c;
+      alt.block.sem = sem;
+      alternatives.push_back(std::move(alt));
+    }
+  for (const auto& alt : alternatives) {
     if (!ref::validate(alt.cfg).empty()) continue;  // e.g. iters - 1 = 0
-    const Verdict v = compare(got, oracle_trace(alt, threads));
+    const std::string name = alt.block.sem.is_default() ? alt.cfg.sem.name() : alt.block.sem.name();
+    const Verdict v = compare(got, oracle_trace(alt, threads, ErrorModel::rigorous, {}, &got));
     bool all_pass = !v.stages.empty();
     bool any_judged = false;
     for (const auto& s : v.stages) {
       if (s.state == State::fail) all_pass = false;
       any_judged = any_judged || s.state == State::pass;
     }
-    if (all_pass && any_judged) names.push_back(sem.name());
+    if (all_pass && any_judged) names.push_back(name);
   }
   return names;
 }

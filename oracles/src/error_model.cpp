@@ -55,7 +55,19 @@ ErrorModel error_model_from_name(const std::string& name) {
 // - empirical: never the default. It samples only the roundings of the reference's own formula,
 //   so legitimate reformulations fall outside it (tanh-form sigmoid: ratio 1e5 at the
 //   production values), and its safety factor is a guess about the tail.
-ErrorModel standard_model(Op op, const std::string& stage) {
+ErrorModel standard_model(Op op, const std::string& stage_name) {
+  if (op == Op::block || op == Op::stack) {
+    // Block stages: projections everywhere (attention, experts, mixes) except before the first
+    // one (attn.in reads the exact inputs) and the RMSNorms' same-sign sums.
+    const std::string s = stage_name.substr(stage_name.find('.') == std::string::npos ||
+                                                    stage_name.rfind("L", 0) != 0
+                                                ? 0
+                                                : stage_name.find('.') + 1);
+    const bool rigorous = s == "attn.in" || s == "attn.normed" || s == "ffn.normed" ||
+                          s == "final.norm";
+    return rigorous ? ErrorModel::rigorous : ErrorModel::probabilistic;
+  }
+  const std::string& stage = stage_name;
   const bool from_projection =
       (op == Op::mixes || op == Op::boundary) &&
       (stage == "mixes" || stage == "pre" || stage == "post" || stage == "comb");
@@ -95,8 +107,108 @@ void apply_empirical(const OpCase& c, Trace<bnd::Bounded>& t, unsigned threads,
 
 }  // namespace
 
+namespace {
+
+std::string layer_prefix(const OpCase& c, std::size_t l) {
+  return c.op == Op::stack ? "L" + std::to_string(l) + "." : "";
+}
+
+struct RoutingPlan {
+  std::vector<std::vector<int>> forced;           // per layer [N, K], -1: the oracle's own
+  std::vector<std::vector<std::size_t>> unknown;  // per layer, tokens to mark undecidable
+  bool any_forced = false;
+};
+
+RoutingPlan plan_routing(const OpCase& c, const std::vector<ref::Routing<bnd::Bounded>>& routings,
+                         const Trace<float>* kernel) {
+  const std::size_t N = c.tokens, K = std::size_t(c.block.top_k);
+  RoutingPlan plan;
+  plan.forced.assign(routings.size(), std::vector<int>(N * K, -1));
+  plan.unknown.assign(routings.size(), {});
+  if (c.block.top_k >= c.block.experts) return plan;  // every expert chosen: nothing to decide
+  for (std::size_t l = 0; l < routings.size(); ++l) {
+    const Stage<float>* chosen = nullptr;
+    if (kernel)
+      for (const auto& st : *kernel)
+        if (st.name == layer_prefix(c, l) + "ffn.experts") chosen = &st;
+    for (std::size_t t = 0; t < N; ++t) {
+      const auto& m = routings[l].margin[t];
+      if (m.v > m.e) continue;  // decidable
+      if (!chosen) {
+        plan.unknown[l].push_back(t);
+        continue;
+      }
+      bool differs = false;
+      for (std::size_t j = 0; j < K; ++j)
+        differs = differs || int(chosen->values[t * K + j]) != routings[l].chosen[t * K + j];
+      if (!differs) continue;
+      for (std::size_t j = 0; j < K; ++j) plan.forced[l][t * K + j] = int(chosen->values[t * K + j]);
+      plan.any_forced = true;
+    }
+  }
+  return plan;
+}
+
+// Everything downstream of an undecidable token's routing: in its layer the token's ffn.experts,
+// ffn.out and x_out; in later layers and the final collapse, every token of its sequence
+// (attention mixes positions).
+void mark_undecidable(const OpCase& c, const RoutingPlan& plan, Trace<bnd::Bounded>& t) {
+  const std::size_t T = c.tokens / c.batch;
+  for (std::size_t l = 0; l < plan.unknown.size(); ++l)
+    for (std::size_t tok : plan.unknown[l]) {
+      const std::size_t seq = tok / T;
+      bool later = false;
+      for (auto& st : t) {
+        const std::size_t per = st.values.size() / c.tokens;
+        const std::string p = layer_prefix(c, l);
+        const bool same_layer = st.name.rfind(p, 0) == 0 && (p.empty() || st.name.find('.') == p.size() - 1);
+        if (same_layer && (st.name == p + "ffn.experts" || st.name == p + "ffn.out" || st.name == p + "x_out")) {
+          for (std::size_t i = tok * per; i < (tok + 1) * per; ++i) st.values[i].e = HUGE_VAL;
+          if (st.name == p + "x_out") later = true;
+          continue;
+        }
+        if (later)
+          for (std::size_t i = seq * T * per; i < (seq + 1) * T * per; ++i) st.values[i].e = HUGE_VAL;
+      }
+    }
+}
+
+Trace<bnd::Bounded> block_oracle(const OpCase& c, const bnd::Model& m, const RoutingPlan* plan,
+                                 std::vector<ref::Routing<bnd::Bounded>>* routings) {
+  const std::vector<std::vector<int>> none;
+  return evaluate_block<bnd::Bounded>(
+      c, [&m](std::size_t) { return bnd::ModelScope(m); }, routings,
+      plan && plan->any_forced ? plan->forced : none);
+}
+
+}  // namespace
+
+std::vector<std::vector<std::size_t>> undecidable_routing(const OpCase& c) {
+  std::vector<ref::Routing<bnd::Bounded>> routings;
+  block_oracle(c, bnd::model_by_name(c.precision), nullptr, &routings);
+  return plan_routing(c, routings, nullptr).unknown;
+}
+
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel model,
-                                 const EmpiricalParams& params) {
+                                 const EmpiricalParams& params, const Trace<float>* kernel) {
+  if (c.op == Op::block || c.op == Op::stack) {
+    const bnd::Model rig = bnd::model_by_name(c.precision);
+    bnd::Model prob = rig;
+    prob.probabilistic = true;
+    std::vector<ref::Routing<bnd::Bounded>> routings;
+    Trace<bnd::Bounded> t = block_oracle(c, rig, nullptr, &routings);
+    const RoutingPlan plan = plan_routing(c, routings, kernel);
+    if (plan.any_forced) t = block_oracle(c, rig, &plan, nullptr);
+    if (model == ErrorModel::probabilistic || model == ErrorModel::standard) {
+      const Trace<bnd::Bounded> p = block_oracle(c, prob, &plan, nullptr);
+      for (std::size_t s = 0; s < t.size(); ++s)
+        if (model == ErrorModel::probabilistic ||
+            standard_model(c.op, t[s].name) == ErrorModel::probabilistic)
+          t[s] = p[s];
+    }
+    mark_undecidable(c, plan, t);
+    return t;
+  }
   auto probabilistic = [&] {
     bnd::Model m = bnd::model_by_name(c.precision);
     m.probabilistic = true;

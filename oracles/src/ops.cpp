@@ -15,8 +15,15 @@ const std::vector<Op>& all_ops() {
   return ops;
 }
 
+const std::vector<Op>& block_ops() {
+  static const std::vector<Op> ops{Op::block, Op::stack};
+  return ops;
+}
+
 std::string op_name(Op op) {
   switch (op) {
+    case Op::block: return "block";
+    case Op::stack: return "stack";
     case Op::split_sinkhorn: return "split_sinkhorn";
     case Op::mixes: return "mixes";
     case Op::pre: return "pre";
@@ -30,8 +37,10 @@ std::string op_name(Op op) {
 Op op_from_name(const std::string& name) {
   for (Op op : all_ops())
     if (op_name(op) == name) return op;
-  throw std::invalid_argument(
-      "unknown op '" + name + "' (split_sinkhorn, mixes, pre, post, rmsnorm, boundary)");
+  for (Op op : block_ops())
+    if (op_name(op) == name) return op;
+  throw std::invalid_argument("unknown op '" + name +
+                              "' (split_sinkhorn, mixes, pre, post, rmsnorm, boundary, block, stack)");
 }
 
 const Tensor& OpCase::input(const std::string& name) const {
@@ -50,16 +59,21 @@ const std::vector<std::string>& output_names(Op op) {
   static const std::vector<std::string> mixes{"mixes", "pre", "post", "comb"};
   static const std::vector<std::string> y{"y"};
   static const std::vector<std::string> boundary{"x", "mixes", "pre", "post", "comb", "y"};
+  static const std::vector<std::string> none;
   switch (op) {
     case Op::split_sinkhorn: return split;
     case Op::mixes: return mixes;
     case Op::boundary: return boundary;
+    case Op::block:
+    case Op::stack: return none;  // named by the Trace itself (ref::block_forward)
     default: return y;
   }
 }
 
 OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
                      const std::string& precision) {
+  if (op == Op::block || op == Op::stack)
+    return generate_block_case(op, cfg_in, ref::BlockConfig{}, 1, T, seed, precision);
   bnd::model_by_name(precision);  // validates the name
   OpCase c;
   c.op = op;
@@ -104,6 +118,9 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
       put(c.inputs, "x", {T, d}, stream(gen::activations(rng, T, d, zero_ok)));
       put(c.params, "weight", {d}, gen::norm_weight(rng, d));
       break;
+    case Op::block:
+    case Op::stack:
+      break;
     case Op::boundary:
       put(c.inputs, "f", {T, d}, stream(gen::activations(rng, T, d, false)));
       put(c.inputs, "residual", {T, n, d}, stream(gen::activations(rng, T, n * d, false)));
@@ -125,13 +142,28 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
   static const int ns[] = {1, 2, 3, 4, 8};
   static const Op others[] = {Op::mixes, Op::pre, Op::post, Op::rmsnorm};
   const double pick = rng.uniform();
-  const Op op = pick < 0.5 ? Op::boundary : pick < 0.75 ? Op::split_sinkhorn : others[rng.integer(0, 3)];
+  const Op op = pick < 0.45   ? Op::boundary
+                : pick < 0.7  ? Op::split_sinkhorn
+                : pick < 0.85 ? others[rng.integer(0, 3)]
+                              : Op::block;
   ref::Config cfg;
   cfg.n = ns[rng.integer(0, 4)];
   cfg.d = rng.integer(1, 48);
   cfg.iters = rng.integer(1, 30);
   cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
   cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);
+  if (op == Op::block) {
+    ref::BlockConfig b;
+    b.heads = rng.integer(1, 2);
+    b.head_dim = rng.integer(1, 8);
+    b.experts = rng.integer(2, 4);
+    b.top_k = rng.integer(1, b.experts - 1);
+    b.inter = rng.integer(2, 16);
+    b.route_scale = rng.uniform(0.5, 2.5);
+    cfg.d = rng.integer(2, 32);
+    const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
+    return generate_block_case(op, cfg, b, B, T, rng.next(), "fp32");
+  }
   return generate_case(op, cfg, 2, rng.next(), "fp32");
 }
 

@@ -89,7 +89,7 @@ TEST_CASE("bounded: tf32 products exceed the fp32 model and fit the tf32 one", "
   std::size_t outside32 = 0;
   for (std::size_t t = 0; t < 4; ++t) {
     double ss = 0;
-    for (std::size_t i = 0; i < nd; ++i) ss += double(x[t * nd + i]) * x[t * nd + i];
+    for (std::size_t i = 0; i < nd; ++i) ss += double(x[t * nd + i]) * double(x[t * nd + i]);
     const double r = 1 / std::sqrt(ss / double(nd) + cfg.norm_eps);
     for (std::size_t a = 0; a < M; ++a) {
       double acc = 0;

@@ -45,6 +45,29 @@ struct BoundaryOut {
   float* comb;   // [T, n, n]
 };
 
+// The whole Block (SPEC sections 3 and 4): sublayer shapes, fp32 weights (names as SPEC
+// section 6), and the output of every stage, [N = B*T tokens, ...].
+struct BlockShape {
+  int heads = 8, head_dim = 64, experts = 8, top_k = 2, inter = 512;
+  float route_scale = 1.0f;
+};
+struct BlockWeights {
+  const float *attn_hc_fn, *attn_hc_base, *attn_hc_scale;
+  const float *ffn_hc_fn, *ffn_hc_base, *ffn_hc_scale;
+  const float *attn_norm, *ffn_norm;
+  const float *wq, *wk, *wv, *wo;
+  const float *router, *router_bias;
+  const float *w1, *w2, *w3;
+  const float *shared_w1, *shared_w2, *shared_w3;
+};
+struct BlockStages {
+  float *attn_mixes, *attn_pre, *attn_post, *attn_comb, *attn_in, *attn_normed, *attn_out;
+  float* x_mid;
+  float *ffn_mixes, *ffn_pre, *ffn_post, *ffn_comb, *ffn_in, *ffn_normed, *ffn_out;
+  float* ffn_experts;  // [N, k] the chosen experts, as the kernel exposes its routing
+  float *x_out, *next_pre_mix;
+};
+
 struct Backend {
   std::string name;
   std::string description;
@@ -66,7 +89,28 @@ struct Backend {
       rmsnorm;
   std::function<void(const KernelConfig&, std::size_t T, const BoundaryIn&, const BoundaryOut&)>
       boundary;
+  // x [B*T, n, d], pre_mix [B*T, n]; attention is causal within each of the B sequences.
+  std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
+                     const float* x, const float* pre_mix, const BlockWeights&,
+                     const BlockStages&)>
+      block;
 };
+
+// Block-level choices of the block kernels: the defaults are the semantics; the others are the
+// mutation self-test's wrong Blocks.
+struct BlockKnobs {
+  bool fused_boundary = false;    // the attn -> ffn boundary through the backend's boundary kernel
+  bool shifted_pre = true;        // each sublayer reads with the previous one's weights
+  bool causal = true;
+  bool attn_norm = true, ffn_norm = true;
+  bool normalise_routing = true;
+  int comb_transposed_site = -1;  // 0: attn, 1: ffn
+};
+// A Block kernel built from a backend's pieces (mixes, split, hc_pre, hc_post, rmsnorm, boundary)
+// and straightforward fp32 attention and MoE.
+std::function<void(const KernelConfig&, const BlockShape&, std::size_t, std::size_t, const float*,
+                   const float*, const BlockWeights&, const BlockStages&)>
+make_block(const Backend& pieces, const BlockKnobs& knobs);
 
 struct NotCompiled : std::runtime_error {
   using std::runtime_error::runtime_error;

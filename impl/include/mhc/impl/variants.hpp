@@ -43,6 +43,7 @@ struct Variant {
   float hc_eps_scale = 1;
   bool no_max_subtraction = false;  // exp(L) without subtracting the row max
   bool bf16_accumulation = false;   // the projection's accumulator rounded to bf16 each step
+  BlockKnobs block;                 // Block-level deviations (pre not shifted, not causal, ...)
 };
 
 const std::vector<Variant>& variant_catalogue();

@@ -14,6 +14,9 @@ namespace mhc::oracles {
 // without its factor 2 or with an eps, pre without eps, scales swapped, per-stream RMS, RMS of the
 // sum, d-major flattening, and other eps values.
 const std::vector<ref::Semantics>& deviation_catalogue();
+// Block-level deviations, tried for block and stack: pre not shifted, attention not causal, a norm
+// skipped, routing weights not normalised, comb transposed at one site.
+const std::vector<ref::BlockSemantics>& block_deviation_catalogue();
 
 // The names of the deviations under which the oracle (same case, same precision model) passes
 // every stage the kernel produced; empty when none explains it.

@@ -28,8 +28,19 @@ struct EmpiricalParams {
 ErrorModel standard_model(Op op, const std::string& stage);
 
 // The oracle's Trace with bounds from the given model (the case's precision model throughout;
-// the empirical model needs fp32 arithmetic and falls back to rigorous for tf32).
+// the empirical model needs fp32 arithmetic and the mHC pieces: it falls back to rigorous for
+// tf32 and for block and stack).
+//
+// Block and stack: a token whose MoE selection margin (k-th minus (k+1)-th score + bias) is
+// within its error bound has no decidable routing. Where the kernel's Trace reports its choice
+// ("ffn.experts") and it differs, the oracle is evaluated with the kernel's choice for those
+// tokens; where it does not, everything that depends on that token's routing gets an infinite
+// bound (undecidable, never a failure).
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel model,
-                                 const EmpiricalParams& params = {});
+                                 const EmpiricalParams& params = {},
+                                 const Trace<float>* kernel = nullptr);
+
+// The tokens of each layer whose routing the oracle cannot decide (for reports and tests).
+std::vector<std::vector<std::size_t>> undecidable_routing(const OpCase& c);
 
 }  // namespace mhc::oracles

@@ -12,13 +12,15 @@
 
 #include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/pieces.hpp"
+#include "mhc/reference/block.hpp"
 #include "mhc/reference/config.hpp"
 #include "mhc/reference/mhc.hpp"
 
 namespace mhc::oracles {
 
-enum class Op { split_sinkhorn, mixes, pre, post, rmsnorm, boundary };
-const std::vector<Op>& all_ops();
+enum class Op { split_sinkhorn, mixes, pre, post, rmsnorm, boundary, block, stack };
+const std::vector<Op>& all_ops();    // the mHC pieces and their boundary
+const std::vector<Op>& block_ops();  // the whole Block, and a stack of Blocks
 std::string op_name(Op op);
 Op op_from_name(const std::string& name);  // throws std::invalid_argument naming the choices
 
@@ -35,6 +37,8 @@ struct OpCase {
   std::size_t tokens = 1;
   std::uint64_t seed = 0;
   std::string precision = "fp32";
+  ref::BlockConfig block;  // block and stack: the sublayers' shapes (and layers)
+  std::size_t batch = 1;   // block and stack: tokens = batch * positions; attention within a sequence
   std::map<std::string, Tensor> inputs, params;
   const Tensor& input(const std::string& name) const;
   const Tensor& param(const std::string& name) const;
@@ -48,29 +52,60 @@ const std::vector<std::string>& output_names(Op op);
 OpCase generate_case(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
                      const std::string& precision);
 
-template <class S>
-struct Stage {
-  std::string name;
-  std::vector<std::size_t> shape;  // [T, ...]
-  std::vector<S> values;
-};
+using ref::Stage;
 template <class S>
 using Trace = std::vector<Stage<S>>;
 
-// Case i of a self-test campaign (seed + i): an op (boundary half the time, split_sinkhorn a
-// quarter, the others the rest), n in {1,2,3,4,8}, d in 1..48, iters in 1..30, hc_eps
+// A Block (or stack) Case: B sequences of T positions, sublayers of the given shapes; params
+// named as SPEC section 6 ("attn/wq", ...), per layer "layers/<l>/..." in a stack, plus
+// "final_norm/weight".
+OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig& block,
+                           std::size_t B, std::size_t T, std::uint64_t seed,
+                           const std::string& precision);
+// The parameters of layer l of a block or stack Case.
+ref::BlockParams block_params(const OpCase& c, int layer);
+
+// Case i of a self-test campaign (seed + i): an op (boundary 45%, split_sinkhorn 25%, the other
+// pieces 15%, a small whole Block 15%), n in {1,2,3,4,8}, d in 1..48, iters in 1..30, hc_eps
 // log-uniform in 1e-6..1e-1 (large eps makes a misplaced eps glaring), norm_eps log-uniform in
-// 1e-20..1e-3, 2 tokens, fp32.
+// 1e-20..1e-3, 2 tokens (Block: 1-2 sequences of 2-4 positions, 1-2 heads, 2-4 experts), fp32.
 OpCase campaign_case(std::uint64_t seed, std::uint64_t i);
 
 // The oracle: the reference in the bound-carrying Scalar under the case's precision model.
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads = 0);
 
-// The rounding of a stream tensor to its storage type: nothing, unless the Scalar models it
-// (bnd::stored, found by ADL).
-template <class S>
-S stored(const S& x) {
-  return x;
+using ref::stored;
+
+// A block or stack Case through the reference in Scalar B (one thread: attention couples the
+// positions of a sequence). routings: per layer, filled when not null; forced: per layer, experts
+// per token to use instead of the Scalar's own choice (-1: own choice), or empty.
+template <class B, class Scope>
+Trace<B> evaluate_block(const OpCase& c, Scope scope_of, std::vector<ref::Routing<B>>* routings,
+                        const std::vector<std::vector<int>>& forced) {
+  const auto scope = scope_of(0);
+  (void)scope;
+  const std::size_t N = c.tokens, T = N / c.batch;
+  const auto& xin = c.input("x").data;
+  const std::vector<B> x(xin.begin(), xin.end());
+  Trace<B> trace;
+  if (c.op == Op::block) {
+    const auto& pin = c.input("pre_mix").data;
+    const std::vector<B> pre(pin.begin(), pin.end());
+    ref::Routing<B> r;
+    ref::block_forward(c.cfg, c.block, c.batch, T, x.data(), pre.data(), block_params(c, 0), trace,
+                       "", &r, forced.empty() ? nullptr : forced[0].data());
+    if (routings) routings->assign(1, std::move(r));
+  } else {
+    std::vector<ref::BlockParams> layers;
+    std::vector<const int*> f;
+    for (int l = 0; l < c.block.layers; ++l) {
+      layers.push_back(block_params(c, l));
+      f.push_back(forced.empty() ? nullptr : forced[std::size_t(l)].data());
+    }
+    ref::stack_forward(c.cfg, c.block, c.batch, T, x.data(), layers,
+                       c.param("final_norm/weight").data.data(), trace, routings, &f);
+  }
+  return trace;
 }
 
 // The op evaluated through the reference in any Scalar B, in blocks of tokens; scope_of(block)
@@ -80,6 +115,8 @@ S stored(const S& x) {
 template <class B, class Scope>
 Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
   using std::size_t;
+  if (c.op == Op::block || c.op == Op::stack)
+    return evaluate_block<B>(c, scope_of, nullptr, std::vector<std::vector<int>>{});
   const ref::Config& k = c.cfg;
   const std::size_t T = c.tokens, n = std::size_t(k.n), d = std::size_t(k.d);
   const std::size_t M = std::size_t(k.mix()), nd = n * d;
@@ -111,6 +148,9 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
     const std::size_t t0 = blk * kBlock, nt = std::min(kBlock, T - t0);
     const float* f = c.op == Op::post || c.op == Op::boundary ? c.input("f").data.data() : nullptr;
     switch (c.op) {
+      case Op::block:
+      case Op::stack:
+        break;  // evaluate_block
       case Op::split_sinkhorn:
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           const float* m = c.input("mixes").data.data() + t * M;

@@ -8,9 +8,25 @@
 
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace mhc::ref {
+
+// A named stage output of a Trace: [tokens, ...] values.
+template <class S>
+struct Stage {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::vector<S> values;
+};
+
+// The rounding of a stream tensor (hc_pre, hc_post, RMSNorm and sublayer outputs) to its storage
+// type: nothing, unless the Scalar models a storage format (bf16 in the bound-carrying type).
+template <class S>
+S stored(const S& x) {
+  return x;
+}
 
 template <class S>
 S sum(const S* v, std::size_t n) {

@@ -1,0 +1,309 @@
+// The whole Block (SPEC sections 3 and 4), its stand-in sublayers and a stack of Blocks, generic
+// over the Scalar S. Tokens are [B, T] (B sequences of T positions); attention is causal within a
+// sequence. Every stage lands in a Trace under the names of SPEC/DESIGN (attn.mixes ... x_out,
+// next_pre_mix), prefixed per layer in a stack.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mhc/reference/mhc.hpp"
+
+namespace mhc::ref {
+
+// Block-level deviations (defaults: the semantics), for the diagnosis and the self-test.
+struct BlockSemantics {
+  bool shifted_pre = true;        // each sublayer reads with the weights the previous one computed
+  bool causal = true;             // attention over t' <= t
+  bool attn_norm = true;          // RMSNorm before attention
+  bool ffn_norm = true;           // RMSNorm before the FFN
+  bool normalise_routing = true;  // w_e = route_scale * score_e / sum of the chosen scores
+  int comb_transposed_site = -1;  // 0: attn, 1: ffn: that site's hc_post reads C[k,j]
+
+  bool is_default() const { return name() == "deepseek"; }
+  std::string name() const {
+    std::string s;
+    auto add = [&s](const char* p) { s += (s.empty() ? "" : "+") + std::string(p); };
+    if (!shifted_pre) add("pre_not_shifted");
+    if (!causal) add("attention_not_causal");
+    if (!attn_norm) add("attn_norm_skipped");
+    if (!ffn_norm) add("ffn_norm_skipped");
+    if (!normalise_routing) add("routing_not_normalised");
+    if (comb_transposed_site == 0) add("comb_transposed_at_attn");
+    if (comb_transposed_site == 1) add("comb_transposed_at_ffn");
+    return s.empty() ? "deepseek" : s;
+  }
+};
+
+struct BlockConfig {
+  int heads = 8, head_dim = 64;           // attention: H heads of width dh
+  int experts = 8, top_k = 2, inter = 512;  // MoE: E experts, k chosen, hidden width I
+  double route_scale = 1.0;
+  int layers = 1;                         // Blocks in a stack
+  BlockSemantics sem;
+};
+
+inline std::string validate(const Config& c, const BlockConfig& b) {
+  if (auto why = validate(c); !why.empty()) return why;
+  if (b.heads < 1) return "heads must be >= 1";
+  if (b.head_dim < 1) return "head_dim must be >= 1";
+  if (b.experts < 1) return "experts must be >= 1";
+  if (b.top_k < 1 || b.top_k > b.experts) return "top_k must be in 1..experts";
+  if (b.inter < 1) return "inter must be >= 1";
+  if (!(b.route_scale > 0) || !std::isfinite(b.route_scale)) return "route_scale must be > 0";
+  if (b.layers < 1) return "layers must be >= 1";
+  return {};
+}
+
+// One Block's parameters, fp32, with the names of SPEC section 6.
+struct BlockParams {
+  const float *attn_hc_fn, *attn_hc_base, *attn_hc_scale;
+  const float *ffn_hc_fn, *ffn_hc_base, *ffn_hc_scale;
+  const float *attn_norm, *ffn_norm;    // [d]
+  const float *wq, *wk, *wv, *wo;       // [H*dh, d] x 3, [d, H*dh]
+  const float *router, *router_bias;    // [E, d], [E]
+  const float *w1, *w2, *w3;            // [E, I, d], [E, d, I], [E, I, d]
+  const float *shared_w1, *shared_w2, *shared_w3;  // [I, d], [d, I], [I, d]
+};
+
+// The routing of the FFN's tokens: the chosen experts (ascending selection rank), and for each
+// token the margin between the k-th and the (k+1)-th largest score + bias (0 when k = E).
+template <class S>
+struct Routing {
+  std::vector<int> chosen;  // [N, k]
+  std::vector<S> margin;    // [N]
+};
+
+template <class S>
+std::vector<S>& add_stage(std::vector<Stage<S>>& trace, const std::string& name,
+                          std::vector<std::size_t> shape) {
+  std::size_t size = 1;
+  for (auto s : shape) size *= s;
+  trace.push_back({name, std::move(shape), std::vector<S>(size)});
+  return trace.back().values;
+}
+
+// Causal multi-head softmax attention over one sequence: h [T, d] -> out [T, d].
+template <class S>
+void attn(const Config& c, const BlockConfig& b, std::size_t T, const S* h, const BlockParams& p,
+          S* out) {
+  using std::exp;
+  const std::size_t d = std::size_t(c.d), H = std::size_t(b.heads), dh = std::size_t(b.head_dim);
+  const std::size_t HD = H * dh;
+  std::vector<S> q(T * HD), k(T * HD), v(T * HD), o(T * HD);
+  project(h, T, p.wq, HD, d, q.data());
+  project(h, T, p.wk, HD, d, k.data());
+  project(h, T, p.wv, HD, d, v.data());
+  const S scale = S(std::sqrt(double(dh)));
+  std::vector<S> s(T), e(T), qh(dh), kh(dh);
+  std::vector<const S*> rows(T);
+  std::vector<std::vector<S>> vh(T, std::vector<S>(dh));
+  for (std::size_t hd = 0; hd < H; ++hd) {
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t i = 0; i < dh; ++i) vh[t][i] = v[t * HD + hd * dh + i];
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t upto = b.sem.causal ? t + 1 : T;
+      for (std::size_t u = 0; u < upto; ++u)
+        s[u] = dot(&q[t * HD + hd * dh], &k[u * HD + hd * dh], dh) / scale;
+      S mx = s[0];
+      for (std::size_t u = 1; u < upto; ++u)
+        if (s[u] > mx) mx = s[u];
+      for (std::size_t u = 0; u < upto; ++u) e[u] = exp(s[u] - mx);
+      const S den = sum(e.data(), upto);
+      for (std::size_t u = 0; u < upto; ++u) {
+        e[u] = e[u] / den;
+        rows[u] = vh[u].data();
+      }
+      lincomb(e.data(), rows.data(), upto, dh, &o[t * HD + hd * dh]);
+    }
+  }
+  project(o.data(), T, p.wo, d, HD, out);
+}
+
+// One SwiGLU expert: W2 (silu(W1 h) * (W3 h)) for the token h [d] -> out [d].
+template <class S>
+void expert(const Config& c, const BlockConfig& b, const S* h, const float* w1, const float* w2,
+            const float* w3, S* out) {
+  const std::size_t d = std::size_t(c.d), I = std::size_t(b.inter);
+  std::vector<S> a(I), g(I);
+  project(h, 1, w1, I, d, a.data());
+  project(h, 1, w3, I, d, g.data());
+  for (std::size_t i = 0; i < I; ++i) a[i] = a[i] * sigmoid(a[i]) * g[i];
+  project(a.data(), 1, w2, d, I, out);
+}
+
+// The routed MoE with a shared expert, for N tokens h [N, d] -> out [N, d]. Selection by score +
+// bias, ties to the lower expert; forced (when not null) gives the experts to use per token
+// (-1 entries: the token's own choice), as a kernel reported them.
+template <class S>
+void ffn(const Config& c, const BlockConfig& b, std::size_t N, const S* h, const BlockParams& p,
+         S* out, Routing<S>& routing, const int* forced = nullptr) {
+  const std::size_t d = std::size_t(c.d), E = std::size_t(b.experts), K = std::size_t(b.top_k);
+  const std::size_t I = std::size_t(b.inter);
+  routing.chosen.assign(N * K, 0);
+  routing.margin.assign(N, S(0));
+  std::vector<S> logit(E), score(E), sel(E), res((K + 1) * d), w(K + 1);
+  std::vector<const S*> rows(K + 1);
+  std::vector<std::size_t> order(E);
+  for (std::size_t t = 0; t < N; ++t) {
+    const S* ht = h + t * d;
+    project(ht, 1, p.router, E, d, logit.data());
+    for (std::size_t e = 0; e < E; ++e) {
+      score[e] = sigmoid(logit[e]);
+      sel[e] = score[e] + S(p.router_bias[e]);
+    }
+    std::iota(order.begin(), order.end(), std::size_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return sel[x] > sel[y]; });
+    if (K < E) routing.margin[t] = sel[order[K - 1]] - sel[order[K]];
+    int* chosen = &routing.chosen[t * K];
+    for (std::size_t j = 0; j < K; ++j) chosen[j] = int(order[j]);
+    if (forced && forced[t * K] >= 0)
+      for (std::size_t j = 0; j < K; ++j) chosen[j] = forced[t * K + j];
+    S total(0);
+    for (std::size_t j = 0; j < K; ++j) total = j == 0 ? score[std::size_t(chosen[0])] : total + score[std::size_t(chosen[j])];
+    for (std::size_t j = 0; j < K; ++j) {
+      const std::size_t e = std::size_t(chosen[j]);
+      w[j] = b.sem.normalise_routing ? S(b.route_scale) * score[e] / total
+                                     : S(b.route_scale) * score[e];
+      expert(c, b, ht, p.w1 + e * I * d, p.w2 + e * d * I, p.w3 + e * I * d, &res[j * d]);
+      rows[j] = &res[j * d];
+    }
+    expert(c, b, ht, p.shared_w1, p.shared_w2, p.shared_w3, &res[K * d]);
+    w[K] = S(1);
+    rows[K] = &res[K * d];
+    lincomb(w.data(), rows.data(), K + 1, d, out + t * d);
+  }
+}
+
+// One Block over B sequences of T positions: x [B*T, n, d] and pre_mix [B*T, n] in; the stages
+// appended to trace (names prefixed); x_out and next_pre_mix returned through the trace's last
+// stages "x_out" and "next_pre_mix". forced: experts per token for the FFN (see ffn()).
+template <class S>
+void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T,
+                   const S* x, const S* pre_mix, const BlockParams& p,
+                   std::vector<Stage<S>>& trace, const std::string& prefix,
+                   Routing<S>* routing_out = nullptr, const int* forced = nullptr) {
+  const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
+  const std::size_t nd = n * d, M = std::size_t(c.mix()), K = std::size_t(b.top_k);
+  auto stage = [&](const std::string& name, std::vector<std::size_t> shape) -> std::vector<S>& {
+    return add_stage(trace, prefix + name, std::move(shape));
+  };
+  // Each site: mixes of the streams, split into pre, post, comb.
+  auto site = [&](const char* name, const S* xs, const float* fn, const float* scale,
+                  const float* base, int site_index) {
+    const std::string s(name);
+    auto& mix = stage(s + ".mixes", {N, M});
+    mixes(c, N, xs, fn, mix.data());
+    auto& pre = stage(s + ".pre", {N, n});
+    auto& post = stage(s + ".post", {N, n});
+    auto& comb = stage(s + ".comb", {N, n, n});
+    for (std::size_t t = 0; t < N; ++t)
+      split_sinkhorn(c, &mix[t * M], scale, base, &pre[t * n], &post[t * n], &comb[t * n * n]);
+    (void)site_index;
+  };
+  auto read = [&](const std::string& name, const S* xs, const S* weights) -> std::vector<S>& {
+    auto& y = stage(name, {N, d});
+    for (std::size_t t = 0; t < N; ++t) hc_pre(c, xs + t * nd, weights + t * n, &y[t * d]);
+    for (auto& v : y) v = stored(v);
+    return y;
+  };
+  auto norm = [&](const std::string& name, const std::vector<S>& in, const float* g, bool on)
+      -> std::vector<S>& {
+    auto& y = stage(name, {N, d});
+    for (std::size_t t = 0; t < N; ++t) {
+      if (on)
+        rmsnorm(d, c.norm_eps, &in[t * d], g, &y[t * d]);
+      else
+        std::copy(in.begin() + std::ptrdiff_t(t * d), in.begin() + std::ptrdiff_t((t + 1) * d), y.begin() + std::ptrdiff_t(t * d));
+    }
+    for (auto& v : y) v = stored(v);
+    return y;
+  };
+  auto write = [&](const std::string& name, const std::vector<S>& f, const S* residual,
+                   const std::string& site_name, int site_index) -> std::vector<S>& {
+    auto& y = stage(name, {N, n, d});
+    const std::vector<S>* post = nullptr;
+    const std::vector<S>* comb = nullptr;
+    for (const auto& st : trace) {
+      if (st.name == prefix + site_name + ".post") post = &st.values;
+      if (st.name == prefix + site_name + ".comb") comb = &st.values;
+    }
+    Config cc = c;
+    if (b.sem.comb_transposed_site == site_index) cc.sem.comb_transposed = true;
+    for (std::size_t t = 0; t < N; ++t)
+      hc_post(cc, &f[t * d], residual + t * nd, &(*post)[t * n], &(*comb)[t * n * n], &y[t * nd]);
+    for (auto& v : y) v = stored(v);
+    return y;
+  };
+  trace.reserve(trace.size() + 20);  // references into trace stay valid below
+
+  site("attn", x, p.attn_hc_fn, p.attn_hc_scale, p.attn_hc_base, 0);
+  const std::vector<S>& attn_pre = trace[trace.size() - 3].values;
+  const auto& h_in = read("attn.in", x, b.sem.shifted_pre ? pre_mix : attn_pre.data());
+  const auto& h_norm = norm("attn.normed", h_in, p.attn_norm, b.sem.attn_norm);
+  auto& h_out = stage("attn.out", {N, d});
+  for (std::size_t s = 0; s < B; ++s) attn(c, b, T, &h_norm[s * T * d], p, &h_out[s * T * d]);
+  for (auto& v : h_out) v = stored(v);
+  const auto& x_mid = write("x_mid", h_out, x, "attn", 0);
+
+  site("ffn", x_mid.data(), p.ffn_hc_fn, p.ffn_hc_scale, p.ffn_hc_base, 1);
+  const std::vector<S>& ffn_pre = trace[trace.size() - 3].values;
+  const auto& f_in = read("ffn.in", x_mid.data(), b.sem.shifted_pre ? attn_pre.data() : ffn_pre.data());
+  const auto& f_norm = norm("ffn.normed", f_in, p.ffn_norm, b.sem.ffn_norm);
+  auto& experts = stage("ffn.experts", {N, K});  // the routing, decided before the output
+  auto& f_out = stage("ffn.out", {N, d});
+  Routing<S> routing;
+  ffn(c, b, N, f_norm.data(), p, f_out.data(), routing, forced);
+  for (auto& v : f_out) v = stored(v);
+  for (std::size_t i = 0; i < N * K; ++i) experts[i] = S(double(routing.chosen[i]));
+  write("x_out", f_out, x_mid.data(), "ffn", 1);
+  auto& next = stage("next_pre_mix", {N, n});
+  next = ffn_pre;
+  if (routing_out) *routing_out = std::move(routing);
+}
+
+template <class S>
+const std::vector<S>& stage_values(const std::vector<Stage<S>>& trace, const std::string& name) {
+  for (const auto& st : trace)
+    if (st.name == name) return st.values;
+  throw std::logic_error("no stage " + name);
+}
+
+// A stack of layers.size() Blocks from the streams x0 [B*T, n, d], starting from the layer-0
+// reading weights [1, 0, ..., 0]; then the final collapse with the last Block's pre
+// ("final.collapse") and RMSNorm ("final.norm"). Stages of layer l are prefixed "L<l>.".
+// forced: per layer, experts per token (or null).
+template <class S>
+void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T,
+                   const S* x0, const std::vector<BlockParams>& layers, const float* final_norm,
+                   std::vector<Stage<S>>& trace, std::vector<Routing<S>>* routings = nullptr,
+                   const std::vector<const int*>* forced = nullptr) {
+  const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
+  std::vector<S> pre0(N * n, S(0));
+  for (std::size_t t = 0; t < N; ++t) pre0[t * n] = S(1);
+  const S* x = x0;
+  const S* pre = pre0.data();
+  if (routings) routings->assign(layers.size(), {});
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const std::string prefix = "L" + std::to_string(l) + ".";
+    block_forward(c, b, B, T, x, pre, layers[l], trace, prefix, routings ? &(*routings)[l] : nullptr,
+                  forced ? (*forced)[l] : nullptr);
+    x = stage_values(trace, prefix + "x_out").data();
+    pre = stage_values(trace, prefix + "next_pre_mix").data();
+  }
+  auto& y = add_stage(trace, "final.collapse", {N, d});
+  for (std::size_t t = 0; t < N; ++t) hc_pre(c, x + t * n * d, pre + t * n, &y[t * d]);
+  for (auto& v : y) v = stored(v);
+  const std::vector<S> collapsed = y;
+  auto& z = add_stage(trace, "final.norm", {N, d});
+  for (std::size_t t = 0; t < N; ++t) rmsnorm(d, c.norm_eps, &collapsed[t * d], final_norm, &z[t * d]);
+  for (auto& v : z) v = stored(v);
+}
+
+}  // namespace mhc::ref
