@@ -174,18 +174,19 @@ void mark_undecidable(const OpCase& c, const RoutingPlan& plan, Trace<bnd::Bound
 }
 
 Trace<bnd::Bounded> block_oracle(const OpCase& c, const bnd::Model& m, const RoutingPlan* plan,
-                                 std::vector<ref::Routing<bnd::Bounded>>* routings) {
+                                 std::vector<ref::Routing<bnd::Bounded>>* routings,
+                                 const Trace<float>* anchor) {
   const std::vector<std::vector<int>> none;
   return evaluate_block<bnd::Bounded>(
       c, [&m](std::size_t) { return bnd::ModelScope(m); }, routings,
-      plan && plan->any_forced ? plan->forced : none);
+      plan && plan->any_forced ? plan->forced : none, anchor);
 }
 
 }  // namespace
 
 std::vector<std::vector<std::size_t>> undecidable_routing(const OpCase& c) {
   std::vector<ref::Routing<bnd::Bounded>> routings;
-  block_oracle(c, bnd::model_by_name(c.precision), nullptr, &routings);
+  block_oracle(c, bnd::model_by_name(c.precision), nullptr, &routings, nullptr);
   return plan_routing(c, routings, nullptr).unknown;
 }
 
@@ -196,11 +197,11 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
     bnd::Model prob = rig;
     prob.probabilistic = true;
     std::vector<ref::Routing<bnd::Bounded>> routings;
-    Trace<bnd::Bounded> t = block_oracle(c, rig, nullptr, &routings);
+    Trace<bnd::Bounded> t = block_oracle(c, rig, nullptr, &routings, kernel);
     const RoutingPlan plan = plan_routing(c, routings, kernel);
-    if (plan.any_forced) t = block_oracle(c, rig, &plan, nullptr);
+    if (plan.any_forced) t = block_oracle(c, rig, &plan, nullptr, kernel);
     if (model == ErrorModel::probabilistic || model == ErrorModel::standard) {
-      const Trace<bnd::Bounded> p = block_oracle(c, prob, &plan, nullptr);
+      const Trace<bnd::Bounded> p = block_oracle(c, prob, &plan, nullptr, kernel);
       for (std::size_t s = 0; s < t.size(); ++s)
         if (model == ErrorModel::probabilistic ||
             standard_model(c.op, t[s].name) == ErrorModel::probabilistic)

@@ -114,8 +114,8 @@ TEST_CASE("birkhoff: contraction coefficient of the seed 004 example", "[birkhof
   CHECK(oracles::projective_diameter(A, 2) == Approx(std::log(3.0)).epsilon(1e-14));
   const double want = (std::sqrt(3.0) - 1) / (std::sqrt(3.0) + 1);
   CHECK(oracles::birkhoff_kappa(A, 2) == Approx(want).epsilon(1e-14));
-  std::vector<double> B{3 * 2.0 * 5, 1 * 2.0 * 7, 1 * 0.5 * 5, 1 * 0.5 * 7};  // diag(2,.5) A diag(5,7)
-  CHECK(oracles::birkhoff_kappa(B, 2) == Approx(want).epsilon(1e-12));
+  std::vector<double> S{3 * 2.0 * 5, 1 * 2.0 * 7, 1 * 0.5 * 5, 1 * 0.5 * 7};  // diag(2,.5) A diag(5,7)
+  CHECK(oracles::birkhoff_kappa(S, 2) == Approx(want).epsilon(1e-12));
   std::vector<double> Z{1, 0, 1, 1};
   CHECK(std::isinf(oracles::projective_diameter(Z, 2)));
 }

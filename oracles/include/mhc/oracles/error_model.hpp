@@ -31,7 +31,9 @@ ErrorModel standard_model(Op op, const std::string& stage);
 // the empirical model needs fp32 arithmetic and the mHC pieces: it falls back to rigorous for
 // tf32 and for block and stack).
 //
-// Block and stack: a token whose MoE selection margin (k-th minus (k+1)-th score + bias) is
+// Block and stack: given the kernel's Trace, every stage is evaluated from the kernel's own values
+// of the stages it reads (anchored), so bounds do not compound through the Block and the first
+// failing stage is where the fault is. A token whose MoE selection margin (k-th minus (k+1)-th score + bias) is
 // within its error bound has no decidable routing. Where the kernel's Trace reports its choice
 // ("ffn.experts") and it differs, the oracle is evaluated with the kernel's choice for those
 // tokens; where it does not, everything that depends on that token's routing gets an infinite

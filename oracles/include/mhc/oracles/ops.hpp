@@ -78,10 +78,12 @@ using ref::stored;
 
 // A block or stack Case through the reference in Scalar B (one thread: attention couples the
 // positions of a sequence). routings: per layer, filled when not null; forced: per layer, experts
-// per token to use instead of the Scalar's own choice (-1: own choice), or empty.
+// per token to use instead of the Scalar's own choice (-1: own choice), or empty; anchor: a
+// kernel's Trace whose intermediates feed the next stages (ref::Feed).
 template <class B, class Scope>
 Trace<B> evaluate_block(const OpCase& c, Scope scope_of, std::vector<ref::Routing<B>>* routings,
-                        const std::vector<std::vector<int>>& forced) {
+                        const std::vector<std::vector<int>>& forced,
+                        const Trace<float>* anchor = nullptr) {
   const auto scope = scope_of(0);
   (void)scope;
   const std::size_t N = c.tokens, T = N / c.batch;
@@ -93,7 +95,7 @@ Trace<B> evaluate_block(const OpCase& c, Scope scope_of, std::vector<ref::Routin
     const std::vector<B> pre(pin.begin(), pin.end());
     ref::Routing<B> r;
     ref::block_forward(c.cfg, c.block, c.batch, T, x.data(), pre.data(), block_params(c, 0), trace,
-                       "", &r, forced.empty() ? nullptr : forced[0].data());
+                       "", &r, forced.empty() ? nullptr : forced[0].data(), anchor);
     if (routings) routings->assign(1, std::move(r));
   } else {
     std::vector<ref::BlockParams> layers;
@@ -103,7 +105,7 @@ Trace<B> evaluate_block(const OpCase& c, Scope scope_of, std::vector<ref::Routin
       f.push_back(forced.empty() ? nullptr : forced[std::size_t(l)].data());
     }
     ref::stack_forward(c.cfg, c.block, c.batch, T, x.data(), layers,
-                       c.param("final_norm/weight").data.data(), trace, routings, &f);
+                       c.param("final_norm/weight").data.data(), trace, routings, &f, anchor);
   }
   return trace;
 }

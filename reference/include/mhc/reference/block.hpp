@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <deque>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -181,80 +182,102 @@ void ffn(const Config& c, const BlockConfig& b, std::size_t N, const S* h, const
   }
 }
 
+// Where a downstream stage reads a stage's output: the anchor's value of it when an anchor Trace
+// holds that stage (a kernel's own intermediates, exact fp32 values), else the computed one.
+// Anchored, every stage is judged from the inputs the kernel itself fed it, so error bounds do
+// not compound through the Block and the first failing stage is where the fault is.
+template <class S>
+class Feed {
+ public:
+  Feed(const std::vector<Stage<float>>* anchor, std::string prefix)
+      : anchor_(anchor), prefix_(std::move(prefix)) {}
+  const std::vector<S>& operator()(const std::string& name, const std::vector<S>& computed) {
+    if (anchor_)
+      for (const auto& st : *anchor_)
+        if (st.name == prefix_ + name && st.values.size() == computed.size()) {
+          held_.emplace_back(st.values.begin(), st.values.end());
+          return held_.back();
+        }
+    return computed;
+  }
+
+ private:
+  const std::vector<Stage<float>>* anchor_;
+  std::string prefix_;
+  std::deque<std::vector<S>> held_;  // stable addresses
+};
+
 // One Block over B sequences of T positions: x [B*T, n, d] and pre_mix [B*T, n] in; the stages
-// appended to trace (names prefixed); x_out and next_pre_mix returned through the trace's last
-// stages "x_out" and "next_pre_mix". forced: experts per token for the FFN (see ffn()).
+// appended to trace with the prefix, ending with "x_out" and "next_pre_mix". forced: experts per
+// token for the FFN (see ffn()); anchor: a kernel's Trace to feed each stage from (see Feed).
 template <class S>
 void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T,
                    const S* x, const S* pre_mix, const BlockParams& p,
                    std::vector<Stage<S>>& trace, const std::string& prefix,
-                   Routing<S>* routing_out = nullptr, const int* forced = nullptr) {
+                   Routing<S>* routing_out = nullptr, const int* forced = nullptr,
+                   const std::vector<Stage<float>>* anchor = nullptr) {
   const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
   const std::size_t nd = n * d, M = std::size_t(c.mix()), K = std::size_t(b.top_k);
+  trace.reserve(trace.size() + 20);  // references into trace stay valid below
+  Feed<S> fed(anchor, prefix);
   auto stage = [&](const std::string& name, std::vector<std::size_t> shape) -> std::vector<S>& {
     return add_stage(trace, prefix + name, std::move(shape));
   };
-  // Each site: mixes of the streams, split into pre, post, comb.
-  auto site = [&](const char* name, const S* xs, const float* fn, const float* scale,
-                  const float* base, int site_index) {
-    const std::string s(name);
+  struct Site {
+    const std::vector<S>*pre, *post, *comb, *pre_own;
+  };
+  // mixes of the streams, split into pre, post, comb.
+  auto site = [&](const std::string& s, const S* xs, const float* fn, const float* scale,
+                  const float* base) {
     auto& mix = stage(s + ".mixes", {N, M});
     mixes(c, N, xs, fn, mix.data());
+    const auto& mix_in = fed(s + ".mixes", mix);
     auto& pre = stage(s + ".pre", {N, n});
     auto& post = stage(s + ".post", {N, n});
     auto& comb = stage(s + ".comb", {N, n, n});
     for (std::size_t t = 0; t < N; ++t)
-      split_sinkhorn(c, &mix[t * M], scale, base, &pre[t * n], &post[t * n], &comb[t * n * n]);
-    (void)site_index;
+      split_sinkhorn(c, &mix_in[t * M], scale, base, &pre[t * n], &post[t * n], &comb[t * n * n]);
+    return Site{&fed(s + ".pre", pre), &fed(s + ".post", post), &fed(s + ".comb", comb), &pre};
   };
-  auto read = [&](const std::string& name, const S* xs, const S* weights) -> std::vector<S>& {
+  auto read = [&](const std::string& name, const S* xs, const S* weights) -> const std::vector<S>& {
     auto& y = stage(name, {N, d});
     for (std::size_t t = 0; t < N; ++t) hc_pre(c, xs + t * nd, weights + t * n, &y[t * d]);
     for (auto& v : y) v = stored(v);
-    return y;
+    return fed(name, y);
   };
   auto norm = [&](const std::string& name, const std::vector<S>& in, const float* g, bool on)
-      -> std::vector<S>& {
+      -> const std::vector<S>& {
     auto& y = stage(name, {N, d});
     for (std::size_t t = 0; t < N; ++t) {
       if (on)
         rmsnorm(d, c.norm_eps, &in[t * d], g, &y[t * d]);
       else
-        std::copy(in.begin() + std::ptrdiff_t(t * d), in.begin() + std::ptrdiff_t((t + 1) * d), y.begin() + std::ptrdiff_t(t * d));
+        for (std::size_t i = 0; i < d; ++i) y[t * d + i] = in[t * d + i];
     }
     for (auto& v : y) v = stored(v);
-    return y;
+    return fed(name, y);
   };
   auto write = [&](const std::string& name, const std::vector<S>& f, const S* residual,
-                   const std::string& site_name, int site_index) -> std::vector<S>& {
+                   const Site& st, int site_index) -> const std::vector<S>& {
     auto& y = stage(name, {N, n, d});
-    const std::vector<S>* post = nullptr;
-    const std::vector<S>* comb = nullptr;
-    for (const auto& st : trace) {
-      if (st.name == prefix + site_name + ".post") post = &st.values;
-      if (st.name == prefix + site_name + ".comb") comb = &st.values;
-    }
     Config cc = c;
     if (b.sem.comb_transposed_site == site_index) cc.sem.comb_transposed = true;
     for (std::size_t t = 0; t < N; ++t)
-      hc_post(cc, &f[t * d], residual + t * nd, &(*post)[t * n], &(*comb)[t * n * n], &y[t * nd]);
+      hc_post(cc, &f[t * d], residual + t * nd, &(*st.post)[t * n], &(*st.comb)[t * n * n], &y[t * nd]);
     for (auto& v : y) v = stored(v);
-    return y;
+    return fed(name, y);
   };
-  trace.reserve(trace.size() + 20);  // references into trace stay valid below
 
-  site("attn", x, p.attn_hc_fn, p.attn_hc_scale, p.attn_hc_base, 0);
-  const std::vector<S>& attn_pre = trace[trace.size() - 3].values;
-  const auto& h_in = read("attn.in", x, b.sem.shifted_pre ? pre_mix : attn_pre.data());
+  const Site a = site("attn", x, p.attn_hc_fn, p.attn_hc_scale, p.attn_hc_base);
+  const auto& h_in = read("attn.in", x, b.sem.shifted_pre ? pre_mix : a.pre->data());
   const auto& h_norm = norm("attn.normed", h_in, p.attn_norm, b.sem.attn_norm);
   auto& h_out = stage("attn.out", {N, d});
   for (std::size_t s = 0; s < B; ++s) attn(c, b, T, &h_norm[s * T * d], p, &h_out[s * T * d]);
   for (auto& v : h_out) v = stored(v);
-  const auto& x_mid = write("x_mid", h_out, x, "attn", 0);
+  const auto& x_mid = write("x_mid", fed("attn.out", h_out), x, a, 0);
 
-  site("ffn", x_mid.data(), p.ffn_hc_fn, p.ffn_hc_scale, p.ffn_hc_base, 1);
-  const std::vector<S>& ffn_pre = trace[trace.size() - 3].values;
-  const auto& f_in = read("ffn.in", x_mid.data(), b.sem.shifted_pre ? attn_pre.data() : ffn_pre.data());
+  const Site f = site("ffn", x_mid.data(), p.ffn_hc_fn, p.ffn_hc_scale, p.ffn_hc_base);
+  const auto& f_in = read("ffn.in", x_mid.data(), b.sem.shifted_pre ? a.pre->data() : f.pre->data());
   const auto& f_norm = norm("ffn.normed", f_in, p.ffn_norm, b.sem.ffn_norm);
   auto& experts = stage("ffn.experts", {N, K});  // the routing, decided before the output
   auto& f_out = stage("ffn.out", {N, d});
@@ -262,9 +285,9 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   ffn(c, b, N, f_norm.data(), p, f_out.data(), routing, forced);
   for (auto& v : f_out) v = stored(v);
   for (std::size_t i = 0; i < N * K; ++i) experts[i] = S(double(routing.chosen[i]));
-  write("x_out", f_out, x_mid.data(), "ffn", 1);
+  write("x_out", fed("ffn.out", f_out), x_mid.data(), f, 1);
   auto& next = stage("next_pre_mix", {N, n});
-  next = ffn_pre;
+  next = *f.pre_own;
   if (routing_out) *routing_out = std::move(routing);
 }
 
@@ -278,29 +301,31 @@ const std::vector<S>& stage_values(const std::vector<Stage<S>>& trace, const std
 // A stack of layers.size() Blocks from the streams x0 [B*T, n, d], starting from the layer-0
 // reading weights [1, 0, ..., 0]; then the final collapse with the last Block's pre
 // ("final.collapse") and RMSNorm ("final.norm"). Stages of layer l are prefixed "L<l>.".
-// forced: per layer, experts per token (or null).
+// forced: per layer, experts per token (or null); anchor: as for block_forward.
 template <class S>
 void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T,
                    const S* x0, const std::vector<BlockParams>& layers, const float* final_norm,
                    std::vector<Stage<S>>& trace, std::vector<Routing<S>>* routings = nullptr,
-                   const std::vector<const int*>* forced = nullptr) {
+                   const std::vector<const int*>* forced = nullptr,
+                   const std::vector<Stage<float>>* anchor = nullptr) {
   const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
   std::vector<S> pre0(N * n, S(0));
   for (std::size_t t = 0; t < N; ++t) pre0[t * n] = S(1);
+  Feed<S> fed(anchor, "");
   const S* x = x0;
   const S* pre = pre0.data();
   if (routings) routings->assign(layers.size(), {});
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string prefix = "L" + std::to_string(l) + ".";
     block_forward(c, b, B, T, x, pre, layers[l], trace, prefix, routings ? &(*routings)[l] : nullptr,
-                  forced ? (*forced)[l] : nullptr);
-    x = stage_values(trace, prefix + "x_out").data();
-    pre = stage_values(trace, prefix + "next_pre_mix").data();
+                  forced ? (*forced)[l] : nullptr, anchor);
+    x = fed(prefix + "x_out", stage_values(trace, prefix + "x_out")).data();
+    pre = fed(prefix + "next_pre_mix", stage_values(trace, prefix + "next_pre_mix")).data();
   }
   auto& y = add_stage(trace, "final.collapse", {N, d});
   for (std::size_t t = 0; t < N; ++t) hc_pre(c, x + t * n * d, pre + t * n, &y[t * d]);
   for (auto& v : y) v = stored(v);
-  const std::vector<S> collapsed = y;
+  const std::vector<S> collapsed = fed("final.collapse", y);
   auto& z = add_stage(trace, "final.norm", {N, d});
   for (std::size_t t = 0; t < N; ++t) rmsnorm(d, c.norm_eps, &collapsed[t * d], final_norm, &z[t * d]);
   for (auto& v : z) v = stored(v);
