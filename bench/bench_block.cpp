@@ -1,0 +1,48 @@
+// The oracle of one whole Block at the V4.1 stream width with small sublayers (n=4, d=5120,
+// H=8, dh=64, E=8, k=2, I=512): the float64 reference in tokens/s, the bound-carrying oracle in
+// tokens/s, and the MPFR (256-bit) reference on a sample of tokens in seconds per token.
+// Usage: mhc-bench-block [tokens] [mpfr_tokens] [repeats]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/scalars.hpp"
+
+using namespace mhc;
+
+namespace {
+double median_seconds(int repeats, const std::function<void()>& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t T = argc > 1 ? std::size_t(std::atol(argv[1])) : 16;
+  const std::size_t Tm = argc > 2 ? std::size_t(std::atol(argv[2])) : 1;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
+  const ref::BlockConfig b;  // H=8, dh=64, E=8, k=2, I=512
+  const auto c = oracles::generate_block_case(oracles::Op::block, ref::v41(), b, 1, T, 1, "fp32");
+  std::printf("one Block, n=4 d=5120 H=%d dh=%d E=%d k=%d I=%d, one sequence of %zu tokens, "
+              "%d repeats (median), one thread (attention couples a sequence's positions)\n",
+              b.heads, b.head_dim, b.experts, b.top_k, b.inter, T, repeats);
+  const double s64 = median_seconds(repeats, [&] { oracles::evaluate_op<double>(c, 1); });
+  std::printf("%-40s %10.3f s %12.1f tokens/s\n", "float64 reference (compensated sums)", s64, double(T) / s64);
+  const double sb = median_seconds(repeats, [&] { oracles::oracle_trace(c, 1, oracles::ErrorModel::rigorous); });
+  std::printf("%-40s %10.3f s %12.1f tokens/s\n", "bound-carrying oracle (rigorous)", sb, double(T) / sb);
+  num::set_mpfr_bits(256);
+  const auto cm = oracles::generate_block_case(oracles::Op::block, ref::v41(), b, 1, Tm, 1, "fp32");
+  const double sm = median_seconds(1, [&] { oracles::evaluate_op<num::mpfr>(cm, 1); });
+  std::printf("%-40s %10.3f s %12.2f s/token (%zu tokens)\n", "MPFR 256-bit reference", sm, sm / double(Tm), Tm);
+  return 0;
+}
