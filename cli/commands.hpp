@@ -23,5 +23,7 @@ void add_config_options(CLI::App& app, ConfigFlags& flags);
 Run add_selfcheck(CLI::App& app);
 Run add_check(CLI::App& app);
 Run add_mutants(CLI::App& app);
+Run add_compare(CLI::App& app);
+Run add_capture(CLI::App& app);
 
 }  // namespace mhc::cli

@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
       "caught and diagnosed) and of legitimate fp32 variants (none may be flagged); print the\n"
       "kill table.");
   runs[mutants] = mhc::cli::add_mutants(*mutants);
+  auto* compare = app.add_subcommand(
+      "compare", "Judge captured tensors: mhc-fixture/1 HDF5 files, each against the oracle.");
+  runs[compare] = mhc::cli::add_compare(*compare);
+  auto* capture = app.add_subcommand(
+      "capture", "Write an mhc-fixture/1 file from one of our kernels on a generated case.");
+  runs[capture] = mhc::cli::add_capture(*capture);
 
   // CLI11 would call a stray word "extra"; name it for what it most likely is.
   if (argc > 1 && argv[1][0] != '-') {

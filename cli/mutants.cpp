@@ -21,7 +21,7 @@ namespace mhc::cli {
 namespace {
 
 struct Row {
-  const impl::Variant* v;
+  const impl::Variant* v = nullptr;
   impl::Backend backend;
   int cases = 0, failed = 0, undecided = 0;
   long killed_at = -1;
@@ -167,7 +167,12 @@ Run add_mutants(CLI::App& app) {
     const oracles::ErrorModel model = oracles::error_model_from_name(st->model);
     if (st->production) return production_report(st->production_cases, st->seed);
     std::vector<Row> rows;
-    for (const auto& v : impl::variant_catalogue()) rows.push_back({&v, impl::make_backend(v)});
+    for (const auto& v : impl::variant_catalogue()) {
+      Row r;
+      r.v = &v;
+      r.backend = impl::make_backend(v);
+      rows.push_back(std::move(r));
+    }
     const bool tty = isatty(STDERR_FILENO);
     const int total = std::max(st->cases, st->kill_budget);
     for (int i = 0; i < total; ++i) {
