@@ -1,6 +1,7 @@
 // mhc-verify check: a kernel against the bound-carrying oracle on generated cases.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 
 #include "commands.hpp"
 #include "driver.hpp"
+#include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
@@ -51,6 +53,7 @@ Run add_check(CLI::App& app) {
     bool list_rules = false;
     bool diagnose = true;
     std::string model = "standard";
+    std::string save_dir = "mhc-failures";
     ref::BlockConfig block;
     std::size_t batch = 1;
     ConfigFlags cfg;
@@ -117,6 +120,10 @@ Run add_check(CLI::App& app) {
                  "standard (per stage, the model chosen from measurements)")
       ->capture_default_str()
       ->check(CLI::IsMember({"rigorous", "probabilistic", "empirical", "standard"}));
+  app.add_option("--save-failures", st->save_dir,
+                 "directory where each failing case is saved as an mhc-fixture/1 file (a "
+                 "regression test: mhc-verify compare FILE); empty: do not save")
+      ->capture_default_str();
   app.add_flag("!--no-diagnosis", st->diagnose,
                "do not look for the catalogued deviation that explains a failure");
   app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
@@ -210,6 +217,20 @@ Run add_check(CLI::App& app) {
                       st->model.c_str(), static_cast<unsigned long long>(seed), st->tokens,
                       config_flags(cfg).c_str(), whole ? block_flags(st->block, st->batch).c_str() : "");
         std::printf("%s\n", buf);
+        if (!st->save_dir.empty()) {
+          std::string kernel = backend->name;
+          for (char& ch : kernel)
+            if (ch == ':' || ch == '/') ch = '_';
+          const std::string path = st->save_dir + "/" + kernel + "_" + st->op + "_seed" +
+                                   std::to_string(seed) + ".h5";
+          try {
+            std::filesystem::create_directories(st->save_dir);
+            fixtures::write_fixture(path, c, got, std::string(buf).substr(7));
+            std::printf("SAVED: %s\n", path.c_str());
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n", path.c_str(), e.what());
+          }
+        }
       } else if (v.state != oracles::State::pass) {
         ++undecided_cases;
       }

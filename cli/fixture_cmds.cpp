@@ -31,24 +31,7 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
-// An output stored as bf16 carries its final rounding to bf16 too: widen its bounds by it.
-void include_bf16_rounding(oracles::Trace<bnd::Bounded>& want, const std::vector<std::string>& bf16) {
-  for (auto& st : want)
-    for (const auto& name : bf16)
-      if (st.name == name)
-        for (auto& b : st.values) b.e += 0x1.0p-8 * (std::fabs(b.v) + b.e) + 0x1.0p-126;
-}
-
 }  // namespace
-
-// The judgement of one fixture's outputs; state fail/pass/...; throws FixtureError.
-oracles::Verdict judge_fixture(const fixtures::Fixture& fx, oracles::ErrorModel model, unsigned threads) {
-  auto want = oracles::oracle_trace(fx.c, threads, model, {}, &fx.outputs);
-  include_bf16_rounding(want, fx.bf16);
-  oracles::Verdict v = oracles::compare(fx.outputs, want);
-  // Stages the file does not hold are not judged: skipped, and not counted against it.
-  return v;
-}
 
 Run add_compare(CLI::App& app) {
   struct State {
@@ -86,7 +69,7 @@ Run add_compare(CLI::App& app) {
                       oracles::op_name(fx.c.op).c_str(), fx.c.tokens);
           entry = "{\"file\": \"" + json_escape(f) + "\", \"verdict\": \"skipped\"}";
         } else {
-          const auto v = judge_fixture(fx, model, st->threads);
+          const auto v = fixtures::judge_fixture(fx, model, st->threads);
           double worst = 0;
           std::string worst_stage;
           for (const auto& s : v.stages)
