@@ -25,5 +25,6 @@ Run add_check(CLI::App& app);
 Run add_mutants(CLI::App& app);
 Run add_compare(CLI::App& app);
 Run add_capture(CLI::App& app);
+Run add_fuzz(CLI::App& app);
 
 }  // namespace mhc::cli

@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
   auto* capture = app.add_subcommand(
       "capture", "Write an mhc-fixture/1 file from one of our kernels on a generated case.");
   runs[capture] = mhc::cli::add_capture(*capture);
+  auto* fuzz = app.add_subcommand(
+      "fuzz",
+      "fuzz sinkhorn: search comb logits for the largest distance from doubly stochastic after\n"
+      "K rounds, and for fp32 kernels outside their bounds (shardable).");
+  runs[fuzz] = mhc::cli::add_fuzz(*fuzz);
 
   // CLI11 would call a stray word "extra"; name it for what it most likely is.
   if (argc > 1 && argv[1][0] != '-') {

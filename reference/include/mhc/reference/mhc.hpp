@@ -123,14 +123,13 @@ S normalise(const S& v, const S& sum_, Semantics::Eps mode, double eps) {
   return v / sum_;
 }
 
-// Every column k divided by its sum: C[j,k] / (sum_j' C[j',k] + eps) by default.
+// Every column k divided by its sum: C[j,k] / (sum_j' C[j',k] + eps) by default. col: n scratch.
 template <class S>
-void divide_columns(const Config& c, S* C) {
+void divide_columns(const Config& c, S* C, S* col) {
   const int n = c.n;
-  std::vector<S> col(n);
   for (int k = 0; k < n; ++k) {
     for (int j = 0; j < n; ++j) col[j] = C[j * n + k];
-    const S s = sum(col.data(), std::size_t(n));
+    const S s = sum(col, std::size_t(n));
     for (int j = 0; j < n; ++j) C[j * n + k] = normalise(C[j * n + k], s, c.sem.col_eps, hc_eps(c));
   }
 }
@@ -154,7 +153,8 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
   using Step = typename SinkhornTrace<S>::Step;
   using std::exp;
   const int n = c.n;
-  std::vector<S> e(n);
+  std::vector<S> e(std::size_t(2 * n));  // a row of exponentials, then a column's scratch
+  S* col = e.data() + n;
   for (int j = 0; j < n; ++j) {
     const S* L = logits + j * n;
     S mx = L[0];
@@ -169,12 +169,12 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
     detail::divide_rows(c, C);
     detail::record(c, C, Step::row, trace);
   }
-  detail::divide_columns(c, C);
+  detail::divide_columns(c, C, col);
   detail::record(c, C, Step::column, trace);
   for (int it = 1; it < c.iters + c.sem.iters_delta; ++it) {
     detail::divide_rows(c, C);
     detail::record(c, C, Step::row, trace);
-    detail::divide_columns(c, C);
+    detail::divide_columns(c, C, col);
     detail::record(c, C, Step::column, trace);
   }
 }

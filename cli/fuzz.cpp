@@ -1,0 +1,278 @@
+// mhc-verify fuzz sinkhorn: a campaign over comb logits for the inputs that leave the Sinkhorn
+// farthest from doubly stochastic after K rounds, and for inputs on which the fp32 kernels and
+// the oracle disagree beyond bounds.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "commands.hpp"
+#include "driver.hpp"
+#include "mhc/fixtures/fixture.hpp"
+#include "mhc/oracles/birkhoff.hpp"
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/random.hpp"
+#include "mhc/oracles/verdict.hpp"
+
+namespace mhc::cli {
+namespace {
+
+struct Finding {
+  std::uint64_t index = 0;        // the case that found it (before local search)
+  std::vector<double> logits;     // [n*n]
+  double row = 0, col = 0;        // max |row sum - 1|, max |column sum - 1| after K rounds
+};
+
+struct Eval {
+  double row = 0, col = 0;
+};
+
+Eval residuals(const ref::Config& c, const std::vector<double>& L, std::vector<double>& C) {
+  ref::sinkhorn(c, L.data(), C.data());
+  Eval e;
+  const int n = c.n;
+  for (int j = 0; j < n; ++j) {
+    double r = 0, s = 0;
+    for (int k = 0; k < n; ++k) {
+      r += C[std::size_t(j * n + k)];
+      s += C[std::size_t(k * n + j)];
+    }
+    e.row = std::max(e.row, std::fabs(r - 1));
+    e.col = std::max(e.col, std::fabs(s - 1));
+  }
+  return e;
+}
+
+// Logits of case i: Gaussian of scale 0.01..100, near-permutation patterns (one large entry per
+// row), two-block structure, or row-plus-column (rank-one) structure with noise.
+void logits_of(oracles::Rng& rng, int n, std::vector<double>& L) {
+  const double pick = rng.uniform();
+  const double scale = rng.log_uniform(0.01, 100);
+  for (auto& v : L) v = scale * rng.normal();
+  if (pick < 0.3) {  // near-permutation
+    const double big = rng.uniform(5, 80);
+    std::vector<int> perm(static_cast<std::size_t>(n));
+    for (int j = 0; j < n; ++j) perm[std::size_t(j)] = j;
+    for (int j = n - 1; j > 0; --j) std::swap(perm[std::size_t(j)], perm[std::size_t(rng.integer(0, j))]);
+    for (int j = 0; j < n; ++j) L[std::size_t(j * n + perm[std::size_t(j)])] += big;
+  } else if (pick < 0.5) {  // two blocks
+    const int split = rng.integer(1, std::max(1, n - 1));
+    const double gap = rng.uniform(5, 60);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k)
+        if ((j < split) != (k < split)) L[std::size_t(j * n + k)] -= gap;
+  } else if (pick < 0.6) {  // rank one plus noise
+    std::vector<double> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
+    for (auto& v : a) v = rng.normal() * 20;
+    for (auto& v : b) v = rng.normal() * 20;
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) L[std::size_t(j * n + k)] = a[std::size_t(j)] + b[std::size_t(k)] + 0.1 * L[std::size_t(j * n + k)];
+  }
+}
+
+// Keep the simplest logits that still give >= 90% of the residual: whole numbers, then zeros.
+void shrink(const ref::Config& c, Finding& f) {
+  std::vector<double> C(f.logits.size());
+  const double target = 0.9 * f.row;
+  for (auto round_to : {1.0, 0.1}) {
+    auto L = f.logits;
+    for (auto& v : L) v = std::round(v / round_to) * round_to;
+    const Eval e = residuals(c, L, C);
+    if (e.row >= target) {
+      f.logits = L;
+      f.row = e.row;
+      f.col = e.col;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < f.logits.size(); ++i) {
+    auto L = f.logits;
+    L[i] = 0;
+    const Eval e = residuals(c, L, C);
+    if (e.row >= target) {
+      f.logits = L;
+      f.row = e.row;
+      f.col = e.col;
+    }
+  }
+}
+
+oracles::OpCase split_case(const ref::Config& c, const std::vector<double>& L, std::uint64_t seed) {
+  auto oc = oracles::generate_case(oracles::Op::split_sinkhorn, c, 1, seed, "fp32");
+  auto& mix = oc.inputs["mixes"].data;
+  std::fill(mix.begin(), mix.end(), 0.0f);
+  for (std::size_t i = 0; i < L.size(); ++i) mix[std::size_t(2 * c.n) + i] = float(L[i]);
+  oc.params["hc_scale"].data = {1.0f, 1.0f, 1.0f};
+  std::fill(oc.params["hc_base"].data.begin(), oc.params["hc_base"].data.end(), 0.0f);
+  return oc;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+Run add_fuzz(CLI::App& app) {
+  struct State {
+    std::string target;
+    std::uint64_t cases = 200000, seed = 1;
+    double seconds = 0, eps = 1e-6;
+    int iters = 20, n = 4, keep = 5, kernel_every = 64;
+    std::string save = "mhc-failures", json;
+  };
+  auto st = std::make_shared<State>();
+  app.add_option("target", st->target, "what to fuzz: sinkhorn")->required()->check(CLI::IsMember({"sinkhorn"}));
+  auto* cases = app.add_option("--cases", st->cases, "cases to try (this shard's share of them)")->capture_default_str();
+  app.add_option("--seconds", st->seconds, "run for this long instead of a case count")->excludes(cases);
+  app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
+  app.add_option("--iters", st->iters, "Sinkhorn rounds")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--eps", st->eps, "hc_eps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--n", st->n, "streams (the comb is n x n)")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--keep", st->keep, "worst cases to report")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--kernel-every", st->kernel_every,
+                 "run the fp32 kernels against the oracle on every k-th case")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--save-failures", st->save, "directory for counterexample fixtures")->capture_default_str();
+  app.add_option("--json", st->json, "write the findings as JSON (shards' files merge by concatenation)");
+  app.footer(
+      "Case i draws its logits from seed and i alone; with TEST_TOTAL_SHARDS and TEST_SHARD_INDEX\n"
+      "set, this process takes the cases i with i % shards == index, so shards split the seed\n"
+      "space without overlap and their reports merge. Every worst case is shrunk (whole or\n"
+      "one-decimal logits, zeros) while it keeps 90% of its residual. Exit 0 when the fp32\n"
+      "kernels agreed with the oracle on every case tried, 1 when a counterexample was found.");
+  return [st]() -> int {
+    const int shards = std::max(1, env_int("TEST_TOTAL_SHARDS", 1));
+    const int shard = env_int("TEST_SHARD_INDEX", 0);
+    if (shard < 0 || shard >= shards) throw std::invalid_argument("TEST_SHARD_INDEX out of range");
+    if (const char* status = std::getenv("TEST_SHARD_STATUS_FILE")) std::ofstream(status).flush();
+    ref::Config c;
+    c.n = st->n;
+    c.d = 1;
+    c.iters = st->iters;
+    c.hc_eps = double(float(st->eps));  // the kernels use the fp32 value
+    const std::size_t nn = std::size_t(c.n) * std::size_t(c.n);
+    std::vector<double> L(nn), C(nn);
+    std::vector<Finding> worst_row, worst_col;
+    auto keep_worst = [&](std::vector<Finding>& list, const Finding& f, bool by_row) {
+      list.push_back(f);
+      std::sort(list.begin(), list.end(), [&](const Finding& a, const Finding& b) {
+        return by_row ? a.row > b.row : a.col > b.col;
+      });
+      if (list.size() > std::size_t(st->keep)) list.pop_back();
+    };
+    const bool tty = isatty(STDERR_FILENO);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    std::uint64_t tried = 0, kernel_cases = 0;
+    int disagreements = 0;
+    for (std::uint64_t i = std::uint64_t(shard);; i += std::uint64_t(shards)) {
+      if (st->seconds > 0 ? elapsed() >= st->seconds : tried >= st->cases) break;
+      oracles::Rng rng(st->seed * 0x9E3779B97F4A7C15ull ^ (i * 0xD1B54A32D192ED03ull + 1));
+      logits_of(rng, c.n, L);
+      const Eval e = residuals(c, L, C);
+      ++tried;
+      if (worst_row.size() < std::size_t(st->keep) || e.row > worst_row.back().row)
+        keep_worst(worst_row, Finding{i, L, e.row, e.col}, true);
+      if (worst_col.size() < std::size_t(st->keep) || e.col > worst_col.back().col)
+        keep_worst(worst_col, Finding{i, L, e.row, e.col}, false);
+      if (i % std::uint64_t(st->kernel_every) == std::uint64_t(shard) % std::uint64_t(st->kernel_every)) {
+        ++kernel_cases;
+        const auto oc = split_case(c, L, st->seed + i);
+        for (const impl::Backend* b : impl::backends()) {
+          const auto got = driver::run_kernel(*b, oc, 1);
+          const auto v = oracles::compare(got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
+          if (v.state != oracles::State::fail) continue;
+          ++disagreements;
+          std::filesystem::create_directories(st->save);
+          const std::string path = st->save + "/fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i) + ".h5";
+          fixtures::write_fixture(path, oc, got, "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) + ", case " + std::to_string(i));
+          std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s): saved %s\n",
+                      b->name.c_str(), static_cast<unsigned long long>(i), v.first_divergent.c_str(), path.c_str());
+        }
+      }
+      // Local search around the worst row residual every 4096 cases.
+      if (tried % 4096 == 0 && !worst_row.empty()) {
+        Finding best = worst_row.front();
+        for (int t = 0; t < 64; ++t) {
+          auto P = best.logits;
+          const double step = rng.log_uniform(1e-3, 1.0);
+          for (auto& v : P) v += step * (std::fabs(v) + 1) * rng.normal();
+          const Eval pe = residuals(c, P, C);
+          if (pe.row > best.row) best = Finding{best.index, P, pe.row, pe.col};
+        }
+        if (best.row > worst_row.front().row) worst_row.front() = best;
+      }
+      if (tty && tried % 65536 == 0)
+        std::fprintf(stderr, "\r  %llu cases, %.0f/s, worst row residual %.3g   ", static_cast<unsigned long long>(tried),
+                     double(tried) / elapsed(), worst_row.empty() ? 0.0 : worst_row.front().row);
+    }
+    const double secs = elapsed();
+    if (tty) std::fprintf(stderr, "\r%*s\r", 70, "");
+    for (auto& f : worst_row) shrink(c, f);
+    std::sort(worst_row.begin(), worst_row.end(), [](const Finding& a, const Finding& b) { return a.row > b.row; });
+
+    std::printf("fuzz sinkhorn: n=%d iters=%d eps=%g seed %llu, shard %d of %d: %llu cases in %.2f s "
+                "(%.0f cases/s, one thread), fp32 kernels checked on %llu\n",
+                c.n, c.iters, c.hc_eps, static_cast<unsigned long long>(st->seed), shard, shards,
+                static_cast<unsigned long long>(tried), secs, double(tried) / secs,
+                static_cast<unsigned long long>(kernel_cases));
+    auto kappa_of = [&](const std::vector<double>& logits) {
+      ref::SinkhornTrace<double> tr;
+      ref::sinkhorn(c, logits.data(), C.data(), &tr);
+      return std::make_pair(oracles::birkhoff_kappa(tr.steps[0].matrix, c.n), tr);
+    };
+    std::string json = "{\"seed\": " + std::to_string(st->seed) + ", \"shard\": " + std::to_string(shard) +
+                       ", \"shards\": " + std::to_string(shards) + ", \"cases\": " + std::to_string(tried) +
+                       ", \"worst_row\": [";
+    std::printf("\nworst row residuals max_j |sum_k C[j,k] - 1| after %d rounds (shrunk):\n", c.iters);
+    std::printf("%4s %12s %12s %10s  %s\n", "case", "row", "column", "kappa", "logits (row-major)");
+    for (std::size_t w = 0; w < worst_row.size(); ++w) {
+      const auto& f = worst_row[w];
+      const auto [kappa, tr] = kappa_of(f.logits);
+      std::string logits;
+      for (double v : f.logits) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%s%.4g", logits.empty() ? "" : " ", v);
+        logits += b;
+      }
+      std::printf("%4llu %12.4g %12.4g %10.6f  [%s]\n", static_cast<unsigned long long>(f.index), f.row,
+                  f.col, kappa, logits.c_str());
+      char b[128];
+      std::snprintf(b, sizeof b, "%s{\"case\": %llu, \"row\": %.17g, \"col\": %.17g, \"kappa\": %.17g, \"logits\": [",
+                    w ? ", " : "", static_cast<unsigned long long>(f.index), f.row, f.col, kappa);
+      json += b;
+      for (std::size_t k = 0; k < f.logits.size(); ++k) json += (k ? ", " : "") + std::to_string(f.logits[k]);
+      json += "]}";
+    }
+    json += "], \"counterexamples\": " + std::to_string(disagreements) + "}\n";
+    if (!worst_row.empty()) {
+      const auto [kappa, tr] = kappa_of(worst_row.front().logits);
+      std::printf("\nthe worst case's row residual after each round (kappa = %.6f, kappa^2 = %.6f):\n", kappa, kappa * kappa);
+      int round = 0;
+      for (const auto& s : tr.steps) {
+        if (s.step != ref::SinkhornTrace<double>::Step::column) continue;
+        double r = 0;
+        for (double v : s.row_sums) r = std::max(r, std::fabs(v - 1));
+        std::printf("  round %2d  %.4g\n", ++round, r);
+      }
+    }
+    if (!worst_col.empty())
+      std::printf("\nworst column residual: %.4g (case %llu); columns end at S/(S+eps), so ~eps\n",
+                  worst_col.front().col, static_cast<unsigned long long>(worst_col.front().index));
+    std::printf("\nfuzz: %d counterexamples (fp32 kernel outside its bound)\n", disagreements);
+    if (!st->json.empty()) std::ofstream(st->json) << json;
+    return disagreements ? 1 : 0;
+  };
+}
+
+}  // namespace mhc::cli
