@@ -35,7 +35,7 @@ inline rc::Gen<float> activation(bool with_nonfinite = false) {
                                         {1, specials}});
 }
 
-// A configuration: n in 1..8, d among boundary sizes (1, 7, 8, 31, 32, 33) or 2..64, 1..40
+// A configuration: n in 1..8, d among boundary sizes (1, 7, 8, 31, 32, 33, 5120) or 2..64, 1..40
 // rounds, hc_eps 0 or 1e-8..1e-1, norm_eps 0 or 1e-20..1e-2.
 inline rc::Gen<ref::Config> config() {
   return rc::gen::apply(
@@ -49,7 +49,9 @@ inline rc::Gen<ref::Config> config() {
         return c;
       },
       rc::gen::inRange(1, 9),
-      rc::gen::weightedOneOf<int>({{1, rc::gen::element(1, 7, 8, 31, 32, 33)}, {2, rc::gen::inRange(2, 65)}}),
+      rc::gen::weightedOneOf<int>({{4, rc::gen::element(1, 7, 8, 31, 32, 33)},
+                                   {8, rc::gen::inRange(2, 65)},
+                                   {1, rc::gen::just(5120)}}),
       rc::gen::inRange(1, 41), rc::gen::inRange(0, 9), rc::gen::element(0, 2, 6, 12, 20));
 }
 
@@ -60,6 +62,14 @@ inline rc::Gen<std::vector<double>> logits(int n) {
   return rc::gen::map(rc::gen::container<std::vector<float>>(std::size_t(n * n), one), [](const std::vector<float>& v) {
     return std::vector<double>(v.begin(), v.end());
   });
+}
+
+// hc_fn entries of scale 1e-4..1 (powers of ten; shrinks to 1e-4), hc_scale and hc_base.
+inline rc::Gen<double> weight_scale() {
+  return rc::gen::map(rc::gen::inRange(0, 5), [](int k) { return std::pow(10.0, -4 + k); });
+}
+inline rc::Gen<std::vector<float>> hc_scale() {
+  return rc::gen::container<std::vector<float>>(3, float_in(-3, 2));
 }
 
 }  // namespace mhc::props
