@@ -95,18 +95,19 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
   const __m256d sign = _mm256_set1_pd(-0.0);
   const std::size_t n4 = n / 4 * 4;
   const double k_prod = model().u_prod;
-  std::vector<__m256d> acc(3 * rows * kBlock);
+  // Accumulators as plain doubles (a vector of __m256d would lose its 32-byte alignment).
+  std::vector<double> acc(12 * rows * kBlock);
   for (std::size_t t0 = 0; t0 < tokens; t0 += kBlock) {
     const std::size_t nt = std::min(kBlock, tokens - t0);
-    std::fill(acc.begin(), acc.end(), _mm256_setzero_pd());
+    std::fill(acc.begin(), acc.end(), 0.0);
     for (std::size_t i0 = 0; i0 < n4; i0 += kChunk) {
       const std::size_t i1 = std::min(n4, i0 + kChunk);
       for (std::size_t a = 0; a < rows; ++a) {
         const float* w = W + a * n;
         for (std::size_t b = 0; b < nt; ++b) {
           const double* xd = &x[(t0 + b) * n].v;
-          __m256d* ac = &acc[3 * (b * rows + a)];
-          __m256d vv = ac[0], aa = ac[1], ee = ac[2];
+          double* ac = &acc[12 * (b * rows + a)];
+          __m256d vv = _mm256_loadu_pd(ac), aa = _mm256_loadu_pd(ac + 4), ee = _mm256_loadu_pd(ac + 8);
           for (std::size_t i = i0; i < i1; i += 4) {
             // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]
             const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
@@ -117,20 +118,18 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
             aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
             ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
           }
-          ac[0] = vv;
-          ac[1] = aa;
-          ac[2] = ee;
+          _mm256_storeu_pd(ac, vv);
+          _mm256_storeu_pd(ac + 4, aa);
+          _mm256_storeu_pd(ac + 8, ee);
         }
       }
     }
     for (std::size_t b = 0; b < nt; ++b) {
       const Bounded* xt = x + (t0 + b) * n;
       for (std::size_t a = 0; a < rows; ++a) {
-        const __m256d* ac = &acc[3 * (b * rows + a)];
-        alignas(32) double lv[4], la[4], le[4];
-        _mm256_store_pd(lv, ac[0]);
-        _mm256_store_pd(la, ac[1]);
-        _mm256_store_pd(le, ac[2]);
+        const double* lv = &acc[12 * (b * rows + a)];
+        const double* la = lv + 4;
+        const double* le = lv + 8;
         double v = (lv[0] + lv[1]) + (lv[2] + lv[3]), A = (la[0] + la[1]) + (la[2] + la[3]);
         double E = (le[0] + le[1]) + (le[2] + le[3]);
         for (std::size_t i = n4; i < n; ++i) {
