@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "mhc/impl/cuda.hpp"
 #include "mhc/impl/kernels.hpp"
 #include "mhc/impl/variants.hpp"
 
@@ -12,8 +13,15 @@ const std::vector<const Backend*>& backends() {
   return all;
 }
 
+const std::vector<const Backend*>& gpu_backends() {
+  static const std::vector<const Backend*> all{&cuda(), &cuda_fused()};
+  return all;
+}
+
 const Backend* find_backend(const std::string& name) {
   for (const Backend* b : backends())
+    if (b->name == name) return b;
+  for (const Backend* b : gpu_backends())
     if (b->name == name) return b;
   static const std::vector<Backend> self_test = [] {
     std::vector<Backend> v;

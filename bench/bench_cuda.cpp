@@ -1,0 +1,27 @@
+// The fused boundary kernel on the GPU against the four-launch baseline and the device-to-device
+// copy bandwidth, at n=4, d=5120. Usage: mhc-bench-cuda [repeats]
+#include <cstdio>
+#include <cstdlib>
+
+#include "mhc/impl/cuda.hpp"
+
+int main(int argc, char** argv) {
+  using namespace mhc::impl;
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 50;
+  if (cuda_device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  std::printf("device %s; boundary n=4 d=5120; CUDA events, median of %d after a warm-up; "
+              "bytes (2n+2)*d per token\n", cuda_device_name().c_str(), repeats);
+  std::printf("%-6s %7s %10s %10s %10s %10s %9s %8s\n", "dtype", "tokens", "fused ms", "base ms",
+              "fused GB/s", "copy GB/s", "fraction", "speedup");
+  for (bool bf16 : {false, true})
+    for (std::size_t T : {4096u, 16384u, 65536u}) {
+      const auto r = cuda_bench_boundary(T, bf16, repeats);
+      const double gbps = r.bytes_per_token * double(T) / (r.fused_ms * 1e-3) / 1e9;
+      std::printf("%-6s %7zu %10.4f %10.4f %10.1f %10.1f %9.2f %8.2f\n", bf16 ? "bf16" : "fp32", T,
+                  r.fused_ms, r.baseline_ms, gbps, r.copy_gbps, gbps / r.copy_gbps, r.baseline_ms / r.fused_ms);
+    }
+  return 0;
+}

@@ -1,0 +1,35 @@
+// Built without CUDA: the CUDA backends exist and say so when called (a typed NotCompiled).
+#include "mhc/impl/cuda.hpp"
+
+namespace mhc::impl {
+namespace {
+[[noreturn]] void absent() { throw NotCompiled("built without CUDA (MHC_CUDA=OFF)"); }
+Backend make(const char* name) {
+  Backend b;
+  b.name = name;
+  b.description = "CUDA (not compiled in this build)";
+  b.mixes = [](const KernelConfig&, std::size_t, const float*, const float*, float*) { absent(); };
+  b.split_sinkhorn = [](const KernelConfig&, std::size_t, const float*, const float*, const float*, float*,
+                        float*, float*) { absent(); };
+  b.hc_pre = [](const KernelConfig&, std::size_t, const float*, const float*, float*) { absent(); };
+  b.hc_post = [](const KernelConfig&, std::size_t, const float*, const float*, const float*, const float*,
+                 float*) { absent(); };
+  b.rmsnorm = [](const KernelConfig&, std::size_t, const float*, const float*, float*) { absent(); };
+  b.boundary = [](const KernelConfig&, std::size_t, const BoundaryIn&, const BoundaryOut&) { absent(); };
+  return b;
+}
+}  // namespace
+
+int cuda_device_count() { return 0; }
+std::string cuda_device_name() { return "built without CUDA"; }
+const Backend& cuda() {
+  static const Backend b = make("cuda");
+  return b;
+}
+const Backend& cuda_fused() {
+  static const Backend b = make("cuda-fused");
+  return b;
+}
+BoundaryTiming cuda_bench_boundary(std::size_t, bool, int) { absent(); }
+
+}  // namespace mhc::impl

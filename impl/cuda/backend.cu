@@ -1,0 +1,541 @@
+// The CUDA backends: one kernel per piece, the single-pass fused boundary, and the four-launch
+// boundary as a baseline. fp32 arithmetic (FFMA, --fmad=true: contraction is a legitimate choice
+// the bounds cover); stream tensors (x, residual, f, y) stored as fp32 or bf16.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mhc/impl/cuda.hpp"
+
+namespace mhc::impl {
+namespace {
+
+void check(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess)
+    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
+                    cudaGetErrorString(e));
+}
+#define MHC_CUDA_CHECK(x) check((x), #x, __FILE__, __LINE__)
+#define MHC_CUDA_LAUNCHED() check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;
+constexpr int kMaxN = 8, kMaxM = (2 + kMaxN) * kMaxN;
+
+struct Dims {
+  int n, d, iters;
+  float hc_eps, norm_eps;
+  __host__ __device__ int M() const { return (2 + n) * n; }
+};
+Dims dims(const KernelConfig& c) { return {c.n, c.d, c.iters, c.hc_eps, c.norm_eps}; }
+
+__device__ inline float ld(const float* p, std::size_t i) { return p[i]; }
+__device__ inline float ld(const bf16* p, std::size_t i) { return __bfloat162float(p[i]); }
+__device__ inline void st(float* p, std::size_t i, float v) { p[i] = v; }
+__device__ inline void st(bf16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ inline float rounded(const float*, float v) { return v; }
+__device__ inline float rounded(const bf16*, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+__device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+// One token of hc_split_sinkhorn, in registers and local memory (n <= 8).
+__device__ void split_token(const Dims& c, const float* m, const float* s, const float* b,
+                            float* pre, float* post, float* comb) {
+  const int n = c.n;
+  const float eps = c.hc_eps;
+  for (int j = 0; j < n; ++j) {
+    pre[j] = sigmoid(m[j] * s[0] + b[j]) + eps;
+    post[j] = 2.0f * sigmoid(m[n + j] * s[1] + b[n + j]);
+  }
+  float C[kMaxN * kMaxN];
+  for (int j = 0; j < n; ++j) {
+    float mx = -INFINITY;
+    for (int k = 0; k < n; ++k) {
+      C[j * n + k] = m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k];
+      mx = fmaxf(mx, C[j * n + k]);
+    }
+    float rs = 0;
+    for (int k = 0; k < n; ++k) rs += (C[j * n + k] = expf(C[j * n + k] - mx));
+    for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / rs + eps;
+  }
+  for (int it = 0; it < c.iters; ++it) {
+    if (it > 0)
+      for (int j = 0; j < n; ++j) {
+        float rs = 0;
+        for (int k = 0; k < n; ++k) rs += C[j * n + k];
+        for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / (rs + eps);
+      }
+    for (int k = 0; k < n; ++k) {
+      float cs = 0;
+      for (int j = 0; j < n; ++j) cs += C[j * n + k];
+      for (int j = 0; j < n; ++j) C[j * n + k] = C[j * n + k] / (cs + eps);
+    }
+  }
+  for (int i = 0; i < n * n; ++i) comb[i] = C[i];
+}
+
+// Many tokens per block: one thread per token.
+__global__ void split_kernel(Dims c, std::size_t T, const float* mixes, const float* s,
+                             const float* b, float* pre, float* post, float* comb) {
+  const std::size_t t = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const std::size_t n = std::size_t(c.n);
+  split_token(c, mixes + t * std::size_t(c.M()), s, b, pre + t * n, post + t * n, comb + t * n * n);
+}
+
+// Sum of `count` values per thread over the block; result in out[0..count) of thread 0.
+__device__ void block_sum(float* v, int count, float* shared /* [count][32] */) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int i = 0; i < count; ++i) {
+    float x = v[i];
+    for (int o = 16; o > 0; o /= 2) x += __shfl_down_sync(0xffffffffu, x, o);
+    if (lane == 0) shared[i * 32 + warp] = x;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 0; i < count; ++i) {
+      float x = 0;
+      for (int w = 0; w < warps; ++w) x += shared[i * 32 + w];
+      v[i] = x;
+    }
+  __syncthreads();
+}
+
+// mixes: one block per token; each thread a strided share of the n*d values, all M rows.
+template <class T>
+__global__ void mixes_kernel(Dims c, const T* x, const float* W, float* out) {
+  __shared__ float shared[(kMaxM + 1) * 32];
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  const T* xt = x + std::size_t(blockIdx.x) * nd;
+  float acc[kMaxM + 1] = {};
+  for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
+    const float v = ld(xt, i);
+    acc[M] += v * v;
+    for (std::size_t a = 0; a < M; ++a) acc[a] += W[a * nd + i] * v;
+  }
+  block_sum(acc, int(M) + 1, shared);
+  if (threadIdx.x == 0) {
+    const float r = 1.0f / sqrtf(acc[M] / float(nd) + c.norm_eps);
+    for (std::size_t a = 0; a < M; ++a) out[std::size_t(blockIdx.x) * M + a] = acc[a] * r;
+  }
+}
+
+template <class T>
+__global__ void pre_kernel(Dims c, std::size_t count, const T* x, const float* p, T* y) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const std::size_t d = std::size_t(c.d), n = std::size_t(c.n), t = i / d, cc = i % d;
+  float acc = 0;
+  for (std::size_t j = 0; j < n; ++j) acc += p[t * n + j] * ld(x, (t * n + j) * d + cc);
+  st(y, i, acc);
+}
+
+template <class T>
+__global__ void post_kernel(Dims c, std::size_t count, const T* f, const T* R, const float* post,
+                            const float* comb, T* y) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const std::size_t d = std::size_t(c.d), n = std::size_t(c.n);
+  const std::size_t t = i / (n * d), k = (i / d) % n, cc = i % d;
+  float acc = post[t * n + k] * ld(f, t * d + cc);
+  for (std::size_t j = 0; j < n; ++j) acc += comb[(t * n + j) * n + k] * ld(R, (t * n + j) * d + cc);
+  st(y, i, acc);
+}
+
+template <class T>
+__global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
+  __shared__ float shared[32];
+  const std::size_t d = std::size_t(c.d), t = blockIdx.x;
+  float ss[1] = {0};
+  for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) ss[0] += ld(x, t * d + i) * ld(x, t * d + i);
+  block_sum(ss, 1, shared);
+  __shared__ float r;
+  if (threadIdx.x == 0) r = 1.0f / sqrtf(ss[0] / float(d) + c.norm_eps);
+  __syncthreads();
+  for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) st(y, t * d + i, g[i] * (ld(x, t * d + i) * r));
+}
+
+// The single-pass boundary for N streams: a block per group of TB tokens; each thread takes
+// columns c, computes the N new stream values of each token (hc_post), stores them, and folds them
+// at once into the sum of squares, the M projections (each hc_fn value loaded once for the TB
+// tokens) and hc_pre with the reading weights computed earlier. Thread 0 of the block finishes
+// mixes and runs split_sinkhorn per token.
+template <int N, int TB, class T>
+__global__ void __launch_bounds__(kThreads) boundary_kernel(
+    Dims c, std::size_t tokens, const T* f, const T* R, const float* post, const float* comb,
+    const float* pre_mix, const float* W, const float* scale, const float* base, T* x, T* y,
+    float* mixes, float* pre, float* postout, float* combout) {
+  constexpr int M = (2 + N) * N;
+  __shared__ float shared[(M + 1) * TB * 32];
+  const std::size_t d = std::size_t(c.d), nd = std::size_t(N) * d;
+  const std::size_t t0 = std::size_t(blockIdx.x) * TB;
+  const int nt = int(min(std::size_t(TB), tokens - t0));
+  float acc[TB][M + 1];
+  for (int b = 0; b < TB; ++b)
+    for (int a = 0; a <= M; ++a) acc[b][a] = 0;
+  for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
+    float xv[TB][N];
+    for (int b = 0; b < nt; ++b) {
+      const std::size_t t = t0 + std::size_t(b);
+      const float fv = ld(f, t * d + cc);
+      float rv[N];
+      for (int j = 0; j < N; ++j) rv[j] = ld(R, (t * N + j) * d + cc);
+      float yv = 0;
+      for (int k = 0; k < N; ++k) {
+        float v = post[t * N + k] * fv;
+        for (int j = 0; j < N; ++j) v += comb[(t * N + j) * N + k] * rv[j];
+        v = rounded(x, v);  // what is stored is what the next pieces read
+        st(x, (t * N + k) * d + cc, v);
+        xv[b][k] = v;
+        acc[b][M] += v * v;
+        yv += pre_mix[t * N + k] * v;
+      }
+      st(y, t * d + cc, yv);
+    }
+    for (int a = 0; a < M; ++a)
+      for (int k = 0; k < N; ++k) {
+        const float w = W[std::size_t(a) * nd + std::size_t(k) * d + cc];
+        for (int b = 0; b < TB; ++b) acc[b][a] += w * xv[b][k];
+      }
+  }
+  block_sum(&acc[0][0], TB * (M + 1), shared);
+  if (threadIdx.x == 0)
+    for (int b = 0; b < nt; ++b) {
+      const std::size_t t = t0 + std::size_t(b);
+      const float r = 1.0f / sqrtf(acc[b][M] / float(nd) + c.norm_eps);
+      float m[M];
+      for (int a = 0; a < M; ++a) mixes[t * M + a] = m[a] = acc[b][a] * r;
+      split_token(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
+    }
+}
+
+unsigned blocks_for(std::size_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
+
+// Device copies of host arrays, and the way back; stream tensors as T.
+template <class E>
+struct Dev {
+  E* p = nullptr;
+  std::size_t n = 0;
+  explicit Dev(std::size_t count) : n(count) {
+    if (count) MHC_CUDA_CHECK(cudaMalloc(&p, count * sizeof(E)));
+  }
+  ~Dev() {
+    if (p) cudaFree(p);
+  }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+std::uint16_t to_bf16_bits(float v) {  // the host's bf16 of an exact bf16 value, or the poison
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if (u == 0x7FC0DEADu) return 0x7FDEu;  // a bf16 NaN payload that marks "never written"
+  return std::uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16_bits(std::uint16_t b) {
+  if (b == 0x7FDEu) {
+    float p;
+    const std::uint32_t u = 0x7FC0DEADu;
+    std::memcpy(&p, &u, 4);
+    return p;
+  }
+  const std::uint32_t u = std::uint32_t(b) << 16;
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+template <class E>
+void up(Dev<E>& d, const float* h) {
+  if (!d.n) return;
+  if constexpr (std::is_same<E, float>::value) {
+    MHC_CUDA_CHECK(cudaMemcpy(d.p, h, d.n * sizeof(float), cudaMemcpyHostToDevice));
+  } else {
+    std::vector<std::uint16_t> b(d.n);
+    for (std::size_t i = 0; i < d.n; ++i) b[i] = to_bf16_bits(h[i]);
+    MHC_CUDA_CHECK(cudaMemcpy(d.p, b.data(), d.n * 2, cudaMemcpyHostToDevice));
+  }
+}
+template <class E>
+void down(float* h, const Dev<E>& d) {
+  if (!d.n) return;
+  if constexpr (std::is_same<E, float>::value) {
+    MHC_CUDA_CHECK(cudaMemcpy(h, d.p, d.n * sizeof(float), cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<std::uint16_t> b(d.n);
+    MHC_CUDA_CHECK(cudaMemcpy(b.data(), d.p, d.n * 2, cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < d.n; ++i) h[i] = from_bf16_bits(b[i]);
+  }
+}
+// An output: the host's (poisoned) buffer goes up first, so an element the kernel never writes
+// comes back as poison.
+template <class E>
+struct Out : Dev<E> {
+  float* host;
+  Out(float* h, std::size_t count) : Dev<E>(count), host(h) { up(*this, h); }
+  void back() { down(host, *this); }
+};
+template <class E>
+struct In : Dev<E> {
+  In(const float* h, std::size_t count) : Dev<E>(count) { up(*this, h); }
+};
+
+void need_device(const KernelConfig& k) {
+  if (cuda_device_count() == 0) throw NotCompiled("no CUDA device");
+  if (k.n > kMaxN) throw NotCompiled("the CUDA kernels take n <= 8");
+}
+void sync() { MHC_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+template <class S>
+void run_mixes(const KernelConfig& k, std::size_t T, const float* x, const float* W, float* out) {
+  const Dims c = dims(k);
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  In<S> dx(x, T * nd);
+  In<float> dw(W, M * nd);
+  Out<float> dout(out, T * M);
+  if (T) mixes_kernel<S><<<unsigned(T), kThreads>>>(c, dx.p, dw.p, dout.p);
+  MHC_CUDA_LAUNCHED();
+  sync();
+  dout.back();
+}
+
+void run_split(const KernelConfig& k, std::size_t T, const float* m, const float* s,
+               const float* b, float* pre, float* post, float* comb) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), M = std::size_t(c.M());
+  In<float> dm(m, T * M), ds(s, 3), db(b, M);
+  Out<float> dpre(pre, T * n), dpost(post, T * n), dcomb(comb, T * n * n);
+  if (T) split_kernel<<<blocks_for(T, 128), 128>>>(c, T, dm.p, ds.p, db.p, dpre.p, dpost.p, dcomb.p);
+  MHC_CUDA_LAUNCHED();
+  sync();
+  dpre.back();
+  dpost.back();
+  dcomb.back();
+}
+
+template <class S>
+void run_pre(const KernelConfig& k, std::size_t T, const float* x, const float* p, float* y) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  In<S> dx(x, T * n * d);
+  In<float> dp(p, T * n);
+  Out<S> dy(y, T * d);
+  if (T) pre_kernel<S><<<blocks_for(T * d, kThreads), kThreads>>>(c, T * d, dx.p, dp.p, dy.p);
+  MHC_CUDA_LAUNCHED();
+  sync();
+  dy.back();
+}
+
+template <class S>
+void run_post(const KernelConfig& k, std::size_t T, const float* f, const float* R,
+              const float* post, const float* comb, float* y) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  In<S> df(f, T * d), dr(R, T * n * d);
+  In<float> dpo(post, T * n), dc(comb, T * n * n);
+  Out<S> dy(y, T * n * d);
+  if (T) post_kernel<S><<<blocks_for(T * n * d, kThreads), kThreads>>>(c, T * n * d, df.p, dr.p, dpo.p, dc.p, dy.p);
+  MHC_CUDA_LAUNCHED();
+  sync();
+  dy.back();
+}
+
+template <class S>
+void run_rmsnorm(const KernelConfig& k, std::size_t T, const float* x, const float* g, float* y) {
+  const Dims c = dims(k);
+  const std::size_t d = std::size_t(c.d);
+  In<S> dx(x, T * d);
+  In<float> dg(g, d);
+  Out<S> dy(y, T * d);
+  if (T) rmsnorm_kernel<S><<<unsigned(T), kThreads>>>(c, dx.p, dg.p, dy.p);
+  MHC_CUDA_LAUNCHED();
+  sync();
+  dy.back();
+}
+
+// The boundary on device arrays: fused (one launch) or the four-launch baseline.
+template <class S>
+void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const S* R,
+                     const float* post, const float* comb, const float* pre_mix, const float* W,
+                     const float* scale, const float* base, S* x, S* y, float* mixes, float* pre,
+                     float* postout, float* combout) {
+  if (!T) return;
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  if (fused && c.n == 4) {
+    constexpr int TB = 4;
+    boundary_kernel<4, TB, S><<<blocks_for(T, TB), kThreads>>>(c, T, f, R, post, comb, pre_mix, W, scale, base,
+                                                              x, y, mixes, pre, postout, combout);
+    MHC_CUDA_LAUNCHED();
+    return;
+  }
+  post_kernel<S><<<blocks_for(T * n * d, kThreads), kThreads>>>(c, T * n * d, f, R, post, comb, x);
+  MHC_CUDA_LAUNCHED();
+  mixes_kernel<S><<<unsigned(T), kThreads>>>(c, x, W, mixes);
+  MHC_CUDA_LAUNCHED();
+  split_kernel<<<blocks_for(T, 128), 128>>>(c, T, mixes, scale, base, pre, postout, combout);
+  MHC_CUDA_LAUNCHED();
+  pre_kernel<S><<<blocks_for(T * d, kThreads), kThreads>>>(c, T * d, x, pre_mix, y);
+  MHC_CUDA_LAUNCHED();
+}
+
+template <class S>
+void run_boundary(const KernelConfig& k, std::size_t T, const BoundaryIn& in, const BoundaryOut& out,
+                  bool fused) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.M());
+  In<S> df(in.f, T * d), dr(in.residual, T * n * d);
+  In<float> dpo(in.post, T * n), dc(in.comb, T * n * n), dpm(in.pre_mix, T * n),
+      dw(in.hc_fn, M * n * d), ds(in.hc_scale, 3), db(in.hc_base, M);
+  Out<S> dx(out.x, T * n * d), dy(out.y, T * d);
+  Out<float> dm(out.mixes, T * M), dpre(out.pre, T * n), dpost(out.post, T * n), dcomb(out.comb, T * n * n);
+  boundary_device<S>(c, T, fused, df.p, dr.p, dpo.p, dc.p, dpm.p, dw.p, ds.p, db.p, dx.p, dy.p, dm.p,
+                     dpre.p, dpost.p, dcomb.p);
+  sync();
+  dx.back();
+  dy.back();
+  dm.back();
+  dpre.back();
+  dpost.back();
+  dcomb.back();
+}
+
+Backend make(bool fused) {
+  Backend b;
+  b.name = fused ? "cuda-fused" : "cuda";
+  b.description = fused ? "CUDA, single-pass fused boundary (n = 4; others fall back to four launches)"
+                        : "CUDA, one kernel per piece; the boundary as four launches";
+  auto streams = [](const KernelConfig& k) { return k.bf16_streams; };
+  b.mixes = [=](const KernelConfig& k, std::size_t T, const float* x, const float* W, float* o) {
+    need_device(k);
+    if (k.arith == Arith::tf32) throw NotCompiled("the CUDA kernels have no tf32 variant");
+    streams(k) ? run_mixes<bf16>(k, T, x, W, o) : run_mixes<float>(k, T, x, W, o);
+  };
+  b.split_sinkhorn = [](const KernelConfig& k, std::size_t T, const float* m, const float* s,
+                        const float* bb, float* pre, float* post, float* comb) {
+    need_device(k);
+    run_split(k, T, m, s, bb, pre, post, comb);
+  };
+  b.hc_pre = [=](const KernelConfig& k, std::size_t T, const float* x, const float* p, float* y) {
+    need_device(k);
+    streams(k) ? run_pre<bf16>(k, T, x, p, y) : run_pre<float>(k, T, x, p, y);
+  };
+  b.hc_post = [=](const KernelConfig& k, std::size_t T, const float* f, const float* R,
+                  const float* post, const float* comb, float* y) {
+    need_device(k);
+    streams(k) ? run_post<bf16>(k, T, f, R, post, comb, y) : run_post<float>(k, T, f, R, post, comb, y);
+  };
+  b.rmsnorm = [=](const KernelConfig& k, std::size_t T, const float* x, const float* g, float* y) {
+    need_device(k);
+    streams(k) ? run_rmsnorm<bf16>(k, T, x, g, y) : run_rmsnorm<float>(k, T, x, g, y);
+  };
+  b.boundary = [=](const KernelConfig& k, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
+    need_device(k);
+    if (k.arith == Arith::tf32) throw NotCompiled("the CUDA kernels have no tf32 variant");
+    streams(k) ? run_boundary<bf16>(k, T, in, out, fused) : run_boundary<float>(k, T, in, out, fused);
+  };
+  return b;
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return count;
+}
+
+std::string cuda_device_name() {
+  if (cuda_device_count() == 0) return "no CUDA device";
+  cudaDeviceProp p{};
+  MHC_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  return p.name;
+}
+
+const Backend& cuda() {
+  static const Backend b = make(false);
+  return b;
+}
+const Backend& cuda_fused() {
+  static const Backend b = make(true);
+  return b;
+}
+
+BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
+  need_device(KernelConfig{});
+  BoundaryTiming r;
+  r.tokens = T;
+  r.bf16 = use_bf16;
+  const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
+  const std::size_t n = 4, d = 5120, M = 24, es = use_bf16 ? 2 : 4;
+  r.bytes_per_token = double((2 * n + 2) * d * es);
+  // Enough copies of the streams that every repetition reads data past the 60 MB L2.
+  const std::size_t per_copy = T * (2 * n + 2) * d * es;
+  const int copies = int(std::max<std::size_t>(1, (256u << 20) / std::max<std::size_t>(per_copy, 1)));
+  const std::size_t elems = T * (n * d) * std::size_t(copies);
+  Dev<std::uint8_t> f(T * d * es * std::size_t(copies)), R(elems * es), x(elems * es), y(T * d * es * std::size_t(copies));
+  MHC_CUDA_CHECK(cudaMemset(f.p, 0x3c, f.n));
+  MHC_CUDA_CHECK(cudaMemset(R.p, 0x3c, R.n));
+  Dev<float> post(T * n), comb(T * n * n), pm(T * n), W(M * n * d), s(3), b(M), mixes(T * M), pre(T * n),
+      po(T * n), co(T * n * n);
+  std::vector<float> h(M * n * d, 0.001f);
+  MHC_CUDA_CHECK(cudaMemcpy(W.p, h.data(), W.n * 4, cudaMemcpyHostToDevice));
+  for (auto* v : {&post, &comb, &pm, &s, &b}) {
+    std::vector<float> one(v->n, 0.25f);
+    MHC_CUDA_CHECK(cudaMemcpy(v->p, one.data(), v->n * 4, cudaMemcpyHostToDevice));
+  }
+  cudaEvent_t e0, e1;
+  MHC_CUDA_CHECK(cudaEventCreate(&e0));
+  MHC_CUDA_CHECK(cudaEventCreate(&e1));
+  auto time = [&](auto launch) {
+    launch(0);  // warm-up
+    MHC_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> ms;
+    for (int i = 0; i < repeats; ++i) {
+      MHC_CUDA_CHECK(cudaEventRecord(e0));
+      launch(i % copies);
+      MHC_CUDA_CHECK(cudaEventRecord(e1));
+      MHC_CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return double(ms[ms.size() / 2]);
+  };
+  auto run = [&](bool fused) {
+    return [&, fused](int k) {
+      const std::size_t off = std::size_t(k);
+      if (use_bf16)
+        boundary_device<bf16>(c, T, fused, reinterpret_cast<bf16*>(f.p) + off * T * d,
+                              reinterpret_cast<bf16*>(R.p) + off * T * n * d, post.p, comb.p, pm.p, W.p, s.p, b.p,
+                              reinterpret_cast<bf16*>(x.p) + off * T * n * d, reinterpret_cast<bf16*>(y.p) + off * T * d,
+                              mixes.p, pre.p, po.p, co.p);
+      else
+        boundary_device<float>(c, T, fused, reinterpret_cast<float*>(f.p) + off * T * d,
+                               reinterpret_cast<float*>(R.p) + off * T * n * d, post.p, comb.p, pm.p, W.p, s.p, b.p,
+                               reinterpret_cast<float*>(x.p) + off * T * n * d, reinterpret_cast<float*>(y.p) + off * T * d,
+                               mixes.p, pre.p, po.p, co.p);
+    };
+  };
+  r.fused_ms = time(run(true));
+  r.baseline_ms = time(run(false));
+  // Device-to-device copy of 1 GiB: bytes read + written per second.
+  const std::size_t bytes = std::size_t(1) << 30;
+  Dev<std::uint8_t> a(bytes), bb(bytes);
+  const double copy_ms = time([&](int) { MHC_CUDA_CHECK(cudaMemcpyAsync(bb.p, a.p, bytes, cudaMemcpyDeviceToDevice)); });
+  r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return r;
+}
+
+}  // namespace mhc::impl

@@ -1,0 +1,37 @@
+// The CUDA backends (impl/cuda): the mHC pieces, the single-pass fused boundary and the
+// multi-kernel baseline, on the first CUDA device. Their Backend functions take host arrays
+// (the harness's), copy them to the device (stream tensors as bf16 when the configuration says
+// so), poison the outputs there, run, check every call and launch, and copy back.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mhc/impl/kernels.hpp"
+
+namespace mhc::impl {
+
+// A failed CUDA call or launch: the call, file and line, and CUDA's message.
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// 0 when CUDA is not compiled in or no device is present.
+int cuda_device_count();
+std::string cuda_device_name();
+
+const Backend& cuda();        // one kernel per piece; the boundary as four launches (baseline)
+const Backend& cuda_fused();  // the boundary in one pass over the streams
+
+// Timings of the boundary on device-resident data (CUDA events, median of `repeats` after a
+// warm-up; inputs rotated over several copies when they would fit in L2).
+struct BoundaryTiming {
+  std::size_t tokens = 0;
+  bool bf16 = false;
+  double fused_ms = 0, baseline_ms = 0, copy_gbps = 0;  // copy: device-to-device, read + write
+  double bytes_per_token = 0;                           // (2n + 2) d elements
+};
+BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
+
+}  // namespace mhc::impl
