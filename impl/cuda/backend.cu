@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -26,6 +27,7 @@ void check(cudaError_t e, const char* what, const char* file, int line) {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
+constexpr int kDefaultTB = 2;
 constexpr int kMaxN = 8, kMaxM = (2 + kMaxN) * kMaxN;
 
 struct Dims {
@@ -90,8 +92,11 @@ __global__ void split_kernel(Dims c, std::size_t T, const float* mixes, const fl
 }
 
 // Sum of `count` values per thread over the block; result in out[0..count) of thread 0.
-__device__ void block_sum(float* v, int count, float* shared /* [count][32] */) {
+template <int COUNT>
+__device__ void block_sum(float* v, float* shared /* [COUNT][32] */) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  constexpr int count = COUNT;
+#pragma unroll
   for (int i = 0; i < count; ++i) {
     float x = v[i];
     for (int o = 16; o > 0; o /= 2) x += __shfl_down_sync(0xffffffffu, x, o);
@@ -116,12 +121,12 @@ __global__ void mixes_kernel(Dims c, const T* x, const float* W, float* out) {
   float acc[kMaxM + 1] = {};
   for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
     const float v = ld(xt, i);
-    acc[M] += v * v;
+    acc[kMaxM] += v * v;
     for (std::size_t a = 0; a < M; ++a) acc[a] += W[a * nd + i] * v;
   }
-  block_sum(acc, int(M) + 1, shared);
+  block_sum<kMaxM + 1>(acc, shared);  // rows past M are zero
   if (threadIdx.x == 0) {
-    const float r = 1.0f / sqrtf(acc[M] / float(nd) + c.norm_eps);
+    const float r = 1.0f / sqrtf(acc[kMaxM] / float(nd) + c.norm_eps);
     for (std::size_t a = 0; a < M; ++a) out[std::size_t(blockIdx.x) * M + a] = acc[a] * r;
   }
 }
@@ -154,7 +159,7 @@ __global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
   const std::size_t d = std::size_t(c.d), t = blockIdx.x;
   float ss[1] = {0};
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) ss[0] += ld(x, t * d + i) * ld(x, t * d + i);
-  block_sum(ss, 1, shared);
+  block_sum<1>(ss, shared);
   __shared__ float r;
   if (threadIdx.x == 0) r = 1.0f / sqrtf(ss[0] / float(d) + c.norm_eps);
   __syncthreads();
@@ -167,7 +172,7 @@ __global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
 // tokens) and hc_pre with the reading weights computed earlier. Thread 0 of the block finishes
 // mixes and runs split_sinkhorn per token.
 template <int N, int TB, class T>
-__global__ void __launch_bounds__(kThreads) boundary_kernel(
+__global__ void __launch_bounds__(kThreads, TB <= 2 ? 2 : 1) boundary_kernel(
     Dims c, std::size_t tokens, const T* f, const T* R, const float* post, const float* comb,
     const float* pre_mix, const float* W, const float* scale, const float* base, T* x, T* y,
     float* mixes, float* pre, float* postout, float* combout) {
@@ -177,18 +182,29 @@ __global__ void __launch_bounds__(kThreads) boundary_kernel(
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   float acc[TB][M + 1];
+#pragma unroll
   for (int b = 0; b < TB; ++b)
+#pragma unroll
     for (int a = 0; a <= M; ++a) acc[b][a] = 0;
   for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
     float xv[TB][N];
-    for (int b = 0; b < nt; ++b) {
+#pragma unroll
+    for (int b = 0; b < TB; ++b) {  // every index known at compile time: all in registers
       const std::size_t t = t0 + std::size_t(b);
+      if (b >= nt) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) xv[b][k] = 0;
+        continue;
+      }
       const float fv = ld(f, t * d + cc);
       float rv[N];
+#pragma unroll
       for (int j = 0; j < N; ++j) rv[j] = ld(R, (t * N + j) * d + cc);
       float yv = 0;
+#pragma unroll
       for (int k = 0; k < N; ++k) {
         float v = post[t * N + k] * fv;
+#pragma unroll
         for (int j = 0; j < N; ++j) v += comb[(t * N + j) * N + k] * rv[j];
         v = rounded(x, v);  // what is stored is what the next pieces read
         st(x, (t * N + k) * d + cc, v);
@@ -198,13 +214,16 @@ __global__ void __launch_bounds__(kThreads) boundary_kernel(
       }
       st(y, t * d + cc, yv);
     }
+#pragma unroll
     for (int a = 0; a < M; ++a)
+#pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float w = W[std::size_t(a) * nd + std::size_t(k) * d + cc];
+        const float w = __ldg(&W[std::size_t(a) * nd + std::size_t(k) * d + cc]);
+#pragma unroll
         for (int b = 0; b < TB; ++b) acc[b][a] += w * xv[b][k];
       }
   }
-  block_sum(&acc[0][0], TB * (M + 1), shared);
+  block_sum<TB * (M + 1)>(&acc[0][0], shared);
   if (threadIdx.x == 0)
     for (int b = 0; b < nt; ++b) {
       const std::size_t t = t0 + std::size_t(b);
@@ -368,9 +387,23 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
   if (!T) return;
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
   if (fused && c.n == 4) {
-    constexpr int TB = 4;
-    boundary_kernel<4, TB, S><<<blocks_for(T, TB), kThreads>>>(c, T, f, R, post, comb, pre_mix, W, scale, base,
-                                                              x, y, mixes, pre, postout, combout);
+    // Tokens per block: each hc_fn value is loaded once per block and used for TB tokens; more
+    // tokens per block need more registers and leave fewer blocks per multiprocessor. The
+    // default is the fastest measured on the H200 (bench/README.md); MHC_FUSED_TB overrides.
+    static const int tb = [] {
+      const char* e = std::getenv("MHC_FUSED_TB");
+      return e ? std::atoi(e) : kDefaultTB;
+    }();
+    auto launch = [&](auto kernel, int per) {
+      kernel<<<blocks_for(T, unsigned(per)), kThreads>>>(c, T, f, R, post, comb, pre_mix, W, scale, base, x, y,
+                                                         mixes, pre, postout, combout);
+    };
+    switch (tb) {
+      case 1: launch(boundary_kernel<4, 1, S>, 1); break;
+      case 4: launch(boundary_kernel<4, 4, S>, 4); break;
+      case 8: launch(boundary_kernel<4, 8, S>, 8); break;
+      default: launch(boundary_kernel<4, 2, S>, 2); break;
+    }
     MHC_CUDA_LAUNCHED();
     return;
   }
