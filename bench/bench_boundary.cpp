@@ -10,22 +10,12 @@
 #include <vector>
 
 #include "driver.hpp"
+#include "timing.hpp"
 #include "mhc/oracles/ops.hpp"
 
 using namespace mhc;
 
-namespace {
-double median_seconds(int repeats, const std::function<void()>& fn) {
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-}  // namespace
+using bench::median_seconds;
 
 int main(int argc, char** argv) {
   const std::size_t T = argc > 1 ? std::size_t(std::atol(argv[1])) : 512;

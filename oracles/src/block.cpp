@@ -23,18 +23,10 @@ std::string layer_prefix(const OpCase& c, int layer) {
 OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockConfig& block,
                            std::size_t B, std::size_t T, std::uint64_t seed,
                            const std::string& precision) {
-  bnd::model_by_name(precision);
-  OpCase c;
-  c.op = op;
-  c.cfg = cfg_in;
-  c.cfg.hc_eps = double(float(cfg_in.hc_eps));
-  c.cfg.norm_eps = double(float(cfg_in.norm_eps));
+  OpCase c = case_header(op, cfg_in, B * T, seed, precision);
   c.block = block;
   if (op == Op::block) c.block.layers = 1;
   c.batch = B;
-  c.tokens = B * T;
-  c.seed = seed;
-  c.precision = precision;
   Rng rng(seed);
   const std::size_t N = B * T, n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
   const std::size_t M = std::size_t(c.cfg.mix()), H = std::size_t(block.heads);

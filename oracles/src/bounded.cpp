@@ -9,6 +9,24 @@
 
 namespace mhc::bnd {
 
+#ifdef __AVX2__
+namespace {
+// Four terms of the projection: x as {v, e} pairs read at 2i, weights w[i..i+4) in fp32.
+inline void step4(const double* xd, const float* w, std::size_t i, __m256d& vv, __m256d& aa,
+                  __m256d& ee) {
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]; w permuted alike
+  const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
+  const __m256d xv = _mm256_unpacklo_pd(lo, hi), xe = _mm256_unpackhi_pd(lo, hi);
+  const __m256d wv = _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), 0xD8);
+  const __m256d p = _mm256_mul_pd(xv, wv);
+  vv = _mm256_add_pd(vv, p);
+  aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
+  ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
+}
+}  // namespace
+#endif
+
 Model fp32() { return Model{}; }
 
 double reduction_gamma(const Model& m, double n, double u) {
@@ -60,16 +78,8 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
   std::size_t i = 0;
 #ifdef __AVX2__
   __m256d vv = _mm256_setzero_pd(), aa = vv, ee = vv;
-  const __m256d sign = _mm256_set1_pd(-0.0);
   for (; i + 4 <= n; i += 4) {
-    // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]
-    const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
-    const __m256d xv = _mm256_unpacklo_pd(lo, hi), xe = _mm256_unpackhi_pd(lo, hi);
-    const __m256d wv = _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), 0xD8);
-    const __m256d p = _mm256_mul_pd(xv, wv);
-    vv = _mm256_add_pd(vv, p);
-    aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
-    ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
+    step4(xd, w, i, vv, aa, ee);
   }
   alignas(32) double lv[4], la[4], le[4];
   _mm256_store_pd(lv, vv);
@@ -92,7 +102,6 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
              Bounded* out) {
 #ifdef __AVX2__
   constexpr std::size_t kChunk = 256, kBlock = 4;  // 4 tokens x 256 terms x 16 B = 16 KB of x
-  const __m256d sign = _mm256_set1_pd(-0.0);
   const std::size_t n4 = n / 4 * 4;
   const double k_prod = model().u_prod;
   // Accumulators as plain doubles (a vector of __m256d would lose its 32-byte alignment).
@@ -109,14 +118,7 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
           double* ac = &acc[12 * (b * rows + a)];
           __m256d vv = _mm256_loadu_pd(ac), aa = _mm256_loadu_pd(ac + 4), ee = _mm256_loadu_pd(ac + 8);
           for (std::size_t i = i0; i < i1; i += 4) {
-            // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]
-            const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
-            const __m256d xv = _mm256_unpacklo_pd(lo, hi), xe = _mm256_unpackhi_pd(lo, hi);
-            const __m256d wv = _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), 0xD8);
-            const __m256d p = _mm256_mul_pd(xv, wv);
-            vv = _mm256_add_pd(vv, p);
-            aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
-            ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
+            step4(xd, w, i, vv, aa, ee);
           }
           _mm256_storeu_pd(ac, vv);
           _mm256_storeu_pd(ac + 4, aa);

@@ -70,20 +70,25 @@ const std::vector<std::string>& output_names(Op op) {
   }
 }
 
+OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
+                   const std::string& precision) {
+  bnd::model_by_name(precision);  // validates the name
+  OpCase c;
+  c.op = op;
+  c.cfg = cfg;
+  c.cfg.hc_eps = double(float(cfg.hc_eps));
+  c.cfg.norm_eps = double(float(cfg.norm_eps));
+  c.tokens = tokens;
+  c.seed = seed;
+  c.precision = precision;
+  return c;
+}
+
 OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
                      const std::string& precision) {
   if (op == Op::block || op == Op::stack)
     return generate_block_case(op, cfg_in, ref::BlockConfig{}, 1, T, seed, precision);
-  bnd::model_by_name(precision);  // validates the name
-  OpCase c;
-  c.op = op;
-  c.cfg = cfg_in;
-  // The kernel computes with the eps values rounded to fp32; the case declares those.
-  c.cfg.hc_eps = double(float(cfg_in.hc_eps));
-  c.cfg.norm_eps = double(float(cfg_in.norm_eps));
-  c.tokens = T;
-  c.seed = seed;
-  c.precision = precision;
+  OpCase c = case_header(op, cfg_in, T, seed, precision);
   Rng rng(seed);
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), M = std::size_t(c.cfg.mix());
   const bool bf16 = precision == "bf16";

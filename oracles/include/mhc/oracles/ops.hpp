@@ -56,6 +56,11 @@ using ref::Stage;
 template <class S>
 using Trace = std::vector<Stage<S>>;
 
+// A Case with no tensors yet: op, configuration (eps rounded to the fp32 values a kernel
+// computes with: the case declares those), tokens, seed and precision (validated).
+OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
+                   const std::string& precision);
+
 // A Block (or stack) Case: B sequences of T positions, sublayers of the given shapes; params
 // named as SPEC section 6 ("attn/wq", ...), per layer "layers/<l>/..." in a stack, plus
 // "final_norm/weight".
