@@ -27,7 +27,7 @@ void check(cudaError_t e, const char* what, const char* file, int line) {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
-constexpr int kDefaultTB = 2;
+constexpr int kDefaultTB = 2;  // 32: the tiled kernel
 constexpr int kMaxN = 8, kMaxM = (2 + kMaxN) * kMaxN;
 
 struct Dims {
@@ -234,6 +234,114 @@ __global__ void __launch_bounds__(kThreads, TB <= 2 ? 2 : 1) boundary_kernel(
     }
 }
 
+
+// The single-pass boundary, tiled like the skinny product it mostly is ([T, n*d] x [n*d, M]):
+// a block takes 32 tokens and walks the columns in chunks of 32. Phase A (a warp per 8 tokens,
+// a lane per column): hc_post, the store of the new streams, hc_pre and the sum of squares, with
+// the chunk of new streams kept in shared memory; the chunk of hc_fn is staged there too. Phase B:
+// lane = token, warp = 6 of the 24 rows: each hc_fn value is read once per 32 tokens, from shared
+// memory. n = 4 only.
+template <class T>
+__global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens, const T* f, const T* R,
+                                                      const float* post, const float* comb,
+                                                      const float* pre_mix, const float* W,
+                                                      const float* scale, const float* base, T* x, T* y,
+                                                      float* mixes, float* pre, float* postout,
+                                                      float* combout) {
+  constexpr int N = 4, M = 24, TB = 32, CW = 32, XS = N * CW + 1, CO = N + N * N + N;
+  __shared__ float xs[TB * XS];               // new streams of the chunk, padded rows
+  __shared__ __align__(16) float ws[N * CW * M];  // hc_fn chunk, [k*CW + l][a]
+  __shared__ float coef[TB * CO];             // post, comb, pre_mix per token
+  __shared__ float red[TB * (M + 1)];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const std::size_t t0 = std::size_t(blockIdx.x) * TB;
+  const int nt = int(min(std::size_t(TB), tokens - t0));
+  const std::size_t d = std::size_t(c.d), nd = std::size_t(N) * d;
+  for (int e = int(threadIdx.x); e < TB * CO; e += int(blockDim.x)) {
+    const int tb = e / CO, i = e % CO;
+    const std::size_t t = t0 + std::size_t(tb);
+    float v = 0;
+    if (tb < nt) v = i < N ? post[t * N + std::size_t(i)]
+                   : i < N + N * N ? comb[t * N * N + std::size_t(i - N)]
+                                   : pre_mix[t * N + std::size_t(i - N - N * N)];
+    coef[e] = v;
+  }
+  __syncthreads();
+  float acc[6] = {0, 0, 0, 0, 0, 0};
+  float ss[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::size_t c0 = 0; c0 < d; c0 += CW) {
+    const int cols = int(min(std::size_t(CW), d - c0));
+    const std::size_t cc = c0 + std::size_t(lane);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int tb = warp + 4 * i;
+      float* xrow = xs + tb * XS;
+      if (tb < nt && lane < cols) {
+        const std::size_t t = t0 + std::size_t(tb);
+        const float* co = coef + tb * CO;
+        const float fv = ld(f, t * d + cc);
+        float rv[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) rv[j] = ld(R, (t * N + std::size_t(j)) * d + cc);
+        float yv = 0;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          float v = co[k] * fv;
+#pragma unroll
+          for (int j = 0; j < N; ++j) v += co[N + j * N + k] * rv[j];
+          v = rounded(x, v);
+          st(x, (t * N + std::size_t(k)) * d + cc, v);
+          xrow[k * CW + lane] = v;
+          ss[i] += v * v;
+          yv += co[N + N * N + k] * v;
+        }
+        st(y, t * d + cc, yv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) xrow[k * CW + lane] = 0;
+      }
+    }
+    for (int e = int(threadIdx.x); e < M * N * CW; e += int(blockDim.x)) {
+      const int l = e % CW, k = (e / CW) % N, a = e / (CW * N);
+      ws[(k * CW + l) * M + a] = l < cols ? __ldg(&W[std::size_t(a) * nd + std::size_t(k) * d + c0 + std::size_t(l)]) : 0.0f;
+    }
+    __syncthreads();
+    const float* xrow = xs + lane * XS;
+    const float* wb = ws + 6 * warp;
+#pragma unroll 8
+    for (int idx = 0; idx < N * CW; ++idx) {
+      const float xv = xrow[idx];
+      const float2 w01 = *reinterpret_cast<const float2*>(wb + idx * M);
+      const float2 w23 = *reinterpret_cast<const float2*>(wb + idx * M + 2);
+      const float2 w45 = *reinterpret_cast<const float2*>(wb + idx * M + 4);
+      acc[0] += w01.x * xv;
+      acc[1] += w01.y * xv;
+      acc[2] += w23.x * xv;
+      acc[3] += w23.y * xv;
+      acc[4] += w45.x * xv;
+      acc[5] += w45.y * xv;
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float v = ss[i];
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (lane == 0) red[(warp + 4 * i) * (M + 1) + M] = v;
+  }
+#pragma unroll
+  for (int r = 0; r < 6; ++r) red[lane * (M + 1) + 6 * warp + r] = acc[r];
+  __syncthreads();
+  if (int(threadIdx.x) < nt) {
+    const int tb = int(threadIdx.x);
+    const std::size_t t = t0 + std::size_t(tb);
+    const float rr = 1.0f / sqrtf(red[tb * (M + 1) + M] / float(nd) + c.norm_eps);
+    float m[M];
+    for (int a = 0; a < M; ++a) mixes[t * M + std::size_t(a)] = m[a] = red[tb * (M + 1) + a] * rr;
+    split_token(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
+  }
+}
+
 unsigned blocks_for(std::size_t count, unsigned threads) { return unsigned((count + threads - 1) / threads); }
 
 // Device copies of host arrays, and the way back; stream tensors as T.
@@ -398,6 +506,12 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
       kernel<<<blocks_for(T, unsigned(per)), kThreads>>>(c, T, f, R, post, comb, pre_mix, W, scale, base, x, y,
                                                          mixes, pre, postout, combout);
     };
+    if (tb == 32) {  // the tiled kernel
+      boundary_tiled<S><<<blocks_for(T, 32), 128>>>(c, T, f, R, post, comb, pre_mix, W, scale, base, x, y,
+                                                    mixes, pre, postout, combout);
+      MHC_CUDA_LAUNCHED();
+      return;
+    }
     switch (tb) {
       case 1: launch(boundary_kernel<4, 1, S>, 1); break;
       case 4: launch(boundary_kernel<4, 4, S>, 4); break;
