@@ -27,7 +27,7 @@ void check(cudaError_t e, const char* what, const char* file, int line) {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
-constexpr int kDefaultTB = 2;  // 32: the tiled kernel
+constexpr int kDefaultTB = 2;
 constexpr int kMaxN = 8, kMaxM = (2 + kMaxN) * kMaxN;
 
 struct Dims {
@@ -498,10 +498,14 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
     // Tokens per block: each hc_fn value is loaded once per block and used for TB tokens; more
     // tokens per block need more registers and leave fewer blocks per multiprocessor. The
     // default is the fastest measured on the H200 (bench/README.md); MHC_FUSED_TB overrides.
-    static const int tb = [] {
+    static const int forced = [] {
       const char* e = std::getenv("MHC_FUSED_TB");
-      return e ? std::atoi(e) : kDefaultTB;
+      return e ? std::atoi(e) : 0;
     }();
+    // Measured on the H200 (bench/README.md): the tiled kernel needs a few blocks of 32 tokens per
+    // multiprocessor to hide its latency (2.5 ms against 1.5 ms at 4096 tokens, 3.2 ms against
+    // 6.0 ms at 16384); below 8192 tokens the 2-token kernel is faster.
+    const int tb = forced ? forced : T >= 8192 ? 32 : kDefaultTB;
     auto launch = [&](auto kernel, int per) {
       kernel<<<blocks_for(T, unsigned(per)), kThreads>>>(c, T, f, R, post, comb, pre_mix, W, scale, base, x, y,
                                                          mixes, pre, postout, combout);
