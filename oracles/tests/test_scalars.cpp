@@ -89,3 +89,37 @@ TEMPLATE_TEST_CASE("scalars: every piece runs in each type", "[scalars]", float,
     }
   }
 }
+
+// The lanes Scalar runs W cases at once through the same reference: each lane agrees with the
+// double oracle on its own case. The lanes' sums are plain where the double oracle's are
+// compensated: per sum (n-1)u relative, and the Sinkhorn does not amplify them (its
+// normalisations contract), so 64 n u relative is generous.
+#include "mhc/oracles/lanes.hpp"
+#include "mhc/oracles/random.hpp"
+
+TEST_CASE("scalars: every lane of Lanes<8> is the double reference of its own case", "[scalars][lanes]") {
+  oracles::Rng rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    ref::Config c;
+    c.n = rng.integer(1, 8);
+    c.iters = rng.integer(1, 30);
+    c.hc_eps = rng.uniform() < 0.3 ? 0.0 : rng.log_uniform(1e-8, 1e-1);
+    const std::size_t nn = std::size_t(c.n * c.n);
+    std::vector<std::vector<double>> L(8, std::vector<double>(nn));
+    std::vector<lanes::Lanes<8>> L8(nn), C8(nn);
+    for (int l = 0; l < 8; ++l)
+      for (std::size_t e = 0; e < nn; ++e) {
+        L[std::size_t(l)][e] = rng.log_uniform(0.01, 30) * rng.normal();
+        L8[e].set(l, L[std::size_t(l)][e]);
+      }
+    ref::sinkhorn(c, L8.data(), C8.data());
+    for (int l = 0; l < 8; ++l) {
+      std::vector<double> C(nn);
+      ref::sinkhorn(c, L[std::size_t(l)].data(), C.data());
+      for (std::size_t e = 0; e < nn; ++e) {
+        CAPTURE(trial, l, e, c.n, c.iters, c.hc_eps);
+        CHECK(std::fabs(C8[e][l] - C[e]) <= 64 * c.n * 0x1.0p-53 * std::fabs(C[e]) + 1e-300);
+      }
+    }
+  }
+}

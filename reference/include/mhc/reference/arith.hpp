@@ -28,6 +28,13 @@ S stored(const S& x) {
   return x;
 }
 
+// The larger of two values (the softmax's running max): b when b > a, else a. A Scalar that
+// holds several lanes picks per lane.
+template <class S>
+S max_of(const S& a, const S& b) {
+  return b > a ? b : a;
+}
+
 template <class S>
 S sum(const S* v, std::size_t n) {
   S acc(0);

@@ -123,14 +123,34 @@ S normalise(const S& v, const S& sum_, Semantics::Eps mode, double eps) {
   return v / sum_;
 }
 
+// The n entries v[0], v[stride], ... divided by their line sum s, eps where `mode` puts it (the
+// denominator s + eps formed once per line, as the formula reads).
+template <class S>
+void normalise_line(S* v, std::size_t stride, int n, const S& s, Semantics::Eps mode, double eps) {
+  switch (mode) {
+    case Semantics::Eps::in_sum: {
+      const S den = s + S(eps);
+      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / den;
+      return;
+    }
+    case Semantics::Eps::after: {
+      const S e(eps);
+      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / s + e;
+      return;
+    }
+    case Semantics::Eps::none:
+      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / s;
+      return;
+  }
+}
+
 // Every column k divided by its sum: C[j,k] / (sum_j' C[j',k] + eps) by default. col: n scratch.
 template <class S>
 void divide_columns(const Config& c, S* C, S* col) {
   const int n = c.n;
   for (int k = 0; k < n; ++k) {
     for (int j = 0; j < n; ++j) col[j] = C[j * n + k];
-    const S s = sum(col, std::size_t(n));
-    for (int j = 0; j < n; ++j) C[j * n + k] = normalise(C[j * n + k], s, c.sem.col_eps, hc_eps(c));
+    normalise_line(C + k, std::size_t(n), n, sum(col, std::size_t(n)), c.sem.col_eps, hc_eps(c));
   }
 }
 
@@ -138,10 +158,8 @@ void divide_columns(const Config& c, S* C, S* col) {
 template <class S>
 void divide_rows(const Config& c, S* C) {
   const int n = c.n;
-  for (int j = 0; j < n; ++j) {
-    const S s = sum(C + j * n, std::size_t(n));
-    for (int k = 0; k < n; ++k) C[j * n + k] = normalise(C[j * n + k], s, c.sem.row_eps, hc_eps(c));
-  }
+  for (int j = 0; j < n; ++j)
+    normalise_line(C + j * n, 1, n, sum(C + j * n, std::size_t(n)), c.sem.row_eps, hc_eps(c));
 }
 }  // namespace detail
 
@@ -158,8 +176,7 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
   for (int j = 0; j < n; ++j) {
     const S* L = logits + j * n;
     S mx = L[0];
-    for (int k = 1; k < n; ++k)
-      if (L[k] > mx) mx = L[k];
+    for (int k = 1; k < n; ++k) mx = max_of(mx, L[k]);
     for (int k = 0; k < n; ++k) e[k] = c.sem.max_subtraction ? exp(L[k] - mx) : exp(L[k]);
     const S rs = sum(e.data(), std::size_t(n));
     for (int k = 0; k < n; ++k) C[j * n + k] = detail::normalise(e[k], rs, c.sem.softmax_eps, hc_eps(c));
