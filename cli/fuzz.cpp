@@ -60,14 +60,20 @@ double bell(oracles::Rng& rng) { return (rng.uniform() + rng.uniform() - 1.0) * 
 // per row), two-block structure, or row-plus-column (rank-one) structure with noise.
 void logits_of(oracles::Rng& rng, int n, std::vector<double>& L) {
   const double pick = rng.uniform();
-  const double scale = rng.log_uniform(0.01, 100);
-  for (auto& v : L) v = scale * bell(rng);
+  const double scale = std::pow(10.0, rng.uniform(-2, 2));
+  // The noise: one 64-bit draw gives two triangular variates from four 16-bit uniforms.
+  for (std::size_t i = 0; i < L.size(); i += 2) {
+    const std::uint64_t bits = rng.next();
+    auto u = [&](int k) { return double((bits >> (16 * k)) & 0xFFFFu) * (1.0 / 65536.0); };
+    L[i] = scale * (u(0) + u(1) - 1.0) * 2.449489742783178;
+    if (i + 1 < L.size()) L[i + 1] = scale * (u(2) + u(3) - 1.0) * 2.449489742783178;
+  }
   if (pick < 0.3) {  // near-permutation
     const double big = rng.uniform(5, 80);
-    std::vector<int> perm(static_cast<std::size_t>(n));
-    for (int j = 0; j < n; ++j) perm[std::size_t(j)] = j;
-    for (int j = n - 1; j > 0; --j) std::swap(perm[std::size_t(j)], perm[std::size_t(rng.integer(0, j))]);
-    for (int j = 0; j < n; ++j) L[std::size_t(j * n + perm[std::size_t(j)])] += big;
+    int perm[64];
+    for (int j = 0; j < n; ++j) perm[j] = j;
+    for (int j = n - 1; j > 0; --j) std::swap(perm[j], perm[rng.integer(0, j)]);
+    for (int j = 0; j < n; ++j) L[std::size_t(j * n + perm[j])] += big;
   } else if (pick < 0.5) {  // two blocks
     const int split = rng.integer(1, std::max(1, n - 1));
     const double gap = rng.uniform(5, 60);
@@ -211,14 +217,14 @@ Run add_fuzz(CLI::App& app) {
           e.col = std::max(e.col, std::fabs(cs - 1));
         }
         ++tried;
-        const auto& L = Ls[std::size_t(l)];
+        const auto& lane_logits = Ls[std::size_t(l)];
         if (worst_row.size() < std::size_t(st->keep) || e.row > worst_row.back().row)
-          keep_worst(worst_row, Finding{i, L, e.row, e.col}, true);
+          keep_worst(worst_row, Finding{i, lane_logits, e.row, e.col}, true);
         if (worst_col.size() < std::size_t(st->keep) || e.col > worst_col.back().col)
-          keep_worst(worst_col, Finding{i, L, e.row, e.col}, false);
+          keep_worst(worst_col, Finding{i, lane_logits, e.row, e.col}, false);
         if (i % std::uint64_t(st->kernel_every) == std::uint64_t(shard) % std::uint64_t(st->kernel_every)) {
           ++kernel_cases;
-          const auto oc = split_case(c, L, st->seed + i);
+          const auto oc = split_case(c, lane_logits, st->seed + i);
           for (const impl::Backend* b : impl::backends()) {
             const auto got = driver::run_kernel(*b, oc, 1);
             const auto v = oracles::compare(got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));

@@ -3,7 +3,7 @@
 add_library(mhc_warnings INTERFACE)
 add_library(mhc::warnings ALIAS mhc_warnings)
 target_compile_options(mhc_warnings INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wconversion -Wdouble-promotion -Wshadow>)
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wconversion -Wdouble-promotion -Wshadow -Wno-psabi>)
 
 # The oracle's numbers must be the ones the source says: no contraction of a*b+c into an FMA
 # (that changes rounding), no fast-math reassociation.

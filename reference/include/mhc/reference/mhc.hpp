@@ -123,23 +123,29 @@ S normalise(const S& v, const S& sum_, Semantics::Eps mode, double eps) {
   return v / sum_;
 }
 
+// v[0], v[stride], ... (n entries) divided by den: a customisation point, so that a Scalar that
+// only searches (lanes::Lanes) may multiply by the reciprocal instead.
+template <class S>
+void divide_line(S* v, std::size_t stride, int n, const S& den) {
+  for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / den;
+}
+
 // The n entries v[0], v[stride], ... divided by their line sum s, eps where `mode` puts it (the
 // denominator s + eps formed once per line, as the formula reads).
 template <class S>
 void normalise_line(S* v, std::size_t stride, int n, const S& s, Semantics::Eps mode, double eps) {
   switch (mode) {
-    case Semantics::Eps::in_sum: {
-      const S den = s + S(eps);
-      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / den;
+    case Semantics::Eps::in_sum:
+      divide_line(v, stride, n, S(s + S(eps)));
       return;
-    }
     case Semantics::Eps::after: {
-      const S e(eps);
-      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / s + e;
+      divide_line(v, stride, n, s);
+      const S e = S(eps);
+      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] + e;
       return;
     }
     case Semantics::Eps::none:
-      for (int i = 0; i < n; ++i) v[std::size_t(i) * stride] = v[std::size_t(i) * stride] / s;
+      divide_line(v, stride, n, s);
       return;
   }
 }
