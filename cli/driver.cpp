@@ -170,4 +170,27 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
   return tr;
 }
 
+Judged run_and_judge(const impl::Backend& b, const oracles::OpCase& c, oracles::ErrorModel model,
+                     unsigned threads) {
+  Judged j;
+  try {
+    j.got = run_kernel(b, c, threads);
+  } catch (const impl::NotCompiled&) {
+    throw;
+  } catch (const std::exception& e) {
+    j.got.clear();
+    j.verdict.state = oracles::State::fail;
+    j.verdict.first_divergent = "kernel";
+    oracles::StageVerdict sv;
+    sv.stage = "kernel";
+    sv.state = oracles::State::fail;
+    sv.rule = "threw";
+    sv.reason = std::string("the kernel threw: ") + e.what();
+    j.verdict.stages.push_back(sv);
+    return j;
+  }
+  j.verdict = oracles::compare(j.got, oracles::oracle_trace(c, threads, model, {}, &j.got));
+  return j;
+}
+
 }  // namespace mhc::driver

@@ -209,3 +209,21 @@ TEST_CASE("driver: the whole Block and a stack pass on both CPU kernels", "[driv
         CHECK(v.state != State::fail);
       }
 }
+
+// A kernel that throws fails its case with the reason, and nothing else is lost.
+TEST_CASE("driver: a kernel that throws gets a failed verdict with the reason", "[driver]") {
+  impl::Backend b = impl::cpu();
+  b.hc_pre = [](const impl::KernelConfig&, std::size_t, const float*, const float*, float*) {
+    throw std::runtime_error("out of shared memory");
+  };
+  const auto c = oracles::generate_case(Op::pre, small(), 3, 1, "fp32");
+  const auto j = driver::run_and_judge(b, c, oracles::ErrorModel::standard, 1);
+  CHECK(j.verdict.state == State::fail);
+  CHECK(j.verdict.first_divergent == "kernel");
+  REQUIRE(j.verdict.stages.size() == 1u);
+  CHECK(j.verdict.stages[0].rule == "threw");
+  CHECK(j.verdict.stages[0].reason.find("out of shared memory") != std::string::npos);
+  CHECK(j.got.empty());
+  // The faithful kernel on the same case still passes through the same path.
+  CHECK(driver::run_and_judge(impl::cpu(), c, oracles::ErrorModel::standard, 1).verdict.state == State::pass);
+}
