@@ -22,14 +22,25 @@ inline rc::Gen<float> float_in(int lo, int hi) {
                       });
 }
 
-// Floats of every regime an activation can be in: ordinary, tiny (subnormal in fp32), huge,
-// exact zeros of both signs. Where a property is about NaN/Inf, with_nonfinite adds them.
+// A standard Gaussian (Box-Muller on two integer uniforms, so it shrinks towards 0).
+inline rc::Gen<float> gaussian() {
+  return rc::gen::map(rc::gen::pair(rc::gen::inRange(0, 1 << 20), rc::gen::inRange(0, 1 << 20)),
+                      [](const std::pair<int, int>& p) {
+                        const double u1 = (p.first + 0.5) / double(1 << 20), u2 = p.second / double(1 << 20);
+                        return static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+                      });
+}
+
+// Floats of every regime an activation can be in: Gaussian, heavy-tailed (log-uniform
+// magnitudes), tiny (subnormal in fp32), huge (massive channels), exact zeros of both signs.
+// Where a property is about NaN/Inf, with_nonfinite adds them.
 inline rc::Gen<float> activation(bool with_nonfinite = false) {
   using L = std::numeric_limits<float>;
   auto specials = with_nonfinite
                       ? rc::gen::element(0.0f, -0.0f, L::denorm_min(), -L::min() / 2, L::quiet_NaN(), L::infinity())
                       : rc::gen::element(0.0f, -0.0f, L::denorm_min(), -L::min() / 2, 1.0f, -1.0f);
-  return rc::gen::weightedOneOf<float>({{8, float_in(-4, 4)},      // ordinary
+  return rc::gen::weightedOneOf<float>({{6, gaussian()},
+                                        {4, float_in(-4, 4)},      // heavy-tailed
                                         {1, float_in(-140, -120)},  // tiny: squares underflow
                                         {1, float_in(8, 20)},       // large: massive channels
                                         {1, specials}});
