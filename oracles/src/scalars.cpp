@@ -20,6 +20,8 @@ unsigned set_mpfi_bits(unsigned bits) {
 unsigned mpfr_bits() { return unsigned(mpfr_get_prec(mpfr().backend().data())); }
 unsigned mpfi_bits() { return unsigned(mpfi_get_prec(mpfi().backend().data())); }
 
+void release_thread_caches() { mpfr_free_cache(); }
+
 bool encloses(const mpfi& v, const mpfr& x) {
   return mpfi_is_inside_fr(x.backend().data(), v.backend().data()) > 0;
 }

@@ -11,6 +11,11 @@
 
 #include "mhc/reference/mhc.hpp"
 
+namespace mhc::num {
+// Frees this thread's MPFR caches (constants, exp tables); worker threads call it before ending.
+void release_thread_caches();
+}  // namespace mhc::num
+
 namespace mhc::oracles {
 
 // Inputs and one hc site's parameters, stored in fp32 as a kernel receives them.
@@ -69,6 +74,7 @@ void for_tokens(std::size_t tokens, unsigned threads, Fn fn) {
   for (unsigned w = 0; w < threads && w < tokens; ++w)
     pool.emplace_back([&, w] {
       for (std::size_t t = w; t < tokens; t += threads) fn(t);
+      num::release_thread_caches();
     });
   for (auto& th : pool) th.join();
 }
