@@ -140,6 +140,7 @@ Run add_fuzz(CLI::App& app) {
     double seconds = 0, eps = 1e-6;
     int iters = 20, n = 4, keep = 5, kernel_every = 64;
     std::string save = "mhc-failures", json;
+    std::vector<std::string> kernels{"cpu", "cpu-fused"};
   };
   auto st = std::make_shared<State>();
   app.add_option("target", st->target, "what to fuzz: sinkhorn")->required()->check(CLI::IsMember({"sinkhorn"}));
@@ -154,6 +155,9 @@ Run add_fuzz(CLI::App& app) {
                  "run the fp32 kernels against the oracle on every k-th case")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--kernel", st->kernels, "fp32 kernels checked against the oracle (repeatable)")
+      ->capture_default_str()
+      ->check(CLI::Validator([](std::string& n) -> std::string { return impl::find_backend(n) ? "" : "unknown kernel '" + n + "'"; }, "KERNEL"));
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")->capture_default_str();
   app.add_option("--json", st->json, "write the findings as JSON (shards' files merge by concatenation)");
   app.footer(
@@ -225,7 +229,8 @@ Run add_fuzz(CLI::App& app) {
         if (i % std::uint64_t(st->kernel_every) == std::uint64_t(shard) % std::uint64_t(st->kernel_every)) {
           ++kernel_cases;
           const auto oc = split_case(c, lane_logits, st->seed + i);
-          for (const impl::Backend* b : impl::backends()) {
+          for (const auto& kname : st->kernels) {
+            const impl::Backend* b = impl::find_backend(kname);
             const auto got = driver::run_kernel(*b, oc, 1);
             const auto v = oracles::compare(got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
             if (v.state != oracles::State::fail) continue;
