@@ -10,22 +10,14 @@
 
 #include "commands.hpp"
 #include "driver.hpp"
+#include "session.hpp"
+#include "mhc/reports/curves.hpp"
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 
 namespace mhc::cli {
-namespace {
-
-struct StageSummary {
-  std::map<oracles::State, int> states;
-  double ratio_max = 0, ratio_p99 = 0, max_ulp = 0, max_rel = 0;
-  std::vector<double> p50;  // per case
-  std::string worst;  // where ratio_max was seen
-};
-
-}  // namespace
 
 std::string config_flags(const ref::Config& c) {
   char buf[200];
@@ -43,6 +35,24 @@ std::string block_flags(const ref::BlockConfig& b, std::size_t batch) {
   return buf;
 }
 
+namespace {
+
+std::string fmt(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+std::vector<std::pair<std::string, std::string>> block_settings(const ref::BlockConfig& b,
+                                                                std::size_t batch) {
+  return {{"batch", std::to_string(batch)},      {"layers", std::to_string(b.layers)},
+          {"heads", std::to_string(b.heads)},    {"head_dim", std::to_string(b.head_dim)},
+          {"experts", std::to_string(b.experts)}, {"top_k", std::to_string(b.top_k)},
+          {"inter", std::to_string(b.inter)},    {"route_scale", fmt(b.route_scale)}};
+}
+
+}  // namespace
+
 Run add_check(CLI::App& app) {
   struct State {
     std::string kernel = "cpu", op = "boundary", precision = "fp32";
@@ -57,6 +67,7 @@ Run add_check(CLI::App& app) {
     ref::BlockConfig block;
     std::size_t batch = 1;
     ConfigFlags cfg;
+    reports::Outputs out;
   };
   auto st = std::make_shared<State>();
   std::string kernels;
@@ -128,6 +139,7 @@ Run add_check(CLI::App& app) {
                "do not look for the catalogued deviation that explains a failure");
   app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
   add_config_options(app, st->cfg);
+  add_report_options(app, st->out);
   app.footer(
       "Each case is generated from its seed, run through the kernel with every output poisoned\n"
       "(NaN payload) beforehand, and judged stage by stage against the oracle: the reference\n"
@@ -155,58 +167,60 @@ Run add_check(CLI::App& app) {
                 static_cast<unsigned long long>(st->seed));
     std::fflush(stdout);
 
-    std::vector<std::string> order;
-    std::map<std::string, StageSummary> summary;
-    int failed_cases = 0, undecided_cases = 0;
-    std::vector<std::string> repro;
-    for (int i = 0; i < st->cases; ++i) {
+    Session session(st->out, st->threads);
+    const bool whole = op == oracles::Op::block || op == oracles::Op::stack;
+    reports::Entry& entry = session.report.entry("check " + backend->name + " " + st->op + " " +
+                                                 st->precision);
+    entry.kind = "check";
+    entry.kernel = backend->name;
+    entry.op = st->op;
+    entry.precision = st->precision;
+    entry.error_model = st->model;
+    entry.settings = {{"n", std::to_string(cfg.n)},          {"d", std::to_string(cfg.d)},
+                      {"iters", std::to_string(cfg.iters)},  {"hc_eps", fmt(cfg.hc_eps)},
+                      {"norm_eps", fmt(cfg.norm_eps)},       {"tokens", std::to_string(st->tokens)},
+                      {"cases", std::to_string(st->cases)},  {"seed", std::to_string(st->seed)}};
+    if (whole)
+      for (const auto& kv : block_settings(st->block, st->batch)) entry.settings.push_back(kv);
+    int failed_cases = 0, undecided_cases = 0, done = 0;
+    Progress progress("check " + backend->name + " " + st->op, st->cases);
+    for (int i = 0; i < st->cases && !session.stop(); ++i) {
       const std::uint64_t seed = st->seed + std::uint64_t(i);
-      const bool whole = op == oracles::Op::block || op == oracles::Op::stack;
       const auto c = whole ? oracles::generate_block_case(op, cfg, st->block, st->batch, st->tokens,
                                                           seed, st->precision)
                            : oracles::generate_case(op, cfg, st->tokens, seed, st->precision);
-      oracles::Verdict v;
+      reports::CaseRecord rec;
+      rec.index = std::size_t(i);
+      rec.seed = seed;
       oracles::Trace<float> got;
       try {
         auto judged = driver::run_and_judge(*backend, c, model, st->threads);
-        v = std::move(judged.verdict);
+        rec.verdict = std::move(judged.verdict);
         got = std::move(judged.got);
       } catch (const impl::NotCompiled& e) {
         throw std::runtime_error("kernel " + backend->name + " cannot run here: " + e.what());
       }
-      for (const auto& s : v.stages) {
-        if (!summary.count(s.stage)) order.push_back(s.stage);
-        auto& sum = summary[s.stage];
-        ++sum.states[s.state];
-        if (s.ratio_max >= sum.ratio_max) {
-          sum.ratio_max = s.ratio_max;
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "case %d token %zu elem %zu", i, s.worst.token,
-                        s.worst.index);
-          sum.worst = buf;
-        }
-        sum.ratio_p99 = std::max(sum.ratio_p99, s.ratio_p99);
-        if (s.state == oracles::State::pass || s.state == oracles::State::fail) sum.p50.push_back(s.ratio_p50);
-        sum.max_ulp = std::max(sum.max_ulp, s.metrics.max_ulp);
-        sum.max_rel = std::max(sum.max_rel, s.metrics.max_rel);
-      }
+      const oracles::Verdict& v = rec.verdict;
       if (v.state == oracles::State::fail) {
+        progress.done();
         ++failed_cases;
         for (const auto& s : v.stages)
           if (s.stage == v.first_divergent)
             std::printf("FAIL case %d (seed %llu): first divergent stage '%s': %s\n", i,
                         static_cast<unsigned long long>(seed), s.stage.c_str(), s.reason.c_str());
-        if (st->diagnose && !got.empty())
-          std::printf("DIAGNOSIS: %s\n",
-                      oracles::describe_diagnosis(oracles::diagnose(c, got, st->threads)).c_str());
+        if (st->diagnose && !got.empty()) {
+          rec.diagnosis = oracles::describe_diagnosis(oracles::diagnose(c, got, st->threads));
+          std::printf("DIAGNOSIS: %s\n", rec.diagnosis.c_str());
+        }
         char buf[512];
         std::snprintf(buf, sizeof buf,
-                      "REPRO: mhc-verify check --kernel %s --op %s --precision %s --error-model %s "
+                      "mhc-verify check --kernel %s --op %s --precision %s --error-model %s "
                       "--seed %llu --cases 1 --tokens %zu %s%s",
                       backend->name.c_str(), st->op.c_str(), st->precision.c_str(),
                       st->model.c_str(), static_cast<unsigned long long>(seed), st->tokens,
                       config_flags(cfg).c_str(), whole ? block_flags(st->block, st->batch).c_str() : "");
-        std::printf("%s\n", buf);
+        rec.repro = buf;
+        std::printf("REPRO: %s\n", buf);
         if (!st->save_dir.empty() && !got.empty()) {
           std::string kernel = backend->name;
           for (char& ch : kernel)
@@ -215,7 +229,8 @@ Run add_check(CLI::App& app) {
                                    std::to_string(seed) + ".h5";
           try {
             std::filesystem::create_directories(st->save_dir);
-            fixtures::write_fixture(path, c, got, std::string(buf).substr(7));
+            fixtures::write_fixture(path, c, got, rec.repro);
+            rec.saved = path;
             std::printf("SAVED: %s\n", path.c_str());
           } catch (const std::exception& e) {
             std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n", path.c_str(), e.what());
@@ -224,31 +239,25 @@ Run add_check(CLI::App& app) {
       } else if (v.state != oracles::State::pass) {
         ++undecided_cases;
       }
+      // The Sinkhorn of the first case, and of each failing one.
+      if ((i == 0 || v.state == oracles::State::fail) && entry.sinkhorn.size() < 4)
+        if (auto curve = reports::sinkhorn_curve(c, got)) {
+          curve->label = "case " + std::to_string(i) + " " + curve->label;
+          entry.sinkhorn.push_back(std::move(*curve));
+        }
+      entry.add_case(std::move(rec));
+      ++done;
       std::fflush(stdout);
+      session.update();
+      progress.step(done, failed_cases ? std::to_string(failed_cases) + " failed" : "");
     }
-
-    std::printf("\n%-16s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail",
-                "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp", "max rel", "worst");
-    for (const auto& name : order) {
-      auto& s = summary[name];
-      auto n = [&](oracles::State x) { return s.states.count(x) ? s.states[x] : 0; };
-      double med = 0;
-      if (!s.p50.empty()) {
-        std::sort(s.p50.begin(), s.p50.end());
-        med = s.p50[s.p50.size() / 2];
-      }
-      std::printf("%-16s %5d %5d %6d %6d %11.3g %11.3g %11.3g %9.3g %11.3g  %s\n", name.c_str(),
-                  n(oracles::State::pass), n(oracles::State::fail), n(oracles::State::undecidable),
-                  n(oracles::State::mistrusted), s.ratio_max, s.ratio_p99, med, s.max_ulp,
-                  s.max_rel, s.worst.c_str());
-    }
-    std::printf("\nratio: observed error / derived bound per element (pass needs <= 1); med: median\n"
-                "over cases of each case's median.\n");
+    progress.done();
+    print_stage_table(entry);
     std::printf("check: %s (%d of %d cases failed%s)\n", failed_cases ? "FAIL" : "PASS",
-                failed_cases, st->cases,
+                failed_cases, done,
                 undecided_cases ? (", " + std::to_string(undecided_cases) + " not decided").c_str()
                                 : "");
-    return failed_cases ? 1 : 0;
+    return session.finish(failed_cases ? 1 : 0);
   };
 }
 

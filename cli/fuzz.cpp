@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "driver.hpp"
+#include "session.hpp"
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
@@ -139,7 +140,8 @@ Run add_fuzz(CLI::App& app) {
     std::uint64_t cases = 200000, seed = 1;
     double seconds = 0, eps = 1e-6;
     int iters = 20, n = 4, keep = 5, kernel_every = 64;
-    std::string save = "mhc-failures", json;
+    std::string save = "mhc-failures";
+    reports::Outputs out;
     std::vector<std::string> kernels{"cpu", "cpu-fused"};
   };
   auto st = std::make_shared<State>();
@@ -159,7 +161,7 @@ Run add_fuzz(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Validator([](std::string& n) -> std::string { return impl::find_backend(n) ? "" : "unknown kernel '" + n + "'"; }, "KERNEL"));
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")->capture_default_str();
-  app.add_option("--json", st->json, "write the findings as JSON (shards' files merge by concatenation)");
+  add_report_options(app, st->out);
   app.footer(
       "Case i draws its logits from seed and i alone; with TEST_TOTAL_SHARDS and TEST_SHARD_INDEX\n"
       "set, this process takes the cases i with i % shards == index, so shards split the seed\n"
@@ -186,7 +188,19 @@ Run add_fuzz(CLI::App& app) {
       });
       if (list.size() > std::size_t(st->keep)) list.pop_back();
     };
-    const bool tty = isatty(STDERR_FILENO);
+    Session session(st->out, 1);
+    reports::Entry& entry = session.report.entry("fuzz sinkhorn shard " + std::to_string(shard) +
+                                                 " of " + std::to_string(shards));
+    entry.kind = "fuzz";
+    entry.op = "split_sinkhorn";
+    entry.precision = "fp32";
+    entry.error_model = "standard";
+    char eps_text[32];
+    std::snprintf(eps_text, sizeof eps_text, "%.9g", c.hc_eps);
+    entry.settings = {{"n", std::to_string(c.n)}, {"iters", std::to_string(c.iters)},
+                      {"hc_eps", eps_text}, {"seed", std::to_string(st->seed)},
+                      {"shard", std::to_string(shard)}, {"shards", std::to_string(shards)}};
+    Progress progress("fuzz sinkhorn", st->seconds > 0 ? 0 : long(st->cases));
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     std::uint64_t tried = 0, kernel_cases = 0;
@@ -197,7 +211,7 @@ Run add_fuzz(CLI::App& app) {
     std::vector<lanes::Lanes<kW>> L4(nn), C4(nn);
     std::uint64_t next = std::uint64_t(shard);
     oracles::Rng search(st->seed ^ 0x5DEECE66Dull ^ std::uint64_t(shard));
-    while (st->seconds > 0 ? elapsed() < st->seconds : tried < st->cases) {
+    while ((st->seconds > 0 ? elapsed() < st->seconds : tried < st->cases) && !session.stop()) {
       const int lanes_used = st->seconds > 0 ? kW : int(std::min<std::uint64_t>(kW, st->cases - tried));
       std::uint64_t idx[kW];
       for (int l = 0; l < kW; ++l) {
@@ -238,8 +252,18 @@ Run add_fuzz(CLI::App& app) {
             std::filesystem::create_directories(st->save);
             const std::string path = st->save + "/fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i) + ".h5";
             fixtures::write_fixture(path, oc, got, "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) + ", case " + std::to_string(i));
+            progress.done();
             std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s): saved %s\n",
                         b->name.c_str(), static_cast<unsigned long long>(i), v.first_divergent.c_str(), path.c_str());
+            reports::CaseRecord rec;
+            rec.index = std::size_t(i);
+            rec.seed = st->seed;
+            rec.label = b->name + " on case " + std::to_string(i);
+            rec.verdict = v;
+            rec.saved = path;
+            rec.repro = "mhc-verify compare " + path;
+            entry.add_case(std::move(rec));
+            session.update();
           }
         }
       }
@@ -255,12 +279,15 @@ Run add_fuzz(CLI::App& app) {
         }
         if (best.row > worst_row.front().row) worst_row.front() = best;
       }
-      if (tty && tried % 65536 < std::uint64_t(kW))
-        std::fprintf(stderr, "\r  %llu cases, %.0f/s, worst row residual %.3g   ", static_cast<unsigned long long>(tried),
-                     double(tried) / elapsed(), worst_row.empty() ? 0.0 : worst_row.front().row);
+      if (tried % 65536 < std::uint64_t(kW)) {
+        char status[96];
+        std::snprintf(status, sizeof status, "%.0f/s, worst row residual %.3g", double(tried) / elapsed(),
+                      worst_row.empty() ? 0.0 : worst_row.front().row);
+        progress.step(long(tried), status);
+      }
     }
     const double secs = elapsed();
-    if (tty) std::fprintf(stderr, "\r%*s\r", 70, "");
+    progress.done();
     // Reported residuals come from the double oracle (the lanes' sums are plain).
     for (auto& f : worst_row) {
       const Eval e = residuals(c, f.logits, C);
@@ -280,9 +307,11 @@ Run add_fuzz(CLI::App& app) {
       ref::sinkhorn(c, logits.data(), C.data(), &tr);
       return std::make_pair(oracles::birkhoff_kappa(tr.steps[0].matrix, c.n), tr);
     };
-    std::string json = "{\"seed\": " + std::to_string(st->seed) + ", \"shard\": " + std::to_string(shard) +
-                       ", \"shards\": " + std::to_string(shards) + ", \"cases\": " + std::to_string(tried) +
-                       ", \"worst_row\": [";
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.0f", double(tried) / secs);
+    entry.facts = {{"cases", std::to_string(tried)}, {"cases_per_s", rate},
+                   {"kernel_cases", std::to_string(kernel_cases)},
+                   {"counterexamples", std::to_string(disagreements)}};
     std::printf("\nworst row residuals max_j |sum_k C[j,k] - 1| after %d rounds (shrunk):\n", c.iters);
     std::printf("%4s %12s %12s %10s  %s\n", "case", "row", "column", "kappa", "logits (row-major)");
     for (std::size_t w = 0; w < worst_row.size(); ++w) {
@@ -296,16 +325,23 @@ Run add_fuzz(CLI::App& app) {
       }
       std::printf("%4llu %12.4g %12.4g %10.6f  [%s]\n", static_cast<unsigned long long>(f.index), f.row,
                   f.col, kappa, logits.c_str());
-      char b[128];
-      std::snprintf(b, sizeof b, "%s{\"case\": %llu, \"row\": %.17g, \"col\": %.17g, \"kappa\": %.17g, \"logits\": [",
-                    w ? ", " : "", static_cast<unsigned long long>(f.index), f.row, f.col, kappa);
-      json += b;
-      for (std::size_t k = 0; k < f.logits.size(); ++k) json += (k ? ", " : "") + std::to_string(f.logits[k]);
-      json += "]}";
+      char b[160];
+      std::snprintf(b, sizeof b, "case %llu: row %.17g, column %.17g, kappa %.17g, logits [",
+                    static_cast<unsigned long long>(f.index), f.row, f.col, kappa);
+      entry.facts.push_back({"worst_row_" + std::to_string(w + 1), b + logits + "]"});
     }
-    json += "], \"counterexamples\": " + std::to_string(disagreements) + "}\n";
     if (!worst_row.empty()) {
       const auto [kappa, tr] = kappa_of(worst_row.front().logits);
+      reports::SinkhornCurve curve;
+      curve.label = "worst case " + std::to_string(worst_row.front().index);
+      for (const auto& s : tr.steps) {
+        double r = 0;
+        for (int j = 0; j < c.n; ++j)
+          r = std::max({r, std::fabs(s.row_sums[std::size_t(j)] - 1), std::fabs(s.col_sums[std::size_t(j)] - 1)});
+        curve.residual.push_back(r);
+      }
+      curve.kernel_residual = std::nan("");
+      entry.sinkhorn.push_back(curve);
       std::printf("\nthe worst case's row residual after each round (kappa = %.6f, kappa^2 = %.6f):\n", kappa, kappa * kappa);
       int round = 0;
       for (const auto& s : tr.steps) {
@@ -319,8 +355,7 @@ Run add_fuzz(CLI::App& app) {
       std::printf("\nworst column residual: %.4g (case %llu); columns end at S/(S+eps), so ~eps\n",
                   worst_col.front().col, static_cast<unsigned long long>(worst_col.front().index));
     std::printf("\nfuzz: %d counterexamples (fp32 kernel outside its bound)\n", disagreements);
-    if (!st->json.empty()) std::ofstream(st->json) << json;
-    return disagreements ? 1 : 0;
+    return session.finish(disagreements ? 1 : 0);
   };
 }
 

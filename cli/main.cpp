@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "session.hpp"
 
 namespace mhc::cli {
 
@@ -29,6 +30,7 @@ void add_config_options(CLI::App& app, ConfigFlags& f) {
 }  // namespace mhc::cli
 
 int main(int argc, char** argv) {
+  mhc::cli::set_command_line(argc, argv);
   CLI::App app{
       "mhc-verify: differential verification of DeepSeek V4.1 multi-stream Hyper-Connection\n"
       "(mHC) kernels against a reference oracle evaluated in double and multiprecision.\n\n"

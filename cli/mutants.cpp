@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "driver.hpp"
+#include "session.hpp"
 #include "mhc/impl/variants.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
@@ -46,7 +47,9 @@ std::string repro_line(const std::string& kernel, const oracles::OpCase& c) {
 // magnitude and conditioning): a wrong kernel is detectable when its worst deviation is more than
 // twice the worst of any legitimate kernel on the same cases; caught by a model when its worst
 // observed/bound ratio under that model exceeds 1.
-int production_report(int cases, std::uint64_t seed) {
+constexpr const char* kModelNames[] = {"rigorous", "probabilistic", "empirical", "standard"};
+
+int production_report(Session& session, int cases, std::uint64_t seed) {
   using oracles::ErrorModel;
   const ErrorModel models[] = {ErrorModel::rigorous, ErrorModel::probabilistic,
                                ErrorModel::empirical, ErrorModel::standard};
@@ -106,6 +109,22 @@ int production_report(int cases, std::uint64_t seed) {
     const double outside = legit_ratio[0] > 0 ? r[0] / legit_ratio[0] : HUGE_VAL;
     const bool detectable = outside > 2, caught = r[3] > 1;
     bad += detectable && !caught ? 1 : 0;
+    reports::Entry& e = session.report.entry("production " + impl::backend_name(*wrong[w]));
+    e.kind = "production";
+    e.kernel = impl::backend_name(*wrong[w]);
+    e.settings = {{"n", "4"}, {"d", "5120"}, {"iters", "20"}, {"hc_eps", "1e-06"},
+                  {"norm_eps", "1e-20"}, {"cases", std::to_string(cases)}};
+    char text[64];
+    for (int m = 0; m < 4; ++m) {
+      std::snprintf(text, sizeof text, "%.3g", r[std::size_t(m)]);
+      e.facts.push_back({std::string("max ratio, ") + kModelNames[m], text});
+    }
+    std::snprintf(text, sizeof text, "%.3g", outside);
+    e.facts.push_back({"outside the legitimate spread", text});
+    e.facts.push_back({"detectable", detectable ? "yes" : "no"});
+    e.facts.push_back({"verdict", caught ? "detected" : detectable ? "MISSED" : "undetectable"});
+    // Judged by the sensitivity rule, not by cases: a detectable deviation must be detected.
+    if (detectable && !caught) e.problem = "detectable at the production values but not detected";
     std::printf("%-30s %-7s %10.3g %-10s %10.3g %10.3g %10.3g %10.3g  %s\n",
                 impl::backend_name(*wrong[w]).c_str(), wrong_stage[w].c_str(), outside,
                 detectable ? "yes" : "no", r[0], r[1], r[2], r[3],
@@ -114,6 +133,14 @@ int production_report(int cases, std::uint64_t seed) {
   std::printf("%-30s %-7s %10s %-10s %10.3g %10.3g %10.3g %10.3g  %s\n", "(legitimate kernels)", "-",
               "-", "-", legit_ratio[0], legit_ratio[1], legit_ratio[2], legit_ratio[3],
               legit_ratio[3] > 1 ? "FALSE ALARM" : "none flagged");
+  reports::Entry& le = session.report.entry("production legitimate kernels");
+  le.kind = "production";
+  for (int m = 0; m < 4; ++m) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", legit_ratio[std::size_t(m)]);
+    le.facts.push_back({std::string("max ratio, ") + kModelNames[m], text});
+  }
+  if (legit_ratio[3] > 1) le.problem = "a legitimate kernel flagged (false alarm)";
   const bool ok = bad == 0 && legit_ratio[3] <= 1;
   std::printf("\nproduction: %s\n",
               ok ? "PASS (every detectable deviation detected, no false alarm)" : "FAIL");
@@ -130,6 +157,7 @@ Run add_mutants(CLI::App& app) {
     bool production = false;
     int production_cases = 6;
     std::string model = "standard";
+    reports::Outputs out;
   };
   auto st = std::make_shared<State>();
   app.add_option("--cases", st->cases, "generated cases every legitimate kernel must pass")
@@ -151,6 +179,7 @@ Run add_mutants(CLI::App& app) {
   app.add_option("--production-cases", st->production_cases, "cases of the --production report")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  add_report_options(app, st->out);
   app.footer(
       "Cases vary the op, n, d, iterations, hc_eps up to 1e-1 and norm_eps (see campaign_case),\n"
       "so that an eps misplaced below fp32 noise at 1e-6 becomes glaring. Exit 0 when every wrong\n"
@@ -165,7 +194,8 @@ Run add_mutants(CLI::App& app) {
       return 0;
     }
     const oracles::ErrorModel model = oracles::error_model_from_name(st->model);
-    if (st->production) return production_report(st->production_cases, st->seed);
+    Session session(st->out, 1);
+    if (st->production) return session.finish(production_report(session, st->production_cases, st->seed));
     std::vector<Row> rows;
     for (const auto& v : impl::variant_catalogue()) {
       Row r;
@@ -173,9 +203,19 @@ Run add_mutants(CLI::App& app) {
       r.backend = impl::make_backend(v);
       rows.push_back(std::move(r));
     }
-    const bool tty = isatty(STDERR_FILENO);
     const int total = std::max(st->cases, st->kill_budget);
-    for (int i = 0; i < total; ++i) {
+    for (auto& r : rows) {
+      reports::Entry& e = session.report.entry(r.backend.name);
+      e.kind = r.v->wrong ? "mutant" : "variant";
+      e.kernel = r.backend.name;
+      e.error_model = st->model;
+      e.expect = r.v->wrong ? "fail" : "pass";
+      e.keep_passing = false;
+      e.settings = {{"cases", std::to_string(r.v->wrong ? st->kill_budget : st->cases)},
+                    {"seed", std::to_string(st->seed)}};
+    }
+    Progress progress("mutants", total);
+    for (int i = 0; i < total && !session.stop(); ++i) {
       const auto c = oracles::campaign_case(st->seed, std::uint64_t(i));
       const auto want = oracles::oracle_trace(c, 1, model);
       for (auto& r : rows) {
@@ -183,6 +223,15 @@ Run add_mutants(CLI::App& app) {
         const auto got = driver::run_kernel(r.backend, c, 1);
         const auto verdict = oracles::compare(got, want);
         ++r.cases;
+        reports::Entry& e = session.report.entry(r.backend.name);
+        {
+          reports::CaseRecord rec;
+          rec.index = std::size_t(i);
+          rec.seed = st->seed + std::uint64_t(i);
+          rec.verdict = verdict;
+          if (verdict.state == oracles::State::fail) rec.repro = repro_line(r.backend.name, c);
+          e.add_case(std::move(rec));
+        }
         if (verdict.state == oracles::State::undecidable) ++r.undecided;
         if (verdict.state != oracles::State::fail) continue;
         ++r.failed;
@@ -197,11 +246,14 @@ Run add_mutants(CLI::App& app) {
           bool named = r.v->explains.empty();
           for (const auto& nm : names) named = named || nm == r.v->explains;
           r.diagnosis_ok = named;
+          e.cases.back().diagnosis = r.diagnosis;
+          if (!named) e.problem = "misdiagnosed: " + r.diagnosis + ", expected " + r.v->explains;
         }
       }
-      if (tty && (i + 1) % 100 == 0) std::fprintf(stderr, "\r  %d/%d cases", i + 1, total);
+      session.update();
+      progress.step(i + 1);
     }
-    if (tty) std::fprintf(stderr, "\r%*s\r", 30, "");
+    progress.done();
 
     int bad = 0;
     std::printf("%-34s %-6s %7s %8s %-9s %-28s %s\n", "kernel", "kind", "cases", "killed@", "stage",
@@ -229,7 +281,15 @@ Run add_mutants(CLI::App& app) {
     std::printf("\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
                 "%s error model: %s\n",
                 wrong, st->kill_budget, legit, st->cases, st->model.c_str(), bad ? "FAIL" : "PASS");
-    return bad ? 1 : 0;
+    for (const auto& r : rows) {
+      reports::Entry& e = session.report.entry(r.backend.name);
+      e.facts = {{"cases", std::to_string(r.cases)},
+                 {"killed at", r.killed_at >= 0 ? std::to_string(r.killed_at) : "-"},
+                 {"stage", r.stage.empty() ? "-" : r.stage},
+                 {"diagnosis", r.diagnosis.empty() ? "-" : r.diagnosis},
+                 {"undecidable", std::to_string(r.undecided)}};
+    }
+    return session.finish(bad ? 1 : 0);
   };
 }
 

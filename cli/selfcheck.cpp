@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "session.hpp"
 #include "mhc/oracles/selfcheck.hpp"
 
 namespace mhc::cli {
@@ -35,6 +36,7 @@ Run add_selfcheck(CLI::App& app) {
   struct State {
     oracles::SelfcheckOptions opt;
     ConfigFlags cfg;
+    reports::Outputs out;
   };
   auto st = std::make_shared<State>();
   app.add_option("--cases", st->opt.cases,
@@ -45,6 +47,7 @@ Run add_selfcheck(CLI::App& app) {
   app.add_option("--threads", st->opt.threads, "worker threads (0: one per core)")
       ->capture_default_str();
   add_config_options(app, st->cfg);
+  add_report_options(app, st->out);
   app.footer(
       "With any of --n/--dim/--iters/--hc-eps/--norm-eps every case uses that configuration\n"
       "(the V4.1 value for the rest).");
@@ -62,12 +65,45 @@ Run add_selfcheck(CLI::App& app) {
     std::printf("selfcheck: %d cases, seed %llu: the reference in double, MPFR and MPFI\n",
                 opt.cases, static_cast<unsigned long long>(opt.seed));
     std::fflush(stdout);
+    Session session(st->out, opt.threads);
+    reports::Entry& entry = session.report.entry("selfcheck");
+    entry.kind = "selfcheck";
+    entry.settings = {{"cases", std::to_string(opt.cases)}, {"seed", std::to_string(opt.seed)}};
     const auto res = oracles::selfcheck(opt, [&](const oracles::CaseCertificate& c) {
+      // Each output as a stage: its bound is the required accuracy, 2^-24 / 1e6 relative.
+      reports::CaseRecord rec;
+      rec.index = std::size_t(c.index);
+      rec.seed = c.seed;
+      rec.label = "case " + std::to_string(c.index + 1) + ": " + describe(c.cfg);
+      for (const auto& s : c.stages) {
+        oracles::StageVerdict v;
+        v.stage = s.stage;
+        v.elements = s.elements;
+        const bool accurate = s.max_rel_err <= oracles::kOracleAccuracy;
+        v.state = accurate && s.not_enclosed == 0 ? oracles::State::pass : oracles::State::fail;
+        v.rule = !accurate ? "oracle_accuracy" : s.not_enclosed ? "enclosure" : "certified";
+        char reason[200];
+        std::snprintf(reason, sizeof reason,
+                      "double rel. error %.3e (certified %.3e), margin %s, %zu not enclosed",
+                      s.max_rel_err, s.certified_rel_err, margin(s.max_rel_err).c_str(), s.not_enclosed);
+        v.reason = reason;
+        v.ratio_max = v.ratio_p99 = v.ratio_p50 = s.max_rel_err / oracles::kOracleAccuracy;
+        v.metrics.max_rel = s.max_rel_err;
+        v.worst.index = s.worst;
+        v.worst.ratio = v.ratio_max;
+        if (v.state == oracles::State::fail && rec.verdict.first_divergent.empty())
+          rec.verdict.first_divergent = v.stage;
+        rec.verdict.stages.push_back(v);
+      }
+      rec.verdict.state = rec.verdict.first_divergent.empty() ? oracles::State::pass : oracles::State::fail;
+      entry.add_case(std::move(rec));
+      session.update();
       std::printf("  case %d/%d  %s  tokens=%zu seed=%llu  mixes kappa<=%.2g fallback=%zu  %.1fs\n",
                   c.index + 1, opt.cases, describe(c.cfg).c_str(), c.tokens,
                   static_cast<unsigned long long>(c.seed), c.oracle.max_mixes_condition,
                   c.oracle.fallback_tokens, c.seconds);
       std::fflush(stdout);
+      return !session.stop();
     });
 
     // Per output, the worst over all cases.
@@ -115,7 +151,7 @@ Run add_selfcheck(CLI::App& app) {
         "requirement is evaluated again in 113-bit quad (fallback=, per case above).\n");
     const bool ok = res.accurate && res.enclosed;
     std::printf("selfcheck: %s\n", ok ? "PASS" : "FAIL");
-    return ok ? 0 : 1;
+    return session.finish(ok ? 0 : 1);
   };
 }
 

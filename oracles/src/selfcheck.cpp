@@ -55,7 +55,7 @@ StageCertificate certify(const std::string& name, const std::vector<double>& dbl
 }
 
 SelfcheckResult selfcheck(const SelfcheckOptions& opt,
-                          const std::function<void(const CaseCertificate&)>& on_case) {
+                          const std::function<bool(const CaseCertificate&)>& on_case) {
   SelfcheckResult res;
   res.mpfr_bits = num::set_mpfr_bits(opt.mpfr_bits);
   res.mpfi_bits = num::set_mpfi_bits(opt.mpfi_bits);
@@ -85,8 +85,9 @@ SelfcheckResult selfcheck(const SelfcheckOptions& opt,
       res.enclosed = res.enclosed && cc.stages.back().not_enclosed == 0;
     }
     cc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (on_case) on_case(cc);
+    const bool go_on = !on_case || on_case(cc);
     res.cases.push_back(std::move(cc));
+    if (!go_on) break;
   }
   return res;
 }

@@ -106,6 +106,12 @@ const std::vector<RuleInfo>& rules() {
   return all;
 }
 
+int ulp_bin(double ulp) {
+  if (!(ulp < 0x1p24)) return kUlpBins - 1;
+  if (ulp < 1) return 0;
+  return 1 + std::ilogb(ulp);
+}
+
 StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
                    std::size_t count, std::size_t per_token, double rel_floor) {
   StageVerdict s;
@@ -121,6 +127,8 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   }
   std::vector<double> ratios;
   ratios.reserve(count);
+  s.ulp_hist.assign(kUlpBins, 0);
+  const std::size_t sample_step = std::max<std::size_t>(1, count / kSamples);
   std::optional<Element> first_fail;
   bool all_zero = true;
   double diff2 = 0, want2 = 0;
@@ -150,14 +158,24 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
       diff2 += diff * diff;
       want2 += w.v * w.v;
     }
-    s.metrics.max_ulp = std::max(s.metrics.max_ulp, ulp_distance(g, float(w.v)));
+    const double ulp = ulp_distance(g, float(w.v));
+    s.metrics.max_ulp = std::max(s.metrics.max_ulp, ulp);
+    ++s.ulp_hist[std::size_t(ulp_bin(ulp))];
     if (st == State::fail) {
       ++s.failed;
       if (!first_fail) first_fail = el;
       if (std::isnan(diff)) ratio = el.ratio = std::numeric_limits<double>::infinity();
     }
     if (ratios.empty() || ratio > s.worst.ratio) s.worst = el;
+    if (i % sample_step == 0 && s.samples.size() < kSamples) s.samples.push_back(el);
     ratios.push_back(ratio);
+  }
+  const bool worst_kept = std::any_of(s.samples.begin(), s.samples.end(),
+                                      [&](const Element& e) { return e.index == s.worst.index; });
+  if (!ratios.empty() && !worst_kept) {
+    s.samples.push_back(s.worst);
+    std::sort(s.samples.begin(), s.samples.end(),
+              [](const Element& a, const Element& b) { return a.index < b.index; });
   }
   s.metrics.normwise = want2 > 0 ? std::sqrt(diff2 / want2) : (diff2 > 0 ? HUGE_VAL : 0.0);
   if (!ratios.empty()) {

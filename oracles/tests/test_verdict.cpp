@@ -158,3 +158,28 @@ TEST_CASE("verdict: compare names the first divergent stage in trace order", "[v
   CHECK(v.stages[2].state == State::fail);
   CHECK(v.stages[2].rule == "shape");
 }
+
+TEST_CASE("verdict: the ulp histogram bins by powers of two and counts every decided element",
+          "[verdict]") {
+  CHECK(oracles::ulp_bin(0) == 0);
+  CHECK(oracles::ulp_bin(1) == 1);     // [1, 2)
+  CHECK(oracles::ulp_bin(3) == 2);     // [2, 4)
+  CHECK(oracles::ulp_bin(4) == 3);     // [4, 8)
+  CHECK(oracles::ulp_bin(0x1p23) == 24);
+  CHECK(oracles::ulp_bin(0x1p24) == oracles::kUlpBins - 1);
+  CHECK(oracles::ulp_bin(HUGE_VAL) == oracles::kUlpBins - 1);
+  // want 1 with bound 1e-3: got values 0, 1, 2 and 5 ulp above 1.
+  std::vector<bnd::Bounded> want(4, bnd::Bounded{1.0, 1e-3});
+  const float one = 1.0f, u = 0x1p-23f;
+  const float got[4] = {one, one + u, one + 2 * u, one + 5 * u};
+  const auto s = oracles::judge("h", got, want.data(), 4, 1);
+  REQUIRE(s.ulp_hist.size() == std::size_t(oracles::kUlpBins));
+  CHECK(s.ulp_hist[0] == 1);
+  CHECK(s.ulp_hist[1] == 1);
+  CHECK(s.ulp_hist[2] == 1);
+  CHECK(s.ulp_hist[3] == 1);
+  // Samples: every element of so short a stage, in index order, the worst among them.
+  REQUIRE(s.samples.size() == 4);
+  CHECK(s.samples.back().index == 3);
+  CHECK(s.worst.index == 3);
+}

@@ -65,7 +65,8 @@ struct SelfcheckResult {
 StageCertificate certify(const std::string& stage, const std::vector<double>& dbl,
                          const std::vector<num::mpfr>& hp, const std::vector<num::mpfi>& iv);
 
+// on_case sees each case as it is certified and returns false to stop there.
 SelfcheckResult selfcheck(const SelfcheckOptions& opt,
-                          const std::function<void(const CaseCertificate&)>& on_case = {});
+                          const std::function<bool(const CaseCertificate&)>& on_case = {});
 
 }  // namespace mhc::oracles

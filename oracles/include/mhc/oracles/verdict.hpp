@@ -40,6 +40,13 @@ struct Metrics {
   double rel_floor = 0;
 };
 
+// Histogram of ulp distances: bin 0 holds ulp == 0, bin b in 1..24 holds [2^(b-1), 2^b), the
+// last bin 2^24 and beyond (NaN and Inf against a number included).
+constexpr int kUlpBins = 26;
+int ulp_bin(double ulp);
+// Elements kept per stage for plots of observed error against bound (evenly spaced, and the worst).
+constexpr std::size_t kSamples = 48;
+
 struct StageVerdict {
   std::string stage;
   State state = State::pass;
@@ -49,6 +56,8 @@ struct StageVerdict {
   Element worst;       // the largest observed/bound ratio (the first failing rule's element on fail)
   double ratio_max = 0, ratio_p99 = 0, ratio_p50 = 0;  // observed error / bound, decided elements
   Metrics metrics;
+  std::vector<std::uint64_t> ulp_hist;  // kUlpBins counts over the decided elements
+  std::vector<Element> samples;         // up to kSamples + 1 decided elements, in index order
 };
 
 struct Verdict {

@@ -1,0 +1,112 @@
+#include "session.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
+
+#include "mhc/impl/cuda.hpp"
+
+namespace mhc::cli {
+
+namespace {
+int g_argc = 0;
+const char* const* g_argv = nullptr;
+}  // namespace
+
+void set_command_line(int argc, const char* const* argv) {
+  g_argc = argc;
+  g_argv = argv;
+}
+
+void add_report_options(CLI::App& app, reports::Outputs& out) {
+  auto* g = app.add_option_group("Reports", "written as the run goes (atomically), complete at the end");
+  g->add_option("--json", out.json, "JSON report (schema mhc-report/1, reports/schema/)");
+  g->add_option("--md", out.md, "Markdown summary");
+  g->add_option("--html", out.html, "self-contained HTML page with plots");
+  g->add_option("--junit", out.junit, "JUnit XML for CI systems");
+}
+
+Session::Session(const reports::Outputs& out, unsigned threads) : writer_(out) {
+  report.meta = reports::make_meta(g_argc, g_argv);
+  report.meta.threads = threads;
+  if (impl::cuda_device_count() > 0) report.meta.device = impl::cuda_device_name();
+  reports::install_interrupt_handler();
+  writer_.write(report, true);  // an unwritable path fails now, not after the run
+}
+
+void Session::update() { writer_.write(report); }
+
+bool Session::stop() const { return reports::interrupted() != nullptr; }
+
+int Session::finish(int code) {
+  if (const char* sig = reports::interrupted()) {
+    report.interrupted = sig;
+    report.complete = false;
+    code = 128 + (report.interrupted == "SIGINT" ? SIGINT : SIGTERM);
+    std::fprintf(stderr, "mhc-verify: interrupted by %s: the report holds the finished cases\n", sig);
+  } else {
+    report.complete = true;
+  }
+  report.exit_code = code;
+  writer_.write(report, true);
+  return code;
+}
+
+Progress::Progress(std::string what, long total)
+    : what_(std::move(what)),
+      total_(total),
+      tty_(isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {}
+
+void Progress::step(long done, const std::string& status) {
+  const auto now = std::chrono::steady_clock::now();
+  const double t = std::chrono::duration<double>(now - start_).count();
+  const long tenth = total_ > 0 ? done * 10 / total_ : 0;
+  if (t < 2.0) return;  // short runs need no progress
+  if (tty_) {
+    if (now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+  } else if (tenth == last_tenth_ && now - last_ < std::chrono::seconds(30)) {
+    return;
+  }
+  last_ = now;
+  last_tenth_ = tenth;
+  const double eta = done > 0 && total_ > done ? t / double(done) * double(total_ - done) : 0;
+  char line[320];
+  std::snprintf(line, sizeof line, "%s: %ld/%ld, %.1f s%s%s%s", what_.c_str(), done, total_, t,
+                eta > 0 ? (", ~" + std::to_string(long(eta + 0.5)) + " s left").c_str() : "",
+                status.empty() ? "" : ", ", status.c_str());
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", line);
+    dirty_ = true;
+  } else {
+    std::fprintf(stderr, "%s\n", line);
+  }
+  std::fflush(stderr);
+}
+
+void Progress::done() {
+  if (tty_ && dirty_) std::fprintf(stderr, "\r\033[K");
+  dirty_ = false;
+}
+
+void print_stage_table(const reports::Entry& e) {
+  std::printf("\n%-16s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail",
+              "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp", "max rel", "worst");
+  for (const auto& a : e.stages) {
+    auto n = [&](const char* s) {
+      const auto it = a.states.find(s);
+      return it == a.states.end() ? 0 : it->second;
+    };
+    char worst[96];
+    std::snprintf(worst, sizeof worst, "case %zu token %zu elem %zu", a.worst_case, a.worst.token,
+                  a.worst.index);
+    std::printf("%-16s %5d %5d %6d %6d %11.3g %11.3g %11.3g %9.3g %11.3g  %s\n", a.stage.c_str(),
+                n("pass"), n("fail"), n("undecidable"), n("mistrusted"), a.ratio_max, a.ratio_p99,
+                a.ratio_median, a.max_ulp, a.max_rel, worst);
+  }
+  std::printf("\nratio: observed error / derived bound per element (pass needs <= 1); med: median\n"
+              "over cases of each case's median.\n");
+}
+
+}  // namespace mhc::cli

@@ -1,0 +1,125 @@
+// One report model for every subcommand: run metadata, then entries (a kernel x op x settings,
+// a fixture file, a self-test variant), each holding its cases' Verdicts and per-stage
+// aggregates. Rendered as JSON (schema mhc-report/1, reports/schema/), Markdown, a
+// self-contained HTML page and JUnit XML; written atomically (temp file + rename).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mhc/oracles/verdict.hpp"
+
+namespace mhc::reports {
+
+inline constexpr const char* kSchema = "mhc-report/1";
+
+struct Meta {
+  std::string tool = "mhc-verify", version, git_commit, command, subcommand;
+  std::string compiler, build_type, fp_flags, host, device;
+  unsigned threads = 0;  // as asked (0: one per core); results do not depend on it
+  // Timing: the only fields that differ between two runs of the same command.
+  std::string started, finished;
+  double wall_s = 0;
+};
+// Metadata of this build and machine, for the given command line.
+Meta make_meta(int argc, const char* const* argv);
+
+// The Sinkhorn of one token: max over rows and columns of |line sum - 1| after each step of the
+// double reference (softmax, column, row, column, ...), and the same residual of the kernel's comb.
+struct SinkhornCurve {
+  std::string label;  // "case 3 token 0"
+  std::vector<double> residual;
+  double kernel_residual = 0;
+};
+
+struct CaseRecord {
+  std::size_t index = 0;
+  std::uint64_t seed = 0;
+  std::string label;  // what the case is, when not a generated seed (a fixture file)
+  oracles::Verdict verdict;
+  std::string diagnosis, repro, saved;
+};
+
+// A stage over all cases of an entry.
+struct StageAggregate {
+  std::string stage;
+  std::map<std::string, int> states;  // state name -> cases
+  double ratio_max = 0, ratio_p99 = 0, ratio_median = 0, max_ulp = 0, max_rel = 0;
+  std::size_t worst_case = 0;
+  oracles::Element worst;
+  std::vector<std::uint64_t> ulp_hist;    // summed over cases
+  std::vector<oracles::Element> samples;  // for the error-against-bound plot
+  std::vector<double> case_medians;       // median ratio of each decided case
+};
+
+struct Entry {
+  std::string id;    // unique in the report, e.g. "check cpu-fused boundary fp32"
+  std::string kind;  // check, compare, mutant, variant, selfcheck, fuzz
+  std::string kernel, op, precision, error_model;
+  std::vector<std::pair<std::string, std::string>> settings;  // configuration, sizes
+  std::string expect = "pass";  // "fail": a wrong kernel that the harness must catch
+  std::vector<CaseRecord> cases;
+  std::vector<StageAggregate> stages;  // in the order first seen
+  std::vector<SinkhornCurve> sinkhorn;
+  std::vector<std::pair<std::string, std::string>> facts;  // results that are not verdicts
+  std::string problem;        // what is wrong beyond the verdicts (a wrong diagnosis); "" if none
+  bool keep_passing = true;   // false: a passing case keeps its state, not its stage details
+
+  // Records a case: its stages' samples and histograms move into the aggregates.
+  void add_case(CaseRecord c);
+  int count(oracles::State s) const;  // cases in that state
+  // True when the cases meet the expectation (expect pass: none failed; expect fail: one did)
+  // and there is no problem.
+  bool ok() const;
+};
+
+struct Report {
+  Meta meta;
+  std::vector<Entry> entries;
+  bool complete = false;     // false while running, and in a run that was interrupted
+  std::string interrupted;   // the signal's name when one stopped the run
+  int exit_code = 0;
+  Entry& entry(const std::string& id);  // finds or appends
+};
+
+std::string to_json(const Report& r);
+std::string to_markdown(const Report& r);
+std::string to_html(const Report& r);
+std::string to_junit(const Report& r);
+
+// Where reports go (empty: not written). Writes are atomic: a reader, a crash or a kill only
+// ever sees a complete earlier report or a complete later one.
+struct Outputs {
+  std::string json, md, html, junit;
+  bool any() const { return !(json.empty() && md.empty() && html.empty() && junit.empty()); }
+};
+
+class Writer {
+ public:
+  explicit Writer(Outputs out);
+  // Writes every requested format. Unless `final`, a write is skipped while the time since the
+  // previous one is less than 10 times what that one took (writing stays under ~10% of a run).
+  // Throws std::runtime_error naming the file on an I/O error.
+  void write(Report& r, bool final = false);
+
+ private:
+  Outputs out_;
+  std::chrono::steady_clock::time_point start_, last_;
+  std::chrono::duration<double> last_cost_{0};
+  bool written_ = false;
+};
+
+// Writes text to path atomically: a temp file beside it, flushed, then renamed over it.
+void write_atomic(const std::string& path, const std::string& text);
+
+// SIGINT and SIGTERM: the first sets a flag that long loops poll (so the run can write its
+// report of finished cases and exit); a second one ends the process at once.
+void install_interrupt_handler();
+const char* interrupted();  // nullptr, "SIGINT" or "SIGTERM"
+
+}  // namespace mhc::reports

@@ -1,0 +1,139 @@
+// JSON rendering of the report model: schema mhc-report/1 (reports/schema/mhc-report-1.json).
+// Keys in a fixed order and numbers in shortest round-trip form, so that two runs of the same
+// command give the same bytes apart from meta.started, meta.finished and meta.wall_s.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "mhc/reports/report.hpp"
+
+namespace mhc::reports {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// JSON has no Inf or NaN: they are written as the strings "inf", "-inf" and "nan".
+json num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+json element(const oracles::Element& e) {
+  return {{"index", e.index}, {"token", e.token}, {"got", num(e.got)}, {"want", num(e.want)},
+          {"bound", num(e.bound)}, {"ratio", num(e.ratio)}, {"rule", e.rule}};
+}
+
+json pairs(const std::vector<std::pair<std::string, std::string>>& kv) {
+  json o = json::object();
+  for (const auto& [k, v] : kv) o[k] = v;
+  return o;
+}
+
+json stage_verdict(const oracles::StageVerdict& s) {
+  return {{"stage", s.stage},
+          {"state", oracles::state_name(s.state)},
+          {"rule", s.rule},
+          {"reason", s.reason},
+          {"elements", s.elements},
+          {"failed", s.failed},
+          {"undecidable", s.undecidable},
+          {"ratio_max", num(s.ratio_max)},
+          {"ratio_p99", num(s.ratio_p99)},
+          {"ratio_p50", num(s.ratio_p50)},
+          {"max_abs", num(s.metrics.max_abs)},
+          {"max_rel", num(s.metrics.max_rel)},
+          {"rel_floor", num(s.metrics.rel_floor)},
+          {"max_ulp", num(s.metrics.max_ulp)},
+          {"normwise", num(s.metrics.normwise)},
+          {"worst", element(s.worst)}};
+}
+
+json aggregate(const StageAggregate& a) {
+  json samples = json::array();
+  for (const auto& e : a.samples)
+    samples.push_back({num(e.bound), num(std::fabs(e.got - e.want)), e.index, e.token});
+  json states = json::object();
+  for (const auto& [k, v] : a.states) states[k] = v;
+  json worst = element(a.worst);
+  worst["case"] = a.worst_case;
+  return {{"stage", a.stage},           {"states", states},
+          {"ratio_max", num(a.ratio_max)}, {"ratio_p99", num(a.ratio_p99)},
+          {"ratio_median", num(a.ratio_median)}, {"max_ulp", num(a.max_ulp)},
+          {"max_rel", num(a.max_rel)},    {"worst", worst},
+          {"ulp_hist", a.ulp_hist},       {"samples", samples}};
+}
+
+}  // namespace
+
+std::string to_json(const Report& r) {
+  const Meta& m = r.meta;
+  json out;
+  out["schema"] = kSchema;
+  out["meta"] = {{"tool", m.tool},         {"version", m.version},     {"git_commit", m.git_commit},
+                 {"command", m.command},   {"subcommand", m.subcommand}, {"compiler", m.compiler},
+                 {"build_type", m.build_type}, {"fp_flags", m.fp_flags}, {"host", m.host},
+                 {"device", m.device},     {"threads", m.threads},     {"started", m.started},
+                 {"finished", m.finished}, {"wall_s", num(m.wall_s)}};
+  out["complete"] = r.complete;
+  out["interrupted"] = r.interrupted.empty() ? json(nullptr) : json(r.interrupted);
+  out["exit_code"] = r.exit_code;
+  int ok = 0, cases = 0;
+  for (const auto& e : r.entries) {
+    ok += e.ok();
+    cases += int(e.cases.size());
+  }
+  out["summary"] = {{"entries", r.entries.size()},
+                    {"ok", ok},
+                    {"not_ok", int(r.entries.size()) - ok},
+                    {"cases", cases}};
+  json entries = json::array();
+  for (const auto& e : r.entries) {
+    json counts = json::object();
+    for (auto s : {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
+                   oracles::State::undecidable, oracles::State::skipped,
+                   oracles::State::not_compiled})
+      counts[oracles::state_name(s)] = e.count(s);
+    json stages = json::array();
+    for (const auto& a : e.stages) stages.push_back(aggregate(a));
+    json curves = json::array();
+    for (const auto& c : e.sinkhorn) {
+      json res = json::array();
+      for (double x : c.residual) res.push_back(num(x));
+      curves.push_back({{"label", c.label}, {"residual", res}, {"kernel_residual", num(c.kernel_residual)}});
+    }
+    json cs = json::array();
+    for (const auto& c : e.cases) {
+      json st = json::array();
+      for (const auto& s : c.verdict.stages) st.push_back(stage_verdict(s));
+      cs.push_back({{"index", c.index},
+                    {"seed", c.seed},
+                    {"label", c.label},
+                    {"state", oracles::state_name(c.verdict.state)},
+                    {"first_divergent", c.verdict.first_divergent},
+                    {"diagnosis", c.diagnosis},
+                    {"repro", c.repro},
+                    {"saved", c.saved},
+                    {"stages", st}});
+    }
+    entries.push_back({{"id", e.id},
+                       {"kind", e.kind},
+                       {"kernel", e.kernel},
+                       {"op", e.op},
+                       {"precision", e.precision},
+                       {"error_model", e.error_model},
+                       {"settings", pairs(e.settings)},
+                       {"expect", e.expect},
+                       {"ok", e.ok()},
+                       {"problem", e.problem},
+                       {"counts", counts},
+                       {"stages", stages},
+                       {"sinkhorn", curves},
+                       {"facts", pairs(e.facts)},
+                       {"cases", cs}});
+  }
+  out["entries"] = entries;
+  return out.dump(1) + "\n";
+}
+
+}  // namespace mhc::reports

@@ -1,0 +1,180 @@
+#include "mhc/reports/report.hpp"
+
+#include "build_info.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace mhc::reports {
+
+namespace {
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "unknown CPU";
+}
+
+}  // namespace
+
+Meta make_meta(int argc, const char* const* argv) {
+  Meta m;
+  m.version = MHC_VERSION;
+  m.git_commit = MHC_GIT_COMMIT;
+  m.compiler = MHC_COMPILER;
+  m.build_type = MHC_BUILD_TYPE;
+  m.fp_flags = MHC_FP_FLAGS;
+  m.host = cpu_model() + ", " + std::to_string(std::thread::hardware_concurrency()) + " threads";
+  m.device = "none";
+  for (int i = 0; i < argc; ++i) {
+    if (i) m.command += ' ';
+    m.command += argv[i];
+  }
+  if (argc > 1) m.subcommand = argv[1];
+  m.started = now_utc();
+  return m;
+}
+
+void Entry::add_case(CaseRecord c) {
+  for (auto& s : c.verdict.stages) {
+    auto it = std::find_if(stages.begin(), stages.end(),
+                           [&](const StageAggregate& a) { return a.stage == s.stage; });
+    const bool fresh = it == stages.end();
+    if (fresh) {
+      stages.push_back({});
+      it = stages.end() - 1;
+      it->stage = s.stage;
+      it->ulp_hist.assign(oracles::kUlpBins, 0);
+    }
+    StageAggregate& a = *it;
+    ++a.states[oracles::state_name(s.state)];
+    if (fresh || s.ratio_max > a.ratio_max) {
+      a.ratio_max = s.ratio_max;
+      a.worst = s.worst;
+      a.worst_case = c.index;
+    }
+    a.ratio_p99 = std::max(a.ratio_p99, s.ratio_p99);
+    a.max_ulp = std::max(a.max_ulp, s.metrics.max_ulp);
+    a.max_rel = std::max(a.max_rel, s.metrics.max_rel);
+    if (s.state == oracles::State::pass || s.state == oracles::State::fail) {
+      a.case_medians.push_back(s.ratio_p50);
+      std::vector<double> m = a.case_medians;
+      std::nth_element(m.begin(), m.begin() + std::ptrdiff_t(m.size() / 2), m.end());
+      a.ratio_median = m[m.size() / 2];
+    }
+    for (std::size_t b = 0; b < s.ulp_hist.size() && b < a.ulp_hist.size(); ++b)
+      a.ulp_hist[b] += s.ulp_hist[b];
+    // Keep the plot readable and the report small: the first cases' samples (an entry that keeps
+    // only failures in detail: the first case's and the failing ones'), and each worst element.
+    const bool sampled = keep_passing || cases.empty() || s.state != oracles::State::pass;
+    const std::size_t cap = (keep_passing ? 4 : 1) * oracles::kSamples;
+    for (const auto& e : s.samples)
+      if (sampled && (a.samples.size() < cap || e.index == s.worst.index)) a.samples.push_back(e);
+    s.samples.clear();
+    s.ulp_hist.clear();
+  }
+  if (!keep_passing && c.verdict.state == oracles::State::pass) c.verdict.stages.clear();
+  cases.push_back(std::move(c));
+}
+
+int Entry::count(oracles::State s) const {
+  return int(std::count_if(cases.begin(), cases.end(),
+                           [&](const CaseRecord& c) { return c.verdict.state == s; }));
+}
+
+bool Entry::ok() const {
+  const bool caught = count(oracles::State::fail) > 0;
+  return problem.empty() && (expect == "fail" ? caught : !caught);
+}
+
+Entry& Report::entry(const std::string& id) {
+  for (auto& e : entries)
+    if (e.id == id) return e;
+  entries.push_back({});
+  entries.back().id = id;
+  return entries.back();
+}
+
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write report " + path + ": cannot create " + tmp);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write report " + path + ": write failed (disk full?)");
+    }
+    done += std::size_t(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  if (::close(fd) != 0 || !synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write report " + path + ": rename from " + tmp + " failed");
+  }
+}
+
+Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_clock::now()) {}
+
+void Writer::write(Report& r, bool final) {
+  if (!out_.any()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!final && written_ && now - last_ < 10 * last_cost_) return;
+  r.meta.finished = now_utc();
+  r.meta.wall_s = std::chrono::duration<double>(now - start_).count();
+  if (!out_.json.empty()) write_atomic(out_.json, to_json(r));
+  if (!out_.md.empty()) write_atomic(out_.md, to_markdown(r));
+  if (!out_.html.empty()) write_atomic(out_.html, to_html(r));
+  if (!out_.junit.empty()) write_atomic(out_.junit, to_junit(r));
+  last_ = std::chrono::steady_clock::now();
+  last_cost_ = last_ - now;
+  written_ = true;
+}
+
+namespace {
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+  std::signal(sig, SIG_DFL);  // a second one ends the process
+}
+}  // namespace
+
+void install_interrupt_handler() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+
+const char* interrupted() {
+  switch (g_signal.load()) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    default: return nullptr;
+  }
+}
+
+}  // namespace mhc::reports
