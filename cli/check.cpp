@@ -53,89 +53,171 @@ std::vector<std::pair<std::string, std::string>> block_settings(const ref::Block
 
 }  // namespace
 
+CheckTally run_check(const CheckSpec& spec, Session& session) {
+  const impl::Backend* backend = impl::find_backend(spec.kernel);
+  const oracles::Op op = oracles::op_from_name(spec.op);
+  const ref::Config cfg = spec.cfg;
+  const oracles::ErrorModel model = oracles::error_model_from_name(spec.model);
+  const bool whole = op == oracles::Op::block || op == oracles::Op::stack;
+  reports::Entry& entry = session.report.entry(spec.id.empty() ? "check " + backend->name + " " +
+                                               spec.op + " " + spec.precision : spec.id);
+  entry.kind = spec.kind;
+  entry.kernel = backend->name;
+  entry.op = spec.op;
+  entry.precision = spec.precision;
+  entry.error_model = spec.model;
+  entry.settings = {{"n", std::to_string(cfg.n)},          {"d", std::to_string(cfg.d)},
+                    {"iters", std::to_string(cfg.iters)},  {"hc_eps", fmt(cfg.hc_eps)},
+                    {"norm_eps", fmt(cfg.norm_eps)},       {"tokens", std::to_string(spec.tokens)},
+                    {"cases", std::to_string(spec.cases)},  {"seed", std::to_string(spec.seed)}};
+  if (whole)
+    for (const auto& kv : block_settings(spec.block, spec.batch)) entry.settings.push_back(kv);
+  CheckTally tally;
+  int& failed_cases = tally.failed;
+  int& undecided_cases = tally.undecided;
+  int& done = tally.done;
+  Progress progress(entry.id, spec.cases);
+  for (int i = 0; i < spec.cases && !session.stop(); ++i) {
+    const std::uint64_t seed = spec.seed + std::uint64_t(i);
+    const auto c = whole ? oracles::generate_block_case(op, cfg, spec.block, spec.batch, spec.tokens,
+                                                        seed, spec.precision)
+                         : oracles::generate_case(op, cfg, spec.tokens, seed, spec.precision);
+    reports::CaseRecord rec;
+    rec.index = std::size_t(i);
+    rec.seed = seed;
+    oracles::Trace<float> got;
+    try {
+      auto judged = driver::run_and_judge(*backend, c, model, spec.threads);
+      rec.verdict = std::move(judged.verdict);
+      got = std::move(judged.got);
+    } catch (const impl::NotCompiled& e) {
+      throw std::runtime_error("kernel " + backend->name + " cannot run here: " + e.what());
+    }
+    const oracles::Verdict& v = rec.verdict;
+    if (v.state == oracles::State::fail) {
+      progress.done();
+      ++failed_cases;
+      for (const auto& s : v.stages)
+        if (s.stage == v.first_divergent)
+          std::printf("FAIL case %d (seed %llu): first divergent stage '%s': %s\n", i,
+                      static_cast<unsigned long long>(seed), s.stage.c_str(), s.reason.c_str());
+      if (spec.diagnose && !got.empty()) {
+        rec.diagnosis = oracles::describe_diagnosis(oracles::diagnose(c, got, spec.threads));
+        std::printf("DIAGNOSIS: %s\n", rec.diagnosis.c_str());
+      }
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "mhc-verify check --kernel %s --op %s --precision %s --error-model %s "
+                    "--seed %llu --cases 1 --tokens %zu %s%s",
+                    backend->name.c_str(), spec.op.c_str(), spec.precision.c_str(),
+                    spec.model.c_str(), static_cast<unsigned long long>(seed), spec.tokens,
+                    config_flags(cfg).c_str(), whole ? block_flags(spec.block, spec.batch).c_str() : "");
+      rec.repro = buf;
+      std::printf("REPRO: %s\n", buf);
+      if (!spec.save_dir.empty() && !got.empty()) {
+        std::string kernel = backend->name;
+        for (char& ch : kernel)
+          if (ch == ':' || ch == '/') ch = '_';
+        const std::string path = spec.save_dir + "/" + kernel + "_" + spec.op + "_seed" +
+                                 std::to_string(seed) + ".h5";
+        try {
+          std::filesystem::create_directories(spec.save_dir);
+          fixtures::write_fixture(path, c, got, rec.repro);
+          rec.saved = path;
+          std::printf("SAVED: %s\n", path.c_str());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n", path.c_str(), e.what());
+        }
+      }
+    } else if (v.state != oracles::State::pass) {
+      ++undecided_cases;
+    }
+    // The Sinkhorn of the first case, and of each failing one.
+    if ((i == 0 || v.state == oracles::State::fail) && entry.sinkhorn.size() < 4)
+      if (auto curve = reports::sinkhorn_curve(c, got)) {
+        curve->label = "case " + std::to_string(i) + " " + curve->label;
+        entry.sinkhorn.push_back(std::move(*curve));
+      }
+    entry.add_case(std::move(rec));
+    ++done;
+    std::fflush(stdout);
+    session.update();
+    progress.step(done, failed_cases ? std::to_string(failed_cases) + " failed" : "");
+  }
+  progress.done();
+  return tally;
+}
+
 Run add_check(CLI::App& app) {
   struct State {
-    std::string kernel = "cpu", op = "boundary", precision = "fp32";
-    int cases = 4;
-    std::uint64_t seed = 1;
-    std::size_t tokens = 16;
-    unsigned threads = 0;
+    CheckSpec spec;
     bool list_rules = false;
-    bool diagnose = true;
-    std::string model = "standard";
-    std::string save_dir = "mhc-failures";
-    ref::BlockConfig block;
-    std::size_t batch = 1;
     ConfigFlags cfg;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
   std::string kernels;
   for (const auto* b : impl::backends()) kernels += (kernels.empty() ? "" : ", ") + b->name;
-  app.add_option("--kernel", st->kernel,
+  app.add_option("--kernel", st->spec.kernel,
                  "kernel backend under test: " + kernels +
                      ", or a mutation self-test kernel variant:NAME / mutant:NAME (listed by "
                      "mhc-verify mutants --list)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& name) -> std::string {
-            return impl::find_backend(name) ? "" : "unknown kernel '" + name + "'";
-          },
-          "KERNEL"));
-  app.add_option("--op", st->op,
+      ->check(kernel_validator());
+  app.add_option("--op", st->spec.op,
                  "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, or "
                  "boundary (hc_post, then mixes, split and hc_pre of the new streams)")
       ->capture_default_str()
       ->check(CLI::IsMember(
           {"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary", "block", "stack"}));
-  app.add_option("--batch", st->batch, "block, stack: sequences per case (--tokens positions each)")
+  app.add_option("--batch", st->spec.batch, "block, stack: sequences per case (--tokens positions each)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
-  app.add_option("--layers", st->block.layers, "stack: Blocks in the stack")
+  app.add_option("--layers", st->spec.block.layers, "stack: Blocks in the stack")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  app.add_option("--heads", st->block.heads, "block, stack: attention heads")
+  app.add_option("--heads", st->spec.block.heads, "block, stack: attention heads")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  app.add_option("--head-dim", st->block.head_dim, "block, stack: head width")
+  app.add_option("--head-dim", st->spec.block.head_dim, "block, stack: head width")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--experts", st->block.experts, "block, stack: routed experts")
+  app.add_option("--experts", st->spec.block.experts, "block, stack: routed experts")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--top-k", st->block.top_k, "block, stack: experts chosen per token")
+  app.add_option("--top-k", st->spec.block.top_k, "block, stack: experts chosen per token")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--inter", st->block.inter, "block, stack: expert hidden width")
+  app.add_option("--inter", st->spec.block.inter, "block, stack: expert hidden width")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--route-scale", st->block.route_scale, "block, stack: routing weight scale")
+  app.add_option("--route-scale", st->spec.block.route_scale, "block, stack: routing weight scale")
       ->capture_default_str();
-  app.add_option("--cases", st->cases, "generated cases; case i uses seed S+i")
+  app.add_option("--cases", st->spec.cases, "generated cases; case i uses seed S+i")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--seed", st->seed, "seed S of the first case")->capture_default_str();
-  app.add_option("--tokens", st->tokens, "tokens per case")
+  app.add_option("--seed", st->spec.seed, "seed S of the first case")->capture_default_str();
+  app.add_option("--tokens", st->spec.tokens, "tokens per case")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
-  app.add_option("--precision", st->precision,
+  app.add_option("--precision", st->spec.precision,
                  "declared precision model of the kernel: fp32; tf32 (mixes projection on "
                  "tf32-rounded operands); bf16 (stream tensors stored as bf16)")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
-  app.add_option("--threads", st->threads, "threads for the oracle and the kernel (0: one per core)")
+  app.add_option("--threads", st->spec.threads, "threads for the oracle and the kernel (0: one per core)")
       ->capture_default_str();
-  app.add_option("--error-model", st->model,
+  app.add_option("--error-model", st->spec.model,
                  "bounds from: rigorous (every fp32 evaluation, every order), probabilistic "
                  "(Higham & Mary, lambda = 8), empirical (stochastic-rounding ensemble x 8), or "
                  "standard (per stage, the model chosen from measurements)")
       ->capture_default_str()
       ->check(CLI::IsMember({"rigorous", "probabilistic", "empirical", "standard"}));
-  app.add_option("--save-failures", st->save_dir,
+  app.add_option("--save-failures", st->spec.save_dir,
                  "directory where each failing case is saved as an mhc-fixture/1 file (a "
                  "regression test: mhc-verify compare FILE); empty: do not save")
       ->capture_default_str();
-  app.add_flag("!--no-diagnosis", st->diagnose,
+  app.add_flag("!--no-diagnosis", st->spec.diagnose,
                "do not look for the catalogued deviation that explains a failure");
   app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
   add_config_options(app, st->cfg);
@@ -153,105 +235,21 @@ Run add_check(CLI::App& app) {
         std::printf("%-13s %s\n", r.name.c_str(), r.justification.c_str());
       return 0;
     }
-    if (const auto why = ref::validate(st->cfg.cfg, st->block); !why.empty())
+    if (const auto why = ref::validate(st->cfg.cfg, st->spec.block); !why.empty())
       throw std::invalid_argument(why);
-    const impl::Backend* backend = impl::find_backend(st->kernel);
-    const oracles::Op op = oracles::op_from_name(st->op);
-    const ref::Config cfg = st->cfg.cfg;
-    const oracles::ErrorModel model = oracles::error_model_from_name(st->model);
-    std::printf("check: error model %s\n", st->model.c_str());
+    st->spec.cfg = st->cfg.cfg;
+    const ref::Config& cfg = st->spec.cfg;
+    std::printf("check: error model %s\n", st->spec.model.c_str());
     std::printf("check: kernel %s, op %s, precision %s, n=%d d=%d iters=%d hc_eps=%g norm_eps=%g,"
                 " %d cases x %zu tokens, seed %llu\n",
-                backend->name.c_str(), st->op.c_str(), st->precision.c_str(), cfg.n, cfg.d,
-                cfg.iters, cfg.hc_eps, cfg.norm_eps, st->cases, st->tokens,
-                static_cast<unsigned long long>(st->seed));
+                st->spec.kernel.c_str(), st->spec.op.c_str(), st->spec.precision.c_str(), cfg.n,
+                cfg.d, cfg.iters, cfg.hc_eps, cfg.norm_eps, st->spec.cases, st->spec.tokens,
+                static_cast<unsigned long long>(st->spec.seed));
     std::fflush(stdout);
-
-    Session session(st->out, st->threads);
-    const bool whole = op == oracles::Op::block || op == oracles::Op::stack;
-    reports::Entry& entry = session.report.entry("check " + backend->name + " " + st->op + " " +
-                                                 st->precision);
-    entry.kind = "check";
-    entry.kernel = backend->name;
-    entry.op = st->op;
-    entry.precision = st->precision;
-    entry.error_model = st->model;
-    entry.settings = {{"n", std::to_string(cfg.n)},          {"d", std::to_string(cfg.d)},
-                      {"iters", std::to_string(cfg.iters)},  {"hc_eps", fmt(cfg.hc_eps)},
-                      {"norm_eps", fmt(cfg.norm_eps)},       {"tokens", std::to_string(st->tokens)},
-                      {"cases", std::to_string(st->cases)},  {"seed", std::to_string(st->seed)}};
-    if (whole)
-      for (const auto& kv : block_settings(st->block, st->batch)) entry.settings.push_back(kv);
-    int failed_cases = 0, undecided_cases = 0, done = 0;
-    Progress progress("check " + backend->name + " " + st->op, st->cases);
-    for (int i = 0; i < st->cases && !session.stop(); ++i) {
-      const std::uint64_t seed = st->seed + std::uint64_t(i);
-      const auto c = whole ? oracles::generate_block_case(op, cfg, st->block, st->batch, st->tokens,
-                                                          seed, st->precision)
-                           : oracles::generate_case(op, cfg, st->tokens, seed, st->precision);
-      reports::CaseRecord rec;
-      rec.index = std::size_t(i);
-      rec.seed = seed;
-      oracles::Trace<float> got;
-      try {
-        auto judged = driver::run_and_judge(*backend, c, model, st->threads);
-        rec.verdict = std::move(judged.verdict);
-        got = std::move(judged.got);
-      } catch (const impl::NotCompiled& e) {
-        throw std::runtime_error("kernel " + backend->name + " cannot run here: " + e.what());
-      }
-      const oracles::Verdict& v = rec.verdict;
-      if (v.state == oracles::State::fail) {
-        progress.done();
-        ++failed_cases;
-        for (const auto& s : v.stages)
-          if (s.stage == v.first_divergent)
-            std::printf("FAIL case %d (seed %llu): first divergent stage '%s': %s\n", i,
-                        static_cast<unsigned long long>(seed), s.stage.c_str(), s.reason.c_str());
-        if (st->diagnose && !got.empty()) {
-          rec.diagnosis = oracles::describe_diagnosis(oracles::diagnose(c, got, st->threads));
-          std::printf("DIAGNOSIS: %s\n", rec.diagnosis.c_str());
-        }
-        char buf[512];
-        std::snprintf(buf, sizeof buf,
-                      "mhc-verify check --kernel %s --op %s --precision %s --error-model %s "
-                      "--seed %llu --cases 1 --tokens %zu %s%s",
-                      backend->name.c_str(), st->op.c_str(), st->precision.c_str(),
-                      st->model.c_str(), static_cast<unsigned long long>(seed), st->tokens,
-                      config_flags(cfg).c_str(), whole ? block_flags(st->block, st->batch).c_str() : "");
-        rec.repro = buf;
-        std::printf("REPRO: %s\n", buf);
-        if (!st->save_dir.empty() && !got.empty()) {
-          std::string kernel = backend->name;
-          for (char& ch : kernel)
-            if (ch == ':' || ch == '/') ch = '_';
-          const std::string path = st->save_dir + "/" + kernel + "_" + st->op + "_seed" +
-                                   std::to_string(seed) + ".h5";
-          try {
-            std::filesystem::create_directories(st->save_dir);
-            fixtures::write_fixture(path, c, got, rec.repro);
-            rec.saved = path;
-            std::printf("SAVED: %s\n", path.c_str());
-          } catch (const std::exception& e) {
-            std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n", path.c_str(), e.what());
-          }
-        }
-      } else if (v.state != oracles::State::pass) {
-        ++undecided_cases;
-      }
-      // The Sinkhorn of the first case, and of each failing one.
-      if ((i == 0 || v.state == oracles::State::fail) && entry.sinkhorn.size() < 4)
-        if (auto curve = reports::sinkhorn_curve(c, got)) {
-          curve->label = "case " + std::to_string(i) + " " + curve->label;
-          entry.sinkhorn.push_back(std::move(*curve));
-        }
-      entry.add_case(std::move(rec));
-      ++done;
-      std::fflush(stdout);
-      session.update();
-      progress.step(done, failed_cases ? std::to_string(failed_cases) + " failed" : "");
-    }
-    progress.done();
+    Session session(st->out, st->spec.threads);
+    const CheckTally tally = run_check(st->spec, session);
+    const int failed_cases = tally.failed, undecided_cases = tally.undecided, done = tally.done;
+    const reports::Entry& entry = session.report.entries.back();
     print_stage_table(entry);
     std::printf("check: %s (%d of %d cases failed%s)\n", failed_cases ? "FAIL" : "PASS",
                 failed_cases, done,

@@ -26,5 +26,6 @@ Run add_mutants(CLI::App& app);
 Run add_compare(CLI::App& app);
 Run add_capture(CLI::App& app);
 Run add_fuzz(CLI::App& app);
+Run add_gate(CLI::App& app);
 
 }  // namespace mhc::cli

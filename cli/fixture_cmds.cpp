@@ -123,7 +123,7 @@ Run add_capture(CLI::App& app) {
   auto st = std::make_shared<State>();
   app.add_option("--kernel", st->kernel, "kernel backend")
       ->capture_default_str()
-      ->check(CLI::Validator([](std::string& n) -> std::string { return impl::find_backend(n) ? "" : "unknown kernel '" + n + "'"; }, "KERNEL"));
+      ->check(kernel_validator());
   app.add_option("--op", st->op, "operation (as for check)")
       ->capture_default_str()
       ->check(CLI::IsMember({"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary", "block", "stack"}));

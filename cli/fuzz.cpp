@@ -159,7 +159,7 @@ Run add_fuzz(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--kernel", st->kernels, "fp32 kernels checked against the oracle (repeatable)")
       ->capture_default_str()
-      ->check(CLI::Validator([](std::string& n) -> std::string { return impl::find_backend(n) ? "" : "unknown kernel '" + n + "'"; }, "KERNEL"));
+      ->check(kernel_validator());
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")->capture_default_str();
   add_report_options(app, st->out);
   app.footer(

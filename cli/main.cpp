@@ -71,6 +71,12 @@ int main(int argc, char** argv) {
       "fuzz sinkhorn: search comb logits for the largest distance from doubly stochastic after\n"
       "K rounds, and for fp32 kernels outside their bounds (shardable).");
   runs[fuzz] = mhc::cli::add_fuzz(*fuzz);
+  auto* gate = app.add_subcommand(
+      "gate",
+      "The CI gate: run a configured suite (kernels x ops x settings), fail on any failed verdict\n"
+      "or on a stage whose error ratios regressed beyond the baseline's allowance; --update\n"
+      "records the baseline.");
+  runs[gate] = mhc::cli::add_gate(*gate);
 
   // CLI11 would call a stray word "extra"; name it for what it most likely is.
   if (argc > 1 && argv[1][0] != '-') {

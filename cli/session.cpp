@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "mhc/impl/cuda.hpp"
+#include "mhc/impl/kernels.hpp"
 
 namespace mhc::cli {
 
@@ -24,6 +25,18 @@ void add_report_options(CLI::App& app, reports::Outputs& out) {
   g->add_option("--md", out.md, "Markdown summary");
   g->add_option("--html", out.html, "self-contained HTML page with plots");
   g->add_option("--junit", out.junit, "JUnit XML for CI systems");
+}
+
+CLI::Validator kernel_validator() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        try {
+          return impl::find_backend(name) ? "" : "unknown kernel '" + name + "'";
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      "KERNEL");
 }
 
 Session::Session(const reports::Outputs& out, unsigned threads) : writer_(out) {

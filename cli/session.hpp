@@ -6,6 +6,8 @@
 #include <chrono>
 #include <string>
 
+#include "mhc/reference/block.hpp"
+#include "mhc/reference/config.hpp"
 #include "mhc/reports/report.hpp"
 
 namespace mhc::cli {
@@ -14,6 +16,10 @@ namespace mhc::cli {
 void set_command_line(int argc, const char* const* argv);
 
 void add_report_options(CLI::App& app, reports::Outputs& out);
+
+// Validates --kernel: a built-in backend, variant:NAME, mutant:NAME or plugin:PATH (loaded here,
+// so that a plug-in that cannot load is a bad-input error naming the file and the reason).
+CLI::Validator kernel_validator();
 
 class Session {
  public:
@@ -45,6 +51,29 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_;
   bool dirty_ = false;
 };
+
+// One kernel x op x configuration on generated cases (case i from seed + i), recorded as an
+// entry of the session's report; prints FAIL, DIAGNOSIS, REPRO and SAVED lines as it goes.
+struct CheckSpec {
+  std::string id;  // the entry's id; default "check KERNEL OP PRECISION"
+  std::string kind = "check";
+  std::string kernel = "cpu", op = "boundary", precision = "fp32", model = "standard";
+  ref::Config cfg = ref::v41();
+  ref::BlockConfig block;
+  std::size_t batch = 1, tokens = 16;
+  int cases = 4;
+  std::uint64_t seed = 1;
+  unsigned threads = 0;
+  bool diagnose = true;
+  std::string save_dir = "mhc-failures";
+};
+struct CheckTally {
+  int failed = 0, undecided = 0, done = 0;
+};
+CheckTally run_check(const CheckSpec& spec, Session& session);
+
+// The flags of `check` that reproduce a configuration.
+std::string config_flags(const ref::Config& c);
 
 // The concise per-stage table of an entry, printed at the end of a run.
 void print_stage_table(const reports::Entry& e);

@@ -21,6 +21,10 @@ Backend make(const char* name) {
 }  // namespace
 
 int cuda_device_count() { return 0; }
+void* cuda_alloc(std::size_t) { absent(); }
+void cuda_free(void*) noexcept {}
+void cuda_copy_to_device(void*, const void*, std::size_t) { absent(); }
+void cuda_copy_to_host(void*, const void*, std::size_t) { absent(); }
 std::string cuda_device_name() { return "built without CUDA"; }
 const Backend& cuda() {
   static const Backend b = make("cuda");

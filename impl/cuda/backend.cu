@@ -611,6 +611,21 @@ std::string cuda_device_name() {
   return p.name;
 }
 
+void* cuda_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (bytes) MHC_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+void cuda_free(void* p) noexcept {
+  if (p) cudaFree(p);
+}
+void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) MHC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) MHC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
 const Backend& cuda() {
   static const Backend b = make(false);
   return b;

@@ -21,6 +21,13 @@ struct CudaError : std::runtime_error {
 int cuda_device_count();
 std::string cuda_device_name();
 
+// Device memory of device 0 for plug-ins that take it (checked; CudaError on failure,
+// NotCompiled without CUDA). cuda_free(nullptr) does nothing.
+void* cuda_alloc(std::size_t bytes);
+void cuda_free(void* p) noexcept;
+void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes);
+void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes);
+
 const Backend& cuda();        // one kernel per piece; the boundary as four launches (baseline)
 const Backend& cuda_fused();  // the boundary in one pass over the streams
 

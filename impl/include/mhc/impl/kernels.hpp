@@ -117,7 +117,8 @@ struct NotCompiled : std::runtime_error {
 };
 
 // The backends of this build, and lookup by name (nullptr when unknown). The lookup also knows
-// the mutation self-test's kernels, "variant:NAME" and "mutant:NAME" (impl/variants.hpp).
+// the mutation self-test's kernels, "variant:NAME" and "mutant:NAME" (impl/variants.hpp), and
+// loads plug-ins, "plugin:PATH" (impl/plugin.hpp; throws PluginError when PATH cannot be loaded).
 const std::vector<const Backend*>& backends();      // the CPU ones: always usable
 const std::vector<const Backend*>& gpu_backends();  // cuda, cuda-fused: need a device
 const Backend* find_backend(const std::string& name);

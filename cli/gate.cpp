@@ -1,0 +1,339 @@
+// mhc-verify gate: a configured suite (kernels x ops x settings) against a stored baseline.
+// Fails on any failed verdict, and on a stage whose observed/bound ratios grew beyond the
+// allowance recorded in the baseline; --update records the current results deliberately.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "session.hpp"
+#include "mhc/impl/kernels.hpp"
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/ops.hpp"
+
+namespace mhc::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr const char* kBaselineSchema = "mhc-baseline/1";
+
+// The suite file: one setting per line, `key value...`, `#` comments. Lists multiply.
+struct Suite {
+  std::vector<std::string> kernels{"cpu", "cpu-fused"};
+  std::vector<std::string> ops{"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary"};
+  std::vector<std::string> precisions{"fp32"};
+  std::vector<double> hc_eps{1e-6};
+  ref::Config cfg = ref::v41();
+  int cases = 4;
+  std::size_t tokens = 4;
+  std::uint64_t seed = 1;
+  std::string model = "standard";
+  double allowance = 1.25, floor = 0.05;
+};
+
+[[noreturn]] void suite_error(const std::string& file, int line, const std::string& what) {
+  throw std::invalid_argument(file + ":" + std::to_string(line) + ": " + what);
+}
+
+Suite read_suite(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read suite " + path);
+  Suite s;
+  std::string text;
+  int line_no = 0;
+  while (std::getline(in, text)) {
+    ++line_no;
+    if (const auto hash = text.find('#'); hash != std::string::npos) text.resize(hash);
+    std::istringstream words(text);
+    std::string key;
+    if (!(words >> key)) continue;
+    std::vector<std::string> v;
+    for (std::string w; words >> w;) v.push_back(w);
+    if (v.empty()) suite_error(path, line_no, "'" + key + "' needs a value");
+    auto one = [&]() -> const std::string& {
+      if (v.size() != 1) suite_error(path, line_no, "'" + key + "' takes one value");
+      return v[0];
+    };
+    auto number = [&](const std::string& w) {
+      try {
+        std::size_t used = 0;
+        const double x = std::stod(w, &used);
+        if (used != w.size() || !std::isfinite(x)) throw std::invalid_argument(w);
+        return x;
+      } catch (const std::exception&) {
+        suite_error(path, line_no, "'" + key + "': '" + w + "' is not a number");
+      }
+    };
+    auto integer = [&](const std::string& w, double lo, double hi) {
+      const double x = number(w);
+      if (x != std::floor(x) || x < lo || x > hi)
+        suite_error(path, line_no, "'" + key + "': " + w + " is not an integer in [" +
+                                       std::to_string(long(lo)) + ", " + std::to_string(long(hi)) + "]");
+      return x;
+    };
+    if (key == "kernels") {
+      s.kernels = v;
+    } else if (key == "ops") {
+      for (const auto& o : v) {
+        const auto& ok = oracles::all_ops();
+        if (std::none_of(ok.begin(), ok.end(), [&](oracles::Op x) { return oracles::op_name(x) == o; }))
+          suite_error(path, line_no, "op '" + o + "' (split_sinkhorn, mixes, pre, post, rmsnorm, boundary)");
+      }
+      s.ops = v;
+    } else if (key == "precisions") {
+      for (const auto& p : v)
+        if (p != "fp32" && p != "tf32" && p != "bf16")
+          suite_error(path, line_no, "precision '" + p + "' (fp32, tf32 or bf16)");
+      s.precisions = v;
+    } else if (key == "hc-eps") {
+      s.hc_eps.clear();
+      for (const auto& w : v) s.hc_eps.push_back(number(w));
+    } else if (key == "cases") {
+      s.cases = int(integer(one(), 1, 1e6));
+    } else if (key == "tokens") {
+      s.tokens = std::size_t(integer(one(), 1, 1 << 20));
+    } else if (key == "seed") {
+      s.seed = std::uint64_t(integer(one(), 0, 9007199254740992.0));
+    } else if (key == "n") {
+      s.cfg.n = int(integer(one(), 1, 64));
+    } else if (key == "dim") {
+      s.cfg.d = int(integer(one(), 1, 1 << 20));
+    } else if (key == "iters") {
+      s.cfg.iters = int(integer(one(), 1, 100000));
+    } else if (key == "norm-eps") {
+      s.cfg.norm_eps = number(one());
+    } else if (key == "error-model") {
+      s.model = one();
+      oracles::error_model_from_name(s.model);
+    } else if (key == "allowance") {
+      s.allowance = number(one());
+      if (s.allowance < 1) suite_error(path, line_no, "allowance must be >= 1");
+    } else if (key == "floor") {
+      s.floor = number(one());
+      if (s.floor < 0) suite_error(path, line_no, "floor must be >= 0");
+    } else {
+      suite_error(path, line_no,
+                  "unknown key '" + key + "' (kernels, ops, precisions, hc-eps, cases, tokens, "
+                  "seed, n, dim, iters, norm-eps, error-model, allowance, floor)");
+    }
+  }
+  for (double e : s.hc_eps) {
+    ref::Config c = s.cfg;
+    c.hc_eps = e;
+    if (const auto why = ref::validate(c); !why.empty()) throw std::invalid_argument(path + ": " + why);
+  }
+  return s;
+}
+
+std::string g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+json num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+double from_num(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  const std::string s = j.get<std::string>();
+  return s == "inf" ? HUGE_VAL : s == "-inf" ? -HUGE_VAL : std::nan("");
+}
+
+json baseline_of(const reports::Report& r, const Suite& s, const std::string& suite_path) {
+  json out;
+  out["schema"] = kBaselineSchema;
+  out["suite"] = suite_path;
+  out["allowance"] = s.allowance;
+  out["floor"] = s.floor;
+  out["git_commit"] = r.meta.git_commit;
+  json entries = json::object();
+  for (const auto& e : r.entries) {
+    json stages = json::object();
+    for (const auto& a : e.stages) {
+      json states = json::object();
+      for (const auto& [k, v] : a.states) states[k] = v;
+      stages[a.stage] = {{"states", states}, {"ratio_max", num(a.ratio_max)},
+                         {"ratio_p99", num(a.ratio_p99)}};
+    }
+    entries[e.id] = {{"cases", e.cases.size()}, {"stages", stages}};
+  }
+  out["entries"] = entries;
+  return out;
+}
+
+// The check command that reproduces case `index` of an entry.
+std::string repro(const CheckSpec& spec, std::size_t index) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "mhc-verify check --kernel %s --op %s --precision %s --error-model %s --seed %llu "
+                "--cases 1 --tokens %zu %s",
+                spec.kernel.c_str(), spec.op.c_str(), spec.precision.c_str(), spec.model.c_str(),
+                static_cast<unsigned long long>(spec.seed + index), spec.tokens,
+                config_flags(spec.cfg).c_str());
+  return buf;
+}
+
+}  // namespace
+
+Run add_gate(CLI::App& app) {
+  struct State {
+    std::string suite, baseline;
+    std::vector<std::string> kernels;
+    bool update = false;
+    unsigned threads = 0;
+    reports::Outputs out;
+  };
+  auto st = std::make_shared<State>();
+  app.add_option("--suite", st->suite, "the suite file (see below; e.g. gate/default.suite)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--baseline", st->baseline, "the stored baseline (JSON, mhc-baseline/1)")->required();
+  app.add_flag("--update", st->update,
+               "record the current results as the baseline (refused while a verdict fails)");
+  app.add_option("--kernel", st->kernels,
+                 "run the suite on these kernels instead of its own (repeatable; e.g. "
+                 "plugin:build/libmykernels.so)")
+      ->check(kernel_validator());
+  app.add_option("--threads", st->threads, "threads (0: one per core)")->capture_default_str();
+  add_report_options(app, st->out);
+  app.footer(
+      "The suite file holds one setting per line (# starts a comment); lists multiply:\n"
+      "  kernels cpu cpu-fused          ops split_sinkhorn boundary    precisions fp32 bf16\n"
+      "  hc-eps 1e-6 1e-2               cases 4    tokens 4    seed 1   n 4   dim 5120\n"
+      "  iters 20   norm-eps 1e-20      error-model standard\n"
+      "  allowance 1.25   floor 0.05    (a stage regresses when its max or p99 ratio exceeds\n"
+      "                                  both allowance x baseline and baseline + floor)\n"
+      "Exit 0: every verdict passes and nothing regressed; 1: a verdict failed, a stage\n"
+      "regressed, or an entry has no baseline (run --update to record it); 2: bad input.");
+
+  return [st]() -> int {
+    const Suite suite = read_suite(st->suite);
+    const std::vector<std::string> kernels = st->kernels.empty() ? suite.kernels : st->kernels;
+    for (const auto& k : kernels)
+      if (!impl::find_backend(k)) throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
+    json base;
+    if (!st->update) {
+      std::ifstream in(st->baseline);
+      if (!in) throw std::invalid_argument("cannot read baseline " + st->baseline + " (create it with --update)");
+      try {
+        base = json::parse(in);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(st->baseline + ": not JSON: " + e.what());
+      }
+      if (!base.is_object() || base.value("schema", "") != kBaselineSchema || !base.contains("entries"))
+        throw std::invalid_argument(st->baseline + ": not an " + std::string(kBaselineSchema) + " baseline");
+    }
+    Session session(st->out, st->threads);
+    std::vector<CheckSpec> specs;
+    for (const auto& k : kernels)
+      for (const auto& op : suite.ops)
+        for (const auto& p : suite.precisions)
+          for (double e : suite.hc_eps) {
+            CheckSpec c;
+            c.kernel = k;
+            c.op = op;
+            c.precision = p;
+            c.model = suite.model;
+            c.cfg = suite.cfg;
+            c.cfg.hc_eps = e;
+            c.tokens = suite.tokens;
+            c.cases = suite.cases;
+            c.seed = suite.seed;
+            c.threads = st->threads;
+            c.save_dir = "";
+            c.kind = "gate";
+            c.id = "gate " + k + " " + op + " " + p + " hc_eps=" + g(e);
+            specs.push_back(c);
+          }
+    std::printf("gate: %zu runs (%zu kernels x %zu ops x %zu precisions x %zu hc_eps), %d cases each\n",
+                specs.size(), kernels.size(), suite.ops.size(), suite.precisions.size(),
+                suite.hc_eps.size(), suite.cases);
+    int failed = 0;
+    for (const auto& spec : specs) {
+      if (session.stop()) break;
+      failed += run_check(spec, session).failed;
+    }
+    if (session.stop()) return session.finish(1);
+
+    // Regressions against the baseline.
+    std::vector<std::string> problems;
+    const double allowance = st->update ? suite.allowance : base.value("allowance", suite.allowance);
+    const double floor = st->update ? suite.floor : base.value("floor", suite.floor);
+    if (!st->update) {
+      const json& be = base["entries"];
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        reports::Entry& e = session.report.entry(specs[i].id);
+        if (!be.contains(e.id)) {
+          e.problem = "not in the baseline " + st->baseline + " (run with --update to record it)";
+          problems.push_back("NEW " + e.id + ": " + e.problem);
+          continue;
+        }
+        const json& bs = be[e.id]["stages"];
+        for (const auto& a : e.stages) {
+          if (!bs.contains(a.stage)) continue;
+          for (const char* stat : {"ratio_max", "ratio_p99"}) {
+            const double was = from_num(bs[a.stage][stat]);
+            const double now = std::string(stat) == "ratio_max" ? a.ratio_max : a.ratio_p99;
+            if (!(now > allowance * was && now > was + floor)) continue;
+            std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + stat + " " + g(was) +
+                               " -> " + g(now) + " (allowance " + g(allowance) + "x, floor " + g(floor) + ")";
+            e.problem = line.substr(10);
+            problems.push_back(line + "\n  REPRO: " + repro(specs[i], a.worst_case));
+          }
+          // A stage that was decided everywhere and is not any more.
+          const auto was_states = bs[a.stage]["states"];
+          const int was_pass = was_states.value("pass", 0);
+          const auto it = a.states.find("pass");
+          const int now_pass = it == a.states.end() ? 0 : it->second;
+          if (was_pass == int(e.cases.size()) && now_pass < was_pass) {
+            std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + std::to_string(now_pass) +
+                               " of " + std::to_string(e.cases.size()) + " cases pass, baseline " +
+                               std::to_string(was_pass);
+            e.problem = line.substr(10);
+            problems.push_back(line);
+          }
+        }
+      }
+    }
+    std::printf("\n%-52s %6s %5s %10s  %s\n", "entry", "cases", "fail", "max ratio", "vs baseline");
+    for (const auto& e : session.report.entries) {
+      double worst = 0;
+      for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
+      std::printf("%-52s %6zu %5d %10.3g  %s\n", e.id.c_str(), e.cases.size(),
+                  e.count(oracles::State::fail), worst,
+                  st->update ? "recorded" : e.problem.empty() ? "ok" : "REGRESSED");
+    }
+    for (const auto& p : problems) std::printf("%s\n", p.c_str());
+    if (st->update) {
+      if (failed) {
+        std::printf("gate: FAIL (%d cases failed; the baseline is not updated with failing verdicts)\n", failed);
+        return session.finish(1);
+      }
+      Suite recorded = suite;
+      recorded.allowance = allowance;
+      recorded.floor = floor;
+      reports::write_atomic(st->baseline, baseline_of(session.report, recorded, st->suite).dump(1) + "\n");
+      std::printf("gate: baseline %s recorded (%zu entries)\n", st->baseline.c_str(),
+                  session.report.entries.size());
+      return session.finish(0);
+    }
+    const bool ok = failed == 0 && problems.empty();
+    std::printf("gate: %s (%d cases failed, %zu regressions or new entries)\n", ok ? "PASS" : "FAIL",
+                failed, problems.size());
+    return session.finish(ok ? 0 : 1);
+  };
+}
+
+}  // namespace mhc::cli

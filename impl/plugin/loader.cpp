@@ -1,0 +1,193 @@
+// The dlopen loader of plug-ins (mhc_plugin.h): a plug-in's table wrapped as a Backend.
+#include "mhc/impl/plugin.hpp"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "mhc/impl/cuda.hpp"
+#include "mhc/plugin/mhc_plugin.h"
+
+namespace mhc::impl {
+
+namespace {
+
+mhc_config to_c(const KernelConfig& k, std::size_t T) {
+  mhc_config c{};
+  c.n = k.n;
+  c.d = k.d;
+  c.iters = k.iters;
+  c.hc_eps = k.hc_eps;
+  c.norm_eps = k.norm_eps;
+  c.tf32 = k.arith == Arith::tf32 ? 1 : 0;
+  c.bf16_streams = k.bf16_streams ? 1 : 0;
+  c.tokens = T;
+  return c;
+}
+
+// Buffers as the plug-in wants them: host pointers as they are, or device copies (inputs copied
+// in, outputs copied in too, so that the poison reaches the device, and copied back after).
+class Memory {
+ public:
+  explicit Memory(bool device) : device_(device) {}
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  ~Memory() {
+    for (auto& b : bufs_) cuda_free(b.dev);
+  }
+  const float* in(const float* host, std::size_t count) { return place(const_cast<float*>(host), count, false); }
+  float* out(float* host, std::size_t count) { return place(host, count, true); }
+  void finish() {
+    for (auto& b : bufs_)
+      if (b.output) cuda_copy_to_host(b.host, b.dev, b.bytes);
+  }
+
+ private:
+  struct Buf {
+    float* host;
+    void* dev;
+    std::size_t bytes;
+    bool output;
+  };
+  float* place(float* host, std::size_t count, bool output) {
+    if (!device_) return host;
+    const std::size_t bytes = count * sizeof(float);
+    void* dev = cuda_alloc(bytes);
+    bufs_.push_back({host, dev, bytes, output});
+    cuda_copy_to_device(dev, host, bytes);
+    return static_cast<float*>(dev);
+  }
+  bool device_;
+  std::vector<Buf> bufs_;
+};
+
+struct Loaded {
+  void* handle = nullptr;
+  const mhc_plugin* table = nullptr;
+  Backend backend;
+};
+
+void check(const std::string& who, int rc, const char* err) {
+  if (rc != 0)
+    throw PluginError(who + " returned " + std::to_string(rc) + ": " +
+                      (err[0] ? std::string(err) : std::string("(no message)")));
+}
+
+template <class F>
+void call(const Loaded& p, const char* op, bool present, F&& body) {
+  if (!present) throw NotCompiled("plug-in " + p.backend.name + " has no " + op + " entry point");
+  char err[512] = {0};
+  Memory mem(p.table->memory == MHC_MEMORY_DEVICE);
+  const int rc = body(mem, err, sizeof err);
+  err[sizeof err - 1] = 0;
+  check("plug-in " + p.backend.name + " " + op, rc, err);
+  mem.finish();
+}
+
+Backend wrap(const Loaded& L) {
+  const Loaded* p = &L;
+  const mhc_plugin* t = L.table;
+  Backend b;
+  b.name = L.backend.name;
+  b.description = L.backend.description;
+  b.mixes = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn, float* out) {
+    const std::size_t nd = std::size_t(k.n) * std::size_t(k.d), M = std::size_t(k.mix());
+    call(*p, "mixes", t->mixes, [&](Memory& m, char* err, std::size_t n) {
+      const mhc_config c = to_c(k, T);
+      return t->mixes(&c, m.in(x, T * nd), m.in(hc_fn, M * nd), m.out(out, T * M), err, n);
+    });
+  };
+  b.split_sinkhorn = [p, t](const KernelConfig& k, std::size_t T, const float* mixes,
+                            const float* scale, const float* base, float* pre, float* post, float* comb) {
+    const std::size_t n_ = std::size_t(k.n), M = std::size_t(k.mix());
+    call(*p, "split_sinkhorn", t->split_sinkhorn, [&](Memory& m, char* err, std::size_t n) {
+      const mhc_config c = to_c(k, T);
+      return t->split_sinkhorn(&c, m.in(mixes, T * M), m.in(scale, 3), m.in(base, M),
+                               m.out(pre, T * n_), m.out(post, T * n_), m.out(comb, T * n_ * n_), err, n);
+    });
+  };
+  b.hc_pre = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix, float* y) {
+    const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
+    call(*p, "hc_pre", t->hc_pre, [&](Memory& m, char* err, std::size_t n) {
+      const mhc_config c = to_c(k, T);
+      return t->hc_pre(&c, m.in(x, T * n_ * d), m.in(pre_mix, T * n_), m.out(y, T * d), err, n);
+    });
+  };
+  b.hc_post = [p, t](const KernelConfig& k, std::size_t T, const float* f, const float* residual,
+                     const float* post, const float* comb, float* y) {
+    const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
+    call(*p, "hc_post", t->hc_post, [&](Memory& m, char* err, std::size_t n) {
+      const mhc_config c = to_c(k, T);
+      return t->hc_post(&c, m.in(f, T * d), m.in(residual, T * n_ * d), m.in(post, T * n_),
+                        m.in(comb, T * n_ * n_), m.out(y, T * n_ * d), err, n);
+    });
+  };
+  b.rmsnorm = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* w, float* y) {
+    const std::size_t d = std::size_t(k.d);
+    call(*p, "rmsnorm", t->rmsnorm, [&](Memory& m, char* err, std::size_t n) {
+      const mhc_config c = to_c(k, T);
+      return t->rmsnorm(&c, m.in(x, T * d), m.in(w, d), m.out(y, T * d), err, n);
+    });
+  };
+  b.boundary = [p, t](const KernelConfig& k, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
+    const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d), M = std::size_t(k.mix());
+    call(*p, "boundary", t->boundary, [&](Memory& m, char* err, std::size_t n) {
+      const mhc_config c = to_c(k, T);
+      const mhc_boundary_in ci{m.in(in.f, T * d),        m.in(in.residual, T * n_ * d),
+                               m.in(in.post, T * n_),    m.in(in.comb, T * n_ * n_),
+                               m.in(in.pre_mix, T * n_), m.in(in.hc_fn, M * n_ * d),
+                               m.in(in.hc_scale, 3),     m.in(in.hc_base, M)};
+      const mhc_boundary_out co{m.out(out.x, T * n_ * d), m.out(out.y, T * d),
+                                m.out(out.mixes, T * M),  m.out(out.pre, T * n_),
+                                m.out(out.post, T * n_),  m.out(out.comb, T * n_ * n_)};
+      return t->boundary(&c, &ci, &co, err, n);
+    });
+  };
+  return b;
+}
+
+}  // namespace
+
+const Backend& load_plugin(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Loaded>> loaded;  // never unloaded: tables live on
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded.find(path); it != loaded.end()) return it->second->backend;
+  // A bare file name would make dlopen search the library path; the user means this file.
+  const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
+  void* h = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw PluginError("cannot load plug-in " + path + ": " + dlerror());
+  using Entry = const mhc_plugin* (*)();
+  auto entry = reinterpret_cast<Entry>(dlsym(h, "mhc_plugin_v1"));
+  if (!entry) {
+    dlclose(h);
+    throw PluginError("plug-in " + path + " exports no mhc_plugin_v1 (see impl/plugin/include/mhc/plugin/mhc_plugin.h)");
+  }
+  const mhc_plugin* t = entry();
+  auto bad = [&](const std::string& why) {
+    dlclose(h);
+    return PluginError("plug-in " + path + ": " + why);
+  };
+  if (!t) throw bad("mhc_plugin_v1 returned NULL");
+  if (t->abi_version != MHC_PLUGIN_ABI_VERSION)
+    throw bad("ABI version " + std::to_string(t->abi_version) + ", this harness speaks version " +
+              std::to_string(MHC_PLUGIN_ABI_VERSION));
+  if (t->memory != MHC_MEMORY_HOST && t->memory != MHC_MEMORY_DEVICE)
+    throw bad("memory must be MHC_MEMORY_HOST or MHC_MEMORY_DEVICE");
+  if (t->memory == MHC_MEMORY_DEVICE && cuda_device_count() == 0)
+    throw bad("it takes device memory and there is no CUDA device here");
+  auto L = std::make_unique<Loaded>();
+  L->handle = h;
+  L->table = t;
+  L->backend.name = "plugin:" + path;
+  L->backend.description = std::string(t->name ? t->name : "?") + ": " +
+                           (t->description ? t->description : "");
+  L->backend = wrap(*L);
+  L->backend.name = "plugin:" + path;
+  return (loaded[path] = std::move(L))->backend;
+}
+
+}  // namespace mhc::impl
