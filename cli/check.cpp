@@ -13,6 +13,7 @@
 #include "session.hpp"
 #include "mhc/reports/curves.hpp"
 #include "mhc/fixtures/fixture.hpp"
+#include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
@@ -151,7 +152,7 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
 Run add_check(CLI::App& app) {
   struct State {
     CheckSpec spec;
-    bool list_rules = false;
+    bool list_rules = false, list_kernels = false;
     ConfigFlags cfg;
     reports::Outputs out;
   };
@@ -219,6 +220,9 @@ Run add_check(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("!--no-diagnosis", st->spec.diagnose,
                "do not look for the catalogued deviation that explains a failure");
+  app.add_flag("--list-kernels", st->list_kernels,
+               "print the kernels that can run on this machine (CPU ones; CUDA ones when a device "
+               "is present) and exit");
   app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
   add_config_options(app, st->cfg);
   add_report_options(app, st->out);
@@ -230,6 +234,12 @@ Run add_check(CLI::App& app) {
       "REPRO line per failing case. Exit 0: all pass; 1: a case failed; 2: bad input.");
 
   return [st]() -> int {
+    if (st->list_kernels) {
+      for (const auto* b : impl::backends()) std::printf("%s\n", b->name.c_str());
+      if (impl::cuda_device_count() > 0)
+        for (const auto* b : impl::gpu_backends()) std::printf("%s\n", b->name.c_str());
+      return 0;
+    }
     if (st->list_rules) {
       for (const auto& r : oracles::rules())
         std::printf("%-13s %s\n", r.name.c_str(), r.justification.c_str());

@@ -27,5 +27,6 @@ Run add_compare(CLI::App& app);
 Run add_capture(CLI::App& app);
 Run add_fuzz(CLI::App& app);
 Run add_gate(CLI::App& app);
+Run add_merge(CLI::App& app);
 
 }  // namespace mhc::cli

@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
       "or on a stage whose error ratios regressed beyond the baseline's allowance; --update\n"
       "records the baseline.");
   runs[gate] = mhc::cli::add_gate(*gate);
+  auto* merge = app.add_subcommand(
+      "merge", "Merge JSON reports (runs, shards, CI jobs) into one report, with a summary last.");
+  runs[merge] = mhc::cli::add_merge(*merge);
 
   // CLI11 would call a stray word "extra"; name it for what it most likely is.
   if (argc > 1 && argv[1][0] != '-') {

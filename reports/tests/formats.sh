@@ -42,4 +42,13 @@ assert c[0]["first_divergent"] == "comb", c[0]["first_divergent"]
 assert e["sinkhorn"] and len(e["sinkhorn"][0]["residual"]) == 2 * 20, "sinkhorn curve"
 print("ok check_fail contents")
 PY
+# merge: the parts as one report; a part read back and written again keeps its entries exactly.
+run merged 1 plots merge "$d/check.json" "$d/check_fail.json" "$d/compare.json" "$d/mutants.json"
+"$bin" merge "$d/check.json" --json "$d/again.json" > /dev/null || fail=1
+/usr/bin/python3 - "$d/check.json" "$d/again.json" <<'PY' || fail=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["entries"] == b["entries"], "entries changed in the round trip"
+print("ok merge round trip")
+PY
 exit $fail

@@ -88,6 +88,9 @@ struct Report {
 };
 
 std::string to_json(const Report& r);
+// Reads a report written by to_json (throws std::invalid_argument naming the file and what is
+// wrong). Aggregates come back as written; samples keep |got - want| and the bound.
+Report read_report(const std::string& path);
 std::string to_markdown(const Report& r);
 std::string to_html(const Report& r);
 std::string to_junit(const Report& r);

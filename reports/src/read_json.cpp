@@ -1,0 +1,163 @@
+// Reading mhc-report/1 back into the model, for `mhc-verify merge`.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mhc/reports/report.hpp"
+
+namespace mhc::reports {
+
+namespace {
+
+using json = nlohmann::json;
+
+double num(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  const std::string s = j.get<std::string>();
+  if (s == "inf") return HUGE_VAL;
+  if (s == "-inf") return -HUGE_VAL;
+  return std::nan("");
+}
+
+oracles::State state(const std::string& s) {
+  for (auto st : {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
+                  oracles::State::undecidable, oracles::State::skipped, oracles::State::not_compiled})
+    if (oracles::state_name(st) == s) return st;
+  throw std::invalid_argument("unknown state '" + s + "'");
+}
+
+oracles::Element element(const json& j) {
+  oracles::Element e;
+  e.index = j.at("index").get<std::size_t>();
+  e.token = j.at("token").get<std::size_t>();
+  e.got = num(j.at("got"));
+  e.want = num(j.at("want"));
+  e.bound = num(j.at("bound"));
+  e.ratio = num(j.at("ratio"));
+  e.rule = j.at("rule").get<std::string>();
+  return e;
+}
+
+std::vector<std::pair<std::string, std::string>> pairs(const json& j) {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (auto it = j.begin(); it != j.end(); ++it) v.emplace_back(it.key(), it.value().get<std::string>());
+  return v;
+}
+
+}  // namespace
+
+Report read_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read report " + path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(path + ": not JSON: " + e.what());
+  }
+  if (!j.is_object() || j.value("schema", "") != kSchema)
+    throw std::invalid_argument(path + ": not an " + std::string(kSchema) + " report (no \"schema\": \"" +
+                                kSchema + "\")");
+  try {
+    Report r;
+    const json& m = j.at("meta");
+    r.meta.version = m.at("version");
+    r.meta.git_commit = m.at("git_commit");
+    r.meta.command = m.at("command");
+    r.meta.subcommand = m.at("subcommand");
+    r.meta.compiler = m.at("compiler");
+    r.meta.build_type = m.at("build_type");
+    r.meta.fp_flags = m.at("fp_flags");
+    r.meta.host = m.at("host");
+    r.meta.device = m.at("device");
+    r.meta.threads = m.at("threads");
+    r.meta.started = m.at("started");
+    r.meta.finished = m.at("finished");
+    r.meta.wall_s = num(m.at("wall_s"));
+    r.complete = j.at("complete");
+    r.interrupted = j.at("interrupted").is_null() ? "" : j.at("interrupted").get<std::string>();
+    r.exit_code = j.at("exit_code");
+    for (const json& je : j.at("entries")) {
+      Entry e;
+      e.id = je.at("id");
+      e.kind = je.at("kind");
+      e.kernel = je.at("kernel");
+      e.op = je.at("op");
+      e.precision = je.at("precision");
+      e.error_model = je.at("error_model");
+      e.settings = pairs(je.at("settings"));
+      e.expect = je.at("expect");
+      e.problem = je.at("problem");
+      e.facts = pairs(je.at("facts"));
+      for (const json& ja : je.at("stages")) {
+        StageAggregate a;
+        a.stage = ja.at("stage");
+        for (auto it = ja.at("states").begin(); it != ja.at("states").end(); ++it)
+          a.states[it.key()] = it.value().get<int>();
+        a.ratio_max = num(ja.at("ratio_max"));
+        a.ratio_p99 = num(ja.at("ratio_p99"));
+        a.ratio_median = num(ja.at("ratio_median"));
+        a.max_ulp = num(ja.at("max_ulp"));
+        a.max_rel = num(ja.at("max_rel"));
+        a.worst = element(ja.at("worst"));
+        a.worst_case = ja.at("worst").value("case", std::size_t(0));
+        a.ulp_hist = ja.at("ulp_hist").get<std::vector<std::uint64_t>>();
+        for (const json& s : ja.at("samples")) {
+          oracles::Element el;  // the plot needs |got - want| and the bound only
+          el.bound = num(s.at(0));
+          el.got = num(s.at(1));
+          el.index = s.at(2);
+          el.token = s.at(3);
+          a.samples.push_back(el);
+        }
+        e.stages.push_back(std::move(a));
+      }
+      for (const json& jc : je.at("sinkhorn")) {
+        SinkhornCurve c;
+        c.label = jc.at("label");
+        for (const json& x : jc.at("residual")) c.residual.push_back(num(x));
+        c.kernel_residual = num(jc.at("kernel_residual"));
+        e.sinkhorn.push_back(std::move(c));
+      }
+      for (const json& jc : je.at("cases")) {
+        CaseRecord c;
+        c.index = jc.at("index");
+        c.seed = jc.at("seed");
+        c.label = jc.at("label");
+        c.verdict.state = state(jc.at("state"));
+        c.verdict.first_divergent = jc.at("first_divergent");
+        c.diagnosis = jc.at("diagnosis");
+        c.repro = jc.at("repro");
+        c.saved = jc.at("saved");
+        for (const json& js : jc.at("stages")) {
+          oracles::StageVerdict s;
+          s.stage = js.at("stage");
+          s.state = state(js.at("state"));
+          s.rule = js.at("rule");
+          s.reason = js.at("reason");
+          s.elements = js.at("elements");
+          s.failed = js.at("failed");
+          s.undecidable = js.at("undecidable");
+          s.ratio_max = num(js.at("ratio_max"));
+          s.ratio_p99 = num(js.at("ratio_p99"));
+          s.ratio_p50 = num(js.at("ratio_p50"));
+          s.metrics.max_abs = num(js.at("max_abs"));
+          s.metrics.max_rel = num(js.at("max_rel"));
+          s.metrics.rel_floor = num(js.at("rel_floor"));
+          s.metrics.max_ulp = num(js.at("max_ulp"));
+          s.metrics.normwise = num(js.at("normwise"));
+          s.worst = element(js.at("worst"));
+          c.verdict.stages.push_back(std::move(s));
+        }
+        e.cases.push_back(std::move(c));
+      }
+      r.entries.push_back(std::move(e));
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(path + ": not a valid " + std::string(kSchema) + " report: " + e.what());
+  }
+}
+
+}  // namespace mhc::reports
