@@ -1,4 +1,5 @@
 // mhc-verify compare (judge captured fixtures) and capture (write one from our kernels).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -21,7 +22,7 @@ Run add_compare(CLI::App& app) {
   struct State {
     std::vector<std::string> files;
     std::string model = "standard";
-    unsigned threads = 0;
+    unsigned threads = 0, read_timeout = 60;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -30,6 +31,11 @@ Run add_compare(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"rigorous", "probabilistic", "empirical", "standard"}));
   app.add_option("--threads", st->threads, "threads for the oracle (0: one per core)")->capture_default_str();
+  app.add_option("--read-timeout", st->read_timeout,
+                 "seconds a file may take to read before it is declared malformed (HDF5 can loop "
+                 "forever on a corrupt file)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 86400u));
   add_report_options(app, st->out);
   app.footer(
       "Each file's Case is rebuilt from its inputs, params and config, the oracle evaluated with\n"
@@ -52,7 +58,7 @@ Run add_compare(CLI::App& app) {
       rec.index = i;
       rec.label = f;
       try {
-        const auto fx = fixtures::read_fixture(f);
+        const auto fx = fixtures::read_fixture(f, st->read_timeout);
         entry.op = oracles::op_name(fx.c.op);
         entry.precision = fx.c.precision;
         entry.settings = {{"n", std::to_string(fx.c.cfg.n)}, {"d", std::to_string(fx.c.cfg.d)},
@@ -107,6 +113,14 @@ Run add_compare(CLI::App& app) {
       progress.step(long(i + 1));
     }
     progress.done();
+    const auto& es = session.report.entries;
+    const auto n = [&](oracles::State x) {
+      return std::count_if(es.begin(), es.end(), [&](const reports::Entry& e) { return e.count(x) > 0; });
+    };
+    std::printf("compare: %s (%zu files: %ld pass, %ld fail, %ld undecided or skipped)\n",
+                rc == 0 ? "PASS" : "FAIL", es.size(), long(n(oracles::State::pass)),
+                long(n(oracles::State::fail)),
+                long(es.size()) - long(n(oracles::State::pass)) - long(n(oracles::State::fail)));
     return session.finish(rc);
   };
 }

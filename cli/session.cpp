@@ -76,7 +76,8 @@ void Progress::step(long done, const std::string& status) {
   const auto now = std::chrono::steady_clock::now();
   const double t = std::chrono::duration<double>(now - start_).count();
   const long tenth = total_ > 0 ? done * 10 / total_ : 0;
-  if (t < 2.0) return;  // short runs need no progress
+  if (t < 2.0 || (total_ > 0 && total_ < 2)) return;  // short runs and single items need none
+  if (!tty_ && total_ > 0 && done >= total_) return;    // the summary follows at once
   if (tty_) {
     if (now - last_ < std::chrono::milliseconds(100) && done < total_) return;
   } else if (tenth == last_tenth_ && now - last_ < std::chrono::seconds(30)) {

@@ -6,6 +6,7 @@
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include <algorithm>
+#include <cmath>
 
 using namespace mhc;
 using oracles::Op;
@@ -226,4 +227,55 @@ TEST_CASE("driver: a kernel that throws gets a failed verdict with the reason", 
   CHECK(j.got.empty());
   // The faithful kernel on the same case still passes through the same path.
   CHECK(driver::run_and_judge(impl::cpu(), c, oracles::ErrorModel::standard, 1).verdict.state == State::pass);
+}
+
+namespace {
+
+// The case's first input (in the op's order) with one value of token 0 set to v.
+oracles::OpCase hostile_case(Op op, float v, std::size_t at) {
+  auto c = oracles::generate_case(op, small(), 3, 5, "fp32");
+  static const char* order[] = {"x", "f", "mixes", "residual"};
+  for (const char* name : order)
+    if (c.inputs.count(name)) {
+      auto& data = c.inputs[name].data;
+      data[at % data.size()] = v;
+      break;
+    }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("driver: NaN, Inf and subnormal activations get a verdict, never a crash or a false "
+          "alarm",
+          "[driver][hostile]") {
+  const float values[] = {std::nanf(""), HUGE_VALF, -HUGE_VALF, 1e-40f, -1e-45f, 3e38f, 0.0f};
+  for (const auto* b : impl::backends())
+    for (Op op : oracles::all_ops())
+      for (float v : values)
+        for (std::size_t at : {std::size_t(0), std::size_t(7)}) {
+          CAPTURE(b->name, oracles::op_name(op), v, at);
+          const auto c = hostile_case(op, v, at);
+          const auto j = driver::run_and_judge(*b, c, oracles::ErrorModel::standard, 1);
+          // A faithful kernel is never failed: NaN where the oracle is NaN agrees, an infinite
+          // bound is undecidable.
+          CHECK(j.verdict.state != State::fail);
+          // Subnormal and zero inputs leave every bound finite: those cases are decided.
+          if (std::isfinite(v) && std::fabs(v) < 1) CHECK(j.verdict.state == State::pass);
+        }
+}
+
+TEST_CASE("driver: a kernel that hides a NaN input behind a number fails", "[driver][hostile]") {
+  impl::Backend zeroing = impl::cpu();
+  zeroing.name = "zeroing";
+  zeroing.hc_pre = [](const impl::KernelConfig& k, std::size_t T, const float* x, const float* p,
+                      float* y) {
+    impl::cpu().hc_pre(k, T, x, p, y);
+    for (std::size_t i = 0; i < T * std::size_t(k.d); ++i)
+      if (std::isnan(y[i])) y[i] = 0;  // "sanitised" output
+  };
+  const auto c = hostile_case(Op::pre, std::nanf(""), 0);
+  const auto j = driver::run_and_judge(zeroing, c, oracles::ErrorModel::standard, 1);
+  REQUIRE(j.verdict.state == State::fail);
+  CHECK(j.verdict.stages[0].rule == "nan_agrees");
 }

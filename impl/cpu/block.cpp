@@ -1,6 +1,6 @@
-// The whole Block on the CPU in fp32: the mHC pieces from a backend, straightforward attention
-// (causal, max-subtracted softmax) and MoE (sigmoid routing, top-k with ties to the lower expert,
-// shared SwiGLU expert).
+// The whole Block from a backend's mHC pieces and a choice of sublayers; the CPU sublayers here:
+// straightforward fp32 attention (causal, max-subtracted softmax) and MoE (sigmoid routing, top-k
+// with ties to the lower expert, shared SwiGLU expert).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -101,6 +101,21 @@ void moe(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn, std::
   }
 }
 
+}  // namespace
+
+Sublayers cpu_sublayers() {
+  Sublayers s;
+  s.attention = [](const KernelConfig& c, const BlockShape& sh, const BlockKnobs& kn, std::size_t B,
+                   std::size_t T, const float* h, const BlockWeights& w, float* out) {
+    const std::size_t d = std::size_t(c.d);
+    for (std::size_t b = 0; b < B; ++b) attention(c, sh, kn, T, h + b * T * d, w, out + b * T * d);
+  };
+  s.moe = moe;
+  return s;
+}
+
+namespace {
+
 std::vector<float> transposed(const KernelConfig& c, std::size_t N, const float* comb) {
   const std::size_t n = std::size_t(c.n);
   std::vector<float> t(N * n * n);
@@ -114,9 +129,9 @@ std::vector<float> transposed(const KernelConfig& c, std::size_t N, const float*
 
 std::function<void(const KernelConfig&, const BlockShape&, std::size_t, std::size_t, const float*,
                    const float*, const BlockWeights&, const BlockStages&)>
-make_block(const Backend& pieces, const BlockKnobs& kn) {
+make_block(const Backend& pieces, const BlockKnobs& kn, Sublayers sub) {
   auto pc = std::make_shared<Backend>(pieces);
-  return [pc, kn](const KernelConfig& c, const BlockShape& s, std::size_t B, std::size_t T,
+  return [pc, kn, sub](const KernelConfig& c, const BlockShape& s, std::size_t B, std::size_t T,
                   const float* x, const float* pre_mix, const BlockWeights& w, const BlockStages& o) {
     const Backend& p = *pc;
     const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
@@ -128,8 +143,7 @@ make_block(const Backend& pieces, const BlockKnobs& kn) {
       p.rmsnorm(c, N, o.attn_in, w.attn_norm, o.attn_normed);
     else
       std::copy(o.attn_in, o.attn_in + N * d, o.attn_normed);
-    for (std::size_t b = 0; b < B; ++b)
-      attention(c, s, kn, T, o.attn_normed + b * T * d, w, o.attn_out + b * T * d);
+    sub.attention(c, s, kn, B, T, o.attn_normed, w, o.attn_out);
     const std::vector<float> comb_a =
         kn.comb_transposed_site == 0 ? transposed(c, N, o.attn_comb)
                                      : std::vector<float>(o.attn_comb, o.attn_comb + N * n * n);
@@ -149,7 +163,7 @@ make_block(const Backend& pieces, const BlockKnobs& kn) {
       p.rmsnorm(c, N, o.ffn_in, w.ffn_norm, o.ffn_normed);
     else
       std::copy(o.ffn_in, o.ffn_in + N * d, o.ffn_normed);
-    moe(c, s, kn, N, o.ffn_normed, w, o.ffn_out, o.ffn_experts);
+    sub.moe(c, s, kn, N, o.ffn_normed, w, o.ffn_out, o.ffn_experts);
     const std::vector<float> comb_f =
         kn.comb_transposed_site == 1 ? transposed(c, N, o.ffn_comb)
                                      : std::vector<float>(o.ffn_comb, o.ffn_comb + N * n * n);

@@ -35,5 +35,13 @@ const Backend& cuda_fused() {
   return b;
 }
 BoundaryTiming cuda_bench_boundary(std::size_t, bool, int) { absent(); }
+Sublayers cuda_sublayers() {
+  Sublayers s;
+  s.attention = [](const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t, std::size_t,
+                   const float*, const BlockWeights&, float*) { absent(); };
+  s.moe = [](const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t, const float*,
+             const BlockWeights&, float*, float*) { absent(); };
+  return s;
+}
 
 }  // namespace mhc::impl

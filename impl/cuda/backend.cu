@@ -626,12 +626,23 @@ void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes) MHC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+namespace {
+// The whole Block: this backend's mHC pieces (cuda-fused crosses the attention-to-FFN boundary in
+// its single pass) and the GPU sublayers.
+Backend with_block(Backend b, bool fused) {
+  BlockKnobs knobs;
+  knobs.fused_boundary = fused;
+  b.block = make_block(b, knobs, cuda_sublayers());
+  return b;
+}
+}  // namespace
+
 const Backend& cuda() {
-  static const Backend b = make(false);
+  static const Backend b = with_block(make(false), false);
   return b;
 }
 const Backend& cuda_fused() {
-  static const Backend b = make(true);
+  static const Backend b = with_block(make(true), true);
   return b;
 }
 

@@ -106,11 +106,24 @@ struct BlockKnobs {
   bool normalise_routing = true;
   int comb_transposed_site = -1;  // 0: attn, 1: ffn
 };
+// The sublayers of a Block (SPEC section 4) on N = B*T tokens of width d, host arrays: causal
+// attention within each of the B sequences, and the MoE (ffn.out, and the chosen experts [N, k]).
+struct Sublayers {
+  std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t B,
+                     std::size_t T, const float* h, const BlockWeights&, float* out)>
+      attention;
+  std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t N,
+                     const float* h, const BlockWeights&, float* out, float* experts)>
+      moe;
+};
+Sublayers cpu_sublayers();   // straightforward fp32 loops
+Sublayers cuda_sublayers();  // cuBLAS SGEMM and our kernels (impl/cuda/block.cu)
+
 // A Block kernel built from a backend's pieces (mixes, split, hc_pre, hc_post, rmsnorm, boundary)
-// and straightforward fp32 attention and MoE.
+// and the given sublayers.
 std::function<void(const KernelConfig&, const BlockShape&, std::size_t, std::size_t, const float*,
                    const float*, const BlockWeights&, const BlockStages&)>
-make_block(const Backend& pieces, const BlockKnobs& knobs);
+make_block(const Backend& pieces, const BlockKnobs& knobs, Sublayers sub = cpu_sublayers());
 
 struct NotCompiled : std::runtime_error {
   using std::runtime_error::runtime_error;
