@@ -12,18 +12,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "check.cuh"
 #include "mhc/impl/cuda.hpp"
 
 namespace mhc::impl {
 namespace {
 
-void check(cudaError_t e, const char* what, const char* file, int line) {
-  if (e != cudaSuccess)
-    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
-                    cudaGetErrorString(e));
-}
-#define MHC_CUDA_CHECK(x) check((x), #x, __FILE__, __LINE__)
-#define MHC_CUDA_LAUNCHED() check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;

@@ -15,18 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "check.cuh"
 #include "mhc/impl/cuda.hpp"
 
 namespace mhc::impl {
 namespace {
 
-void check(cudaError_t e, const char* what, const char* file, int line) {
-  if (e != cudaSuccess)
-    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
-                    cudaGetErrorString(e));
-}
-#define MHC_CUDA_CHECK(x) check((x), #x, __FILE__, __LINE__)
-#define MHC_CUDA_LAUNCHED() check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 // The few cuBLAS entry points used, resolved once from libcublas.
 struct Cublas {

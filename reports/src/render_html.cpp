@@ -181,12 +181,7 @@ svg .kern{stroke:#b3261e;stroke-dasharray:3 2}
 std::string to_html(const Report& r) {
   std::ostringstream o;
   const Meta& m = r.meta;
-  int ok = 0, cases = 0;
-  for (const auto& e : r.entries) {
-    ok += e.ok();
-    cases += int(e.cases.size());
-  }
-  const bool pass = ok == int(r.entries.size()) && r.complete && r.exit_code == 0;
+  const auto [entries, ok, cases, pass] = r.summary();
   const char* word = pass ? "PASS" : "FAIL";
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>mhc-verify "
     << word << ": " << esc(m.subcommand) << "</title>" << kStyle << "</head><body>\n";

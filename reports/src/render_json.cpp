@@ -78,15 +78,11 @@ std::string to_json(const Report& r) {
   out["complete"] = r.complete;
   out["interrupted"] = r.interrupted.empty() ? json(nullptr) : json(r.interrupted);
   out["exit_code"] = r.exit_code;
-  int ok = 0, cases = 0;
-  for (const auto& e : r.entries) {
-    ok += e.ok();
-    cases += int(e.cases.size());
-  }
-  out["summary"] = {{"entries", r.entries.size()},
-                    {"ok", ok},
-                    {"not_ok", int(r.entries.size()) - ok},
-                    {"cases", cases}};
+  const auto sum = r.summary();
+  out["summary"] = {{"entries", sum.entries},
+                    {"ok", sum.ok},
+                    {"not_ok", sum.entries - sum.ok},
+                    {"cases", sum.cases}};
   json entries = json::array();
   for (const auto& e : r.entries) {
     json counts = json::object();

@@ -55,12 +55,7 @@ std::string md_cell(const std::string& s) {
 std::string to_markdown(const Report& r) {
   std::ostringstream o;
   const Meta& m = r.meta;
-  int ok = 0, cases = 0;
-  for (const auto& e : r.entries) {
-    ok += e.ok();
-    cases += int(e.cases.size());
-  }
-  const bool pass = ok == int(r.entries.size()) && r.complete && r.exit_code == 0;
+  const auto [entries, ok, cases, pass] = r.summary();
   o << "# mhc-verify report: " << (pass ? "PASS" : "FAIL") << "\n\n";
   o << "`" << m.command << "`  \n";
   o << "mhc-verify " << m.version << " (" << m.git_commit << "), " << m.compiler << ", "

@@ -118,6 +118,17 @@ Entry& Report::entry(const std::string& id) {
   return entries.back();
 }
 
+Report::Summary Report::summary() const {
+  Summary s;
+  s.entries = int(entries.size());
+  for (const auto& e : entries) {
+    s.ok += e.ok();
+    s.cases += int(e.cases.size());
+  }
+  s.pass = s.ok == s.entries && complete && exit_code == 0;
+  return s;
+}
+
 void write_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -85,6 +85,11 @@ struct Report {
   std::string interrupted;   // the signal's name when one stopped the run
   int exit_code = 0;
   Entry& entry(const std::string& id);  // finds or appends
+  struct Summary {
+    int entries = 0, ok = 0, cases = 0;
+    bool pass = false;  // every entry as expected, complete, exit code 0
+  };
+  Summary summary() const;
 };
 
 std::string to_json(const Report& r);
