@@ -54,6 +54,19 @@ std::vector<std::pair<std::string, std::string>> block_settings(const ref::Block
 
 }  // namespace
 
+std::string repro_line(const CheckSpec& spec, std::uint64_t seed) {
+  const oracles::Op op = oracles::op_from_name(spec.op);
+  const bool whole = op == oracles::Op::block || op == oracles::Op::stack;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "mhc-verify check --kernel %s --op %s --precision %s --error-model %s --seed %llu "
+                "--cases 1 --tokens %zu %s%s",
+                spec.kernel.c_str(), spec.op.c_str(), spec.precision.c_str(), spec.model.c_str(),
+                static_cast<unsigned long long>(seed), spec.tokens, config_flags(spec.cfg).c_str(),
+                whole ? block_flags(spec.block, spec.batch).c_str() : "");
+  return buf;
+}
+
 CheckTally run_check(const CheckSpec& spec, Session& session) {
   const impl::Backend* backend = impl::find_backend(spec.kernel);
   const oracles::Op op = oracles::op_from_name(spec.op);
@@ -106,15 +119,8 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
         rec.diagnosis = oracles::describe_diagnosis(oracles::diagnose(c, got, spec.threads));
         std::printf("DIAGNOSIS: %s\n", rec.diagnosis.c_str());
       }
-      char buf[512];
-      std::snprintf(buf, sizeof buf,
-                    "mhc-verify check --kernel %s --op %s --precision %s --error-model %s "
-                    "--seed %llu --cases 1 --tokens %zu %s%s",
-                    backend->name.c_str(), spec.op.c_str(), spec.precision.c_str(),
-                    spec.model.c_str(), static_cast<unsigned long long>(seed), spec.tokens,
-                    config_flags(cfg).c_str(), whole ? block_flags(spec.block, spec.batch).c_str() : "");
-      rec.repro = buf;
-      std::printf("REPRO: %s\n", buf);
+      rec.repro = repro_line(spec, seed);
+      std::printf("REPRO: %s\n", rec.repro.c_str());
       if (!spec.save_dir.empty() && !got.empty()) {
         std::string kernel = backend->name;
         for (char& ch : kernel)

@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "session.hpp"
+#include "mhc/reports/json_number.hpp"
 #include "mhc/impl/kernels.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/ops.hpp"
@@ -140,16 +141,8 @@ std::string g(double x) {
   return buf;
 }
 
-json num(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
-}
-double from_num(const json& j) {
-  if (j.is_number()) return j.get<double>();
-  const std::string s = j.get<std::string>();
-  return s == "inf" ? HUGE_VAL : s == "-inf" ? -HUGE_VAL : std::nan("");
-}
+json num(double x) { return reports::json_number(x); }
+double from_num(const json& j) { return reports::number_from_json(j); }
 
 json baseline_of(const reports::Report& r, const Suite& s, const std::string& suite_path) {
   json out;
@@ -171,18 +164,6 @@ json baseline_of(const reports::Report& r, const Suite& s, const std::string& su
   }
   out["entries"] = entries;
   return out;
-}
-
-// The check command that reproduces case `index` of an entry.
-std::string repro(const CheckSpec& spec, std::size_t index) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "mhc-verify check --kernel %s --op %s --precision %s --error-model %s --seed %llu "
-                "--cases 1 --tokens %zu %s",
-                spec.kernel.c_str(), spec.op.c_str(), spec.precision.c_str(), spec.model.c_str(),
-                static_cast<unsigned long long>(spec.seed + index), spec.tokens,
-                config_flags(spec.cfg).c_str());
-  return buf;
 }
 
 }  // namespace
@@ -290,7 +271,7 @@ Run add_gate(CLI::App& app) {
             std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + stat + " " + g(was) +
                                " -> " + g(now) + " (allowance " + g(allowance) + "x, floor " + g(floor) + ")";
             e.problem = line.substr(10);
-            problems.push_back(line + "\n  REPRO: " + repro(specs[i], a.worst_case));
+            problems.push_back(line + "\n  REPRO: " + repro_line(specs[i], specs[i].seed + a.worst_case));
           }
           // A stage that was decided everywhere and is not any more.
           const auto was_states = bs[a.stage]["states"];

@@ -71,6 +71,8 @@ struct CheckTally {
   int failed = 0, undecided = 0, done = 0;
 };
 CheckTally run_check(const CheckSpec& spec, Session& session);
+// The check command that reruns exactly the case of `seed`.
+std::string repro_line(const CheckSpec& spec, std::uint64_t seed);
 
 // The flags of `check` that reproduce a configuration.
 std::string config_flags(const ref::Config& c);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "mhc/reports/json_number.hpp"
 #include "mhc/reports/report.hpp"
 
 namespace mhc::reports {
@@ -12,13 +13,7 @@ namespace {
 
 using json = nlohmann::json;
 
-double num(const json& j) {
-  if (j.is_number()) return j.get<double>();
-  const std::string s = j.get<std::string>();
-  if (s == "inf") return HUGE_VAL;
-  if (s == "-inf") return -HUGE_VAL;
-  return std::nan("");
-}
+double num(const json& j) { return number_from_json(j); }
 
 oracles::State state(const std::string& s) {
   for (auto st : {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,

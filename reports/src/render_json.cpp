@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "mhc/reports/json_number.hpp"
 #include "mhc/reports/report.hpp"
 
 namespace mhc::reports {
@@ -12,12 +13,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// JSON has no Inf or NaN: they are written as the strings "inf", "-inf" and "nan".
-json num(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
-}
+json num(double x) { return json_number(x); }
 
 json element(const oracles::Element& e) {
   return {{"index", e.index}, {"token", e.token}, {"got", num(e.got)}, {"want", num(e.want)},
