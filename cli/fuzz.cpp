@@ -16,6 +16,7 @@
 #include "commands.hpp"
 #include "driver.hpp"
 #include "session.hpp"
+#include "mhc/reports/curves.hpp"
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
@@ -332,16 +333,8 @@ Run add_fuzz(CLI::App& app) {
     }
     if (!worst_row.empty()) {
       const auto [kappa, tr] = kappa_of(worst_row.front().logits);
-      reports::SinkhornCurve curve;
-      curve.label = "worst case " + std::to_string(worst_row.front().index);
-      for (const auto& s : tr.steps) {
-        double r = 0;
-        for (int j = 0; j < c.n; ++j)
-          r = std::max({r, std::fabs(s.row_sums[std::size_t(j)] - 1), std::fabs(s.col_sums[std::size_t(j)] - 1)});
-        curve.residual.push_back(r);
-      }
-      curve.kernel_residual = std::nan("");
-      entry.sinkhorn.push_back(curve);
+      entry.sinkhorn.push_back(
+          reports::sinkhorn_curve(tr, c.n, "worst case " + std::to_string(worst_row.front().index)));
       std::printf("\nthe worst case's row residual after each round (kappa = %.6f, kappa^2 = %.6f):\n", kappa, kappa * kappa);
       int round = 0;
       for (const auto& s : tr.steps) {

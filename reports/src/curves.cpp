@@ -24,6 +24,14 @@ double residual(int n, const std::vector<double>& row_sums, const std::vector<do
 
 }  // namespace
 
+SinkhornCurve sinkhorn_curve(const ref::SinkhornTrace<double>& trace, int n, std::string label) {
+  SinkhornCurve curve;
+  curve.label = std::move(label);
+  for (const auto& e : trace.steps) curve.residual.push_back(residual(n, e.row_sums, e.col_sums));
+  curve.kernel_residual = std::nan("");
+  return curve;
+}
+
 std::optional<SinkhornCurve> sinkhorn_curve(const oracles::OpCase& c,
                                             const oracles::Trace<float>& got, std::size_t token) {
   const int n = c.cfg.n, M = c.cfg.mix();
@@ -49,9 +57,7 @@ std::optional<SinkhornCurve> sinkhorn_curve(const oracles::OpCase& c,
   ref::SinkhornTrace<double> trace;
   ref::split_sinkhorn(c.cfg, mix.data(), scale.data(), base.data(), pre.data(), post.data(),
                       C.data(), &trace);
-  SinkhornCurve curve;
-  curve.label = "token " + std::to_string(token);
-  for (const auto& e : trace.steps) curve.residual.push_back(residual(n, e.row_sums, e.col_sums));
+  SinkhornCurve curve = sinkhorn_curve(trace, n, "token " + std::to_string(token));
   std::vector<double> rows(std::size_t(n), 0.0), cols(std::size_t(n), 0.0);
   for (int j = 0; j < n; ++j)
     for (int k = 0; k < n; ++k) {

@@ -2,11 +2,17 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "mhc/oracles/ops.hpp"
+#include "mhc/reference/mhc.hpp"
 #include "mhc/reports/report.hpp"
 
 namespace mhc::reports {
+
+// max over rows and columns of |line sum - 1| after each step of a traced Sinkhorn; the kernel's
+// residual is left NaN (none).
+SinkhornCurve sinkhorn_curve(const ref::SinkhornTrace<double>& trace, int n, std::string label);
 
 // The Sinkhorn residual of one token against step, in double from the logits the kernel's comb
 // came from (the case's mixes, else the kernel's), and the residual of the kernel's comb.
