@@ -1,11 +1,19 @@
 #include "driver.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "mhc/oracles/verdict.hpp"
 
 namespace mhc::driver {
+
+void keep_freed_memory() {
+  mallopt(M_MMAP_MAX, 0);              // large blocks from the heap, reused once freed
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);  // and the heap's top kept rather than given back
+}
 
 impl::KernelConfig kernel_config(const oracles::OpCase& c, unsigned threads) {
   impl::KernelConfig k;
@@ -35,10 +43,10 @@ impl::BlockShape block_shape(const oracles::OpCase& c) {
 
 impl::BlockWeights block_weights(const oracles::OpCase& c, int layer) {
   const ref::BlockParams p = oracles::block_params(c, layer);
-  return {p.attn_hc_fn, p.attn_hc_base, p.attn_hc_scale, p.ffn_hc_fn, p.ffn_hc_base,
-          p.ffn_hc_scale, p.attn_norm,   p.ffn_norm,     p.wq,        p.wk,
-          p.wv,           p.wo,          p.router,       p.router_bias, p.w1,
-          p.w2,           p.w3,          p.shared_w1,    p.shared_w2, p.shared_w3};
+  return {p.attn_hc_fn,   p.attn_hc_base, p.attn_hc_scale, p.ffn_hc_fn,   p.ffn_hc_base,
+          p.ffn_hc_scale, p.attn_norm,    p.ffn_norm,      p.wq,          p.wk,
+          p.wv,           p.wo,           p.router,        p.router_bias, p.w1,
+          p.w2,           p.w3,           p.shared_w1,     p.shared_w2,   p.shared_w3};
 }
 
 // One Block's stages, allocated (poisoned) in the trace under the prefix, in the oracle's order.
@@ -161,7 +169,7 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
       out.post = stage("post", {T, n});
       out.comb = stage("comb", {T, n, n});
       out.y = stage("y", {T, d});
-      const impl::BoundaryIn bin{in("f"),       in("residual"), in("post"),     in("comb"),
+      const impl::BoundaryIn bin{in("f"),       in("residual"), in("post"),      in("comb"),
                                  in("pre_mix"), par("hc_fn"),   par("hc_scale"), par("hc_base")};
       b.boundary(k, T, bin, out);
       break;

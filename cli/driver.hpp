@@ -26,4 +26,11 @@ struct Judged {
 Judged run_and_judge(const impl::Backend& b, const oracles::OpCase& c, oracles::ErrorModel model,
                      unsigned threads = 0);
 
+// Keep freed memory in the process's heap for the next case. Each case allocates and frees
+// traces of up to ~200 MB (the boundary's x at 512 tokens is 168 MB of value and bound); glibc
+// maps each such block afresh, so every case pays a page fault per 4 KB and two threads contend
+// for the address-space lock: 35-45% of the bound-carrying oracle's time on the boundary
+// (bench/README.md). Called once by the executables; the resident size stays at its peak.
+void keep_freed_memory();
+
 }  // namespace mhc::driver

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "driver.hpp"
 #include "session.hpp"
 
 namespace mhc::cli {
@@ -30,6 +31,7 @@ void add_config_options(CLI::App& app, ConfigFlags& f) {
 }  // namespace mhc::cli
 
 int main(int argc, char** argv) {
+  mhc::driver::keep_freed_memory();
   mhc::cli::set_command_line(argc, argv);
   CLI::App app{
       "mhc-verify: differential verification of DeepSeek V4.1 multi-stream Hyper-Connection\n"

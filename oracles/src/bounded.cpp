@@ -9,25 +9,9 @@
 
 namespace mhc::bnd {
 
-#ifdef __AVX2__
-namespace {
-// Four terms of the projection: x as {v, e} pairs read at 2i, weights w[i..i+4) in fp32.
-inline void step4(const double* xd, const float* w, std::size_t i, __m256d& vv, __m256d& aa,
-                  __m256d& ee) {
-  const __m256d sign = _mm256_set1_pd(-0.0);
-  // [v0 e0 v1 e1], [v2 e2 v3 e3] -> values [v0 v2 v1 v3], bounds [e0 e2 e1 e3]; w permuted alike
-  const __m256d lo = _mm256_loadu_pd(xd + 2 * i), hi = _mm256_loadu_pd(xd + 2 * i + 4);
-  const __m256d xv = _mm256_unpacklo_pd(lo, hi), xe = _mm256_unpackhi_pd(lo, hi);
-  const __m256d wv = _mm256_permute4x64_pd(_mm256_cvtps_pd(_mm_loadu_ps(w + i)), 0xD8);
-  const __m256d p = _mm256_mul_pd(xv, wv);
-  vv = _mm256_add_pd(vv, p);
-  aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
-  ee = _mm256_add_pd(ee, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), xe));
+Model fp32() {
+  return Model{};
 }
-}  // namespace
-#endif
-
-Model fp32() { return Model{}; }
 
 double reduction_gamma(const Model& m, double n, double u) {
   if (!m.probabilistic) return gamma(n, u);
@@ -65,82 +49,126 @@ const Model& default_model() {
 thread_local const Model* current = nullptr;
 }  // namespace
 
-const Model& model() { return current ? *current : default_model(); }
-ModelScope::ModelScope(Model m) : model_(std::move(m)), prev_(current) { current = &model_; }
-ModelScope::~ModelScope() { current = prev_; }
+const Model& model() {
+  return current ? *current : default_model();
+}
+ModelScope::ModelScope(Model m) : model_(std::move(m)), prev_(current) {
+  current = &model_;
+}
+ModelScope::~ModelScope() {
+  current = prev_;
+}
 
-// The projection is the oracle's hot loop (n*d terms for each of the M mixes). Partial sums in
-// four lanes; the order changes v only within the gamma_n(u64) term already in the bound.
+// One term at a time, A and E apart: the definition that project() regroups.
 Bounded linear(const Bounded* x, const float* w, std::size_t n) {
-  static_assert(sizeof(Bounded) == 2 * sizeof(double), "Bounded is read as {v, e} pairs");
-  const double* xd = &x[0].v;
   double v = 0, A = 0, E = 0;
-  std::size_t i = 0;
-#ifdef __AVX2__
-  __m256d vv = _mm256_setzero_pd(), aa = vv, ee = vv;
-  for (; i + 4 <= n; i += 4) {
-    step4(xd, w, i, vv, aa, ee);
-  }
-  alignas(32) double lv[4], la[4], le[4];
-  _mm256_store_pd(lv, vv);
-  _mm256_store_pd(la, aa);
-  _mm256_store_pd(le, ee);
-  v = (lv[0] + lv[1]) + (lv[2] + lv[3]);
-  A = (la[0] + la[1]) + (la[2] + la[3]);
-  E = (le[0] + le[1]) + (le[2] + le[3]);
-#endif
-  for (; i < n; ++i) {
-    const double wi = double(w[i]), p = xd[2 * i] * wi;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double wi = double(w[i]), p = x[i].v * wi;
     v += p;
     A += std::fabs(p);
-    E += std::fabs(wi) * xd[2 * i + 1];
+    E += std::fabs(wi) * x[i].e;
   }
   return detail::reduce(v, A, E, n, model().u_prod);
 }
 
+// The projection is the oracle's hot loop (n terms for each of the M mixes of every token).
+// detail::reduce is linear in A = sum |w_i v_i| and E = sum |w_i| e_i, so the bound regroups per
+// term: sum |w_i| c_i + n eta with c_i = alpha e_i + beta |v_i|. c is formed once per token and
+// the bound becomes a second dot product, of nonnegative terms, which needs no accuracy: it runs
+// in fp32 with c rounded up and the result enlarged by the worst case of that arithmetic.
+// Values stay in double (their order changes v only within the gamma_n(u64) term of the bound).
 void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
              Bounded* out) {
 #ifdef __AVX2__
-  constexpr std::size_t kChunk = 256, kBlock = 4;  // 4 tokens x 256 terms x 16 B = 16 KB of x
-  const std::size_t n4 = n / 4 * 4;
-  const double k_prod = model().u_prod;
-  // Accumulators as plain doubles (a vector of __m256d would lose its 32-byte alignment).
-  std::vector<double> acc(12 * rows * kBlock);
-  for (std::size_t t0 = 0; t0 < tokens; t0 += kBlock) {
-    const std::size_t nt = std::min(kBlock, tokens - t0);
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (std::size_t i0 = 0; i0 < n4; i0 += kChunk) {
-      const std::size_t i1 = std::min(n4, i0 + kChunk);
+  const Model& m = model();
+  const double nn = double(n), kp = m.u_prod, g = reduction_gamma(m, nn, m.u);
+  const double alpha = 1 + kp + g * (1 + kp), beta = kp + g * (1 + kp) + gamma(nn, u64);
+  // fp32 products and sums of nonnegative terms, any order: the exact sum is at most
+  // (computed + n 2^-150 for underflow) (1 + gamma_n(2^-24)); 2^-45 covers the double steps.
+  const double enlarge = (1 + gamma(nn + 1, 0x1.0p-24)) * (1 + 0x1.0p-45), lost = nn * 0x1.0p-149;
+  constexpr std::size_t kTok = 4, kChunk = 256;
+  const std::size_t n8 = n / 8 * 8, padded = (tokens + kTok - 1) / kTok * kTok;
+  thread_local std::vector<double> xv;
+  thread_local std::vector<float> cf;
+  xv.assign(padded * n, 0.0);
+  cf.assign(padded * n, 0.0f);
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t i = 0; i < n; ++i) {
+      const Bounded& b = x[t * n + i];
+      xv[t * n + i] = b.v;
+      // Rounded to nearest, c (1 + 2^-23) + 2^-149 lands at or above c (normal or subnormal).
+      cf[t * n + i] = float((alpha * b.e + beta * std::fabs(b.v)) * (1 + 0x1.0p-23) + 0x1.0p-149);
+    }
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  // Accumulators per token and row: 4 value lanes and 8 bound lanes. Each chunk of W serves
+  // every token (tiles of 4) while it is in the L1 cache.
+  std::vector<double> accv_all(padded * rows * 4, 0.0);
+  std::vector<float> accb_all(padded * rows * 8, 0.0f);
+  for (std::size_t i0 = 0; i0 < n8; i0 += kChunk) {
+    const std::size_t i1 = std::min(n8, i0 + kChunk);
+    for (std::size_t t0 = 0; t0 < padded; t0 += kTok) {
+      double* accv = &accv_all[t0 * rows * 4];
+      float* accb = &accb_all[t0 * rows * 8];
+      const double* x0 = &xv[t0 * n];
+      const float* c0 = &cf[t0 * n];
       for (std::size_t a = 0; a < rows; ++a) {
         const float* w = W + a * n;
-        for (std::size_t b = 0; b < nt; ++b) {
-          const double* xd = &x[(t0 + b) * n].v;
-          double* ac = &acc[12 * (b * rows + a)];
-          __m256d vv = _mm256_loadu_pd(ac), aa = _mm256_loadu_pd(ac + 4), ee = _mm256_loadu_pd(ac + 8);
-          for (std::size_t i = i0; i < i1; i += 4) {
-            step4(xd, w, i, vv, aa, ee);
-          }
-          _mm256_storeu_pd(ac, vv);
-          _mm256_storeu_pd(ac + 4, aa);
-          _mm256_storeu_pd(ac + 8, ee);
+        __m256d v0 = _mm256_loadu_pd(&accv[(0 * rows + a) * 4]),
+                v1 = _mm256_loadu_pd(&accv[(1 * rows + a) * 4]);
+        __m256d v2 = _mm256_loadu_pd(&accv[(2 * rows + a) * 4]),
+                v3 = _mm256_loadu_pd(&accv[(3 * rows + a) * 4]);
+        __m256 b0 = _mm256_loadu_ps(&accb[(0 * rows + a) * 8]),
+               b1 = _mm256_loadu_ps(&accb[(1 * rows + a) * 8]);
+        __m256 b2 = _mm256_loadu_ps(&accb[(2 * rows + a) * 8]),
+               b3 = _mm256_loadu_ps(&accb[(3 * rows + a) * 8]);
+        for (std::size_t i = i0; i < i1; i += 8) {
+          const __m256 w8 = _mm256_loadu_ps(w + i);
+          const __m256d wl = _mm256_cvtps_pd(_mm256_castps256_ps128(w8));
+          const __m256d wh = _mm256_cvtps_pd(_mm256_extractf128_ps(w8, 1));
+          v0 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + i), wl, v0);
+          v1 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + n + i), wl, v1);
+          v2 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + 2 * n + i), wl, v2);
+          v3 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + 3 * n + i), wl, v3);
+          v0 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + i + 4), wh, v0);
+          v1 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + n + i + 4), wh, v1);
+          v2 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + 2 * n + i + 4), wh, v2);
+          v3 = _mm256_fmadd_pd(_mm256_loadu_pd(x0 + 3 * n + i + 4), wh, v3);
+          const __m256 aw = _mm256_and_ps(w8, abs_mask);
+          b0 = _mm256_fmadd_ps(_mm256_loadu_ps(c0 + i), aw, b0);
+          b1 = _mm256_fmadd_ps(_mm256_loadu_ps(c0 + n + i), aw, b1);
+          b2 = _mm256_fmadd_ps(_mm256_loadu_ps(c0 + 2 * n + i), aw, b2);
+          b3 = _mm256_fmadd_ps(_mm256_loadu_ps(c0 + 3 * n + i), aw, b3);
         }
+        _mm256_storeu_pd(&accv[(0 * rows + a) * 4], v0);
+        _mm256_storeu_pd(&accv[(1 * rows + a) * 4], v1);
+        _mm256_storeu_pd(&accv[(2 * rows + a) * 4], v2);
+        _mm256_storeu_pd(&accv[(3 * rows + a) * 4], v3);
+        _mm256_storeu_ps(&accb[(0 * rows + a) * 8], b0);
+        _mm256_storeu_ps(&accb[(1 * rows + a) * 8], b1);
+        _mm256_storeu_ps(&accb[(2 * rows + a) * 8], b2);
+        _mm256_storeu_ps(&accb[(3 * rows + a) * 8], b3);
       }
     }
-    for (std::size_t b = 0; b < nt; ++b) {
-      const Bounded* xt = x + (t0 + b) * n;
-      for (std::size_t a = 0; a < rows; ++a) {
-        const double* lv = &acc[12 * (b * rows + a)];
-        const double* la = lv + 4;
-        const double* le = lv + 8;
-        double v = (lv[0] + lv[1]) + (lv[2] + lv[3]), A = (la[0] + la[1]) + (la[2] + la[3]);
-        double E = (le[0] + le[1]) + (le[2] + le[3]);
-        for (std::size_t i = n4; i < n; ++i) {
-          const double wi = double(W[a * n + i]), p = xt[i].v * wi;
-          v += p;
-          A += std::fabs(p);
-          E += std::fabs(wi) * xt[i].e;
-        }
-        out[(t0 + b) * rows + a] = detail::reduce(v, A, E, n, k_prod);
+  }
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::size_t a = 0; a < rows; ++a) {
+      const double* lv = &accv_all[(t * rows + a) * 4];
+      const float* lb = &accb_all[(t * rows + a) * 8];
+      double v = (lv[0] + lv[1]) + (lv[2] + lv[3]), tail = 0;
+      float s = 0;
+      for (int l = 0; l < 8; ++l) s += lb[l];
+      for (std::size_t i = n8; i < n; ++i) {
+        const double wi = double(W[a * n + i]);
+        v += xv[t * n + i] * wi;
+        tail += std::fabs(wi) * double(cf[t * n + i]);
+      }
+      const double bound = (double(s) + tail + lost) * enlarge;
+      // A + E <= bound / beta (alpha >= beta); beyond the model's range, or not finite, the
+      // exact sums decide.
+      if (bound / beta <= m.big) {
+        out[t * rows + a] = Bounded(v, bound + nn * m.eta);
+      } else {
+        out[t * rows + a] = linear(x + t * n, W + a * n, n);
       }
     }
   }

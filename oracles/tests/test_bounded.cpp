@@ -2,10 +2,14 @@
 // evaluations of the same reference.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
-#include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/birkhoff.hpp"
+#include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/ops.hpp"
 
 using namespace mhc;
@@ -45,7 +49,8 @@ TEST_CASE("bounded: order-independent reduction bound", "[bounded]") {
 
 // Sound bounds cover a real fp32 evaluation: the same reference run with Scalar = float (plain
 // left-to-right loops, libm expf/sqrtf) must lie within the bound of every element of every op.
-TEST_CASE("bounded: the fp32 reference lies within the bounds of every op", "[bounded][soundness]") {
+TEST_CASE("bounded: the fp32 reference lies within the bounds of every op",
+          "[bounded][soundness]") {
   const auto op = GENERATE(from_range(oracles::all_ops()));
   const int seed = GENERATE(1, 2, 3);
   ref::Config cfg;
@@ -106,6 +111,113 @@ TEST_CASE("bounded: tf32 products exceed the fp32 model and fit the tf32 one", "
   CHECK(outside32 > 0);
 }
 
+// The vector paths against the definitions they regroup. project(): the bound is
+// detail::reduce(v, A, E) taken as one dot product of nonnegative terms in fp32, so it never falls
+// below the definition (linear(), A and E apart in double) and exceeds it at most by: c rounded
+// up (1 + 2^-23)(1 + 2^-24), the fp32 products and sums rounding up (1 + gamma_{n+1}(2^-24)),
+// and the enlargement that covers them rounding down (1 + gamma_{n+1}(2^-24))(1 + 2^-45). The
+// value is a double sum in another order.
+TEST_CASE("bounded: the blocked projection keeps the definition's bound", "[bounded]") {
+  const std::size_t n = GENERATE(1, 7, 8, 37, 300, 2051);
+  const std::size_t tokens = GENERATE(1, 5, 9);
+  const std::size_t rows = GENERATE(1, 3, 24);
+  const std::string model = GENERATE("fp32", "tf32", "probabilistic");
+  bnd::Model m = model == "tf32" ? bnd::tf32() : bnd::fp32();
+  m.probabilistic = model == "probabilistic";
+  bnd::ModelScope scope(m);
+  std::uint64_t state = n * 1000003 + tokens * 101 + rows;
+  auto uniform = [&state] {  // splitmix64 -> [-1, 1)
+    state += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return double((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1;
+  };
+  std::vector<B> x(tokens * n);
+  for (auto& b : x) {
+    const double v = uniform() * std::exp2(8 * uniform());
+    b = B(v, uniform() > 0 ? std::fabs(v * uniform()) * 1e-6 : 0.0);  // half of them exact
+  }
+  std::vector<float> W(rows * n);
+  for (auto& w : W) w = float(uniform() * 0.05);
+  std::vector<B> got(tokens * rows);
+  bnd::project(x.data(), tokens, W.data(), rows, n, got.data());
+  const double slack = bnd::gamma(double(n) + 1, 0x1.0p-24);
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      const B want = bnd::linear(&x[t * n], &W[a * n], n);
+      double mag = 0;
+      for (std::size_t i = 0; i < n; ++i) mag += std::fabs(x[t * n + i].v * double(W[a * n + i]));
+      const B& g = got[t * rows + a];
+      CAPTURE(n, tokens, rows, model, t, a, g.v, g.e, want.v, want.e);
+      CHECK(std::fabs(g.v - want.v) <= 2 * bnd::gamma(double(n), bnd::u64) * mag);
+      CHECK(g.e >= want.e);
+      CHECK(g.e <= want.e * (1 + 0x1.0p-23) * (1 + 0x1.0p-24) * (1 + slack) * (1 + slack) *
+                           (1 + 0x1.0p-44) +
+                       double(n) * 0x1.0p-148);
+    }
+}
+
+// Beyond the model's range the projection gives no bound, and NaN stays NaN, as the definition.
+TEST_CASE("bounded: the blocked projection at the edges of the range", "[bounded]") {
+  bnd::ModelScope scope(bnd::fp32());
+  const std::size_t n = 40;
+  std::vector<B> x(2 * n, B(1.0, 1e-7));
+  x[3] = B(3e38, 0.0);                                          // token 0: |x w| sums past FLT_MAX
+  x[n + 5] = B(std::numeric_limits<double>::quiet_NaN(), 0.0);  // token 1
+  const std::vector<float> W(n, 2.0f);
+  std::vector<B> got(2);
+  bnd::project(x.data(), 2, W.data(), 1, n, got.data());
+  CHECK(std::isinf(got[0].e));
+  CHECK(std::isinf(bnd::linear(x.data(), W.data(), n).e));
+  CHECK(std::isnan(got[1].v));
+  CHECK(std::isnan(got[1].e));
+}
+
+// lincomb's four-column vector path computes each column as its scalar path does (same operands,
+// same order), bit for bit; dot's four lanes stay within the double sum's own rounding.
+TEST_CASE("bounded: vector lincomb and dot against their scalar forms", "[bounded]") {
+  bnd::ModelScope scope(bnd::bf16());
+  const std::size_t k = 5, m = 11;
+  std::vector<float> w{0.5f, -1.25f, 3.0f, 1e-3f, -0.75f};
+  std::vector<std::vector<float>> rf(k, std::vector<float>(m));
+  std::vector<std::vector<B>> rb(k, std::vector<B>(m));
+  for (std::size_t i = 0; i < k; ++i)
+    for (std::size_t c = 0; c < m; ++c) {
+      rf[i][c] = float(std::sin(double(7 * i + c)) * 10);
+      rb[i][c] = B(std::cos(double(3 * i + c)) * 4, 1e-5 * double(c % 3));
+    }
+  auto check_rows = [&](const auto& rows) {
+    std::vector<const typename std::decay_t<decltype(rows[0])>::value_type*> all(k);
+    for (std::size_t i = 0; i < k; ++i) all[i] = rows[i].data();
+    std::vector<B> wide(m);
+    bnd::lincomb(w.data(), all.data(), k, m, wide.data());
+    for (std::size_t c = 0; c < m; ++c) {
+      auto one = all;
+      for (auto& r : one) r += c;
+      B single;
+      bnd::lincomb(w.data(), one.data(), k, 1, &single);  // one column: the scalar path
+      CAPTURE(c);
+      CHECK(wide[c].v == single.v);
+      CHECK(wide[c].e == single.e);
+    }
+  };
+  check_rows(rf);
+  check_rows(rb);
+  const B d = bnd::dot(rb[0].data(), rb[1].data(), m);
+  double v = 0, A = 0, E = 0;
+  for (std::size_t c = 0; c < m; ++c) {
+    const B& a = rb[0][c];
+    const B& b = rb[1][c];
+    v += a.v * b.v;
+    A += std::fabs(a.v * b.v);
+    E += std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e;
+  }
+  const B want = bnd::detail::reduce(v, A, E, m);
+  CHECK(std::fabs(d.v - want.v) <= 2 * bnd::gamma(double(m), bnd::u64) * A);
+  CHECK(d.e == Approx(want.e).epsilon(1e-12));
+}
+
 // A = [[3,1],[1,1]]: the only non-trivial cross-ratio is 3*1/(1*1), so Delta = log 3 and
 // kappa = tanh(log(3)/4) = (sqrt 3 - 1)/(sqrt 3 + 1) (tanh(log(x)/4) = (x^(1/2)-1)/(x^(1/2)+1)).
 // Diagonal scalings leave it unchanged.
@@ -114,7 +226,8 @@ TEST_CASE("birkhoff: contraction coefficient of the seed 004 example", "[birkhof
   CHECK(oracles::projective_diameter(A, 2) == Approx(std::log(3.0)).epsilon(1e-14));
   const double want = (std::sqrt(3.0) - 1) / (std::sqrt(3.0) + 1);
   CHECK(oracles::birkhoff_kappa(A, 2) == Approx(want).epsilon(1e-14));
-  std::vector<double> S{3 * 2.0 * 5, 1 * 2.0 * 7, 1 * 0.5 * 5, 1 * 0.5 * 7};  // diag(2,.5) A diag(5,7)
+  std::vector<double> S{3 * 2.0 * 5, 1 * 2.0 * 7, 1 * 0.5 * 5,
+                        1 * 0.5 * 7};  // diag(2,.5) A diag(5,7)
   CHECK(oracles::birkhoff_kappa(S, 2) == Approx(want).epsilon(1e-12));
   std::vector<double> Z{1, 0, 1, 1};
   CHECK(std::isinf(oracles::projective_diameter(Z, 2)));

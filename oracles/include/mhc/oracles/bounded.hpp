@@ -16,8 +16,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mhc/reference/mhc.hpp"
@@ -26,17 +30,17 @@ namespace mhc::bnd {
 
 struct Model {
   std::string name = "fp32";
-  double u = 0x1.0p-24;     // unit roundoff of the arithmetic
-  double u_prod = 0;        // extra relative error of each linear() product (tf32 inputs)
-  double u_store = 0;       // rounding of stream tensors on store (bf16: 2^-8)
-  double eta = 0x1.0p-126;  // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
+  double u = 0x1.0p-24;         // unit roundoff of the arithmetic
+  double u_prod = 0;            // extra relative error of each linear() product (tf32 inputs)
+  double u_store = 0;           // rounding of stream tensors on store (bf16: 2^-8)
+  double eta = 0x1.0p-126;      // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
   double big = 0x1.fffffep127;  // FLT_MAX: a value beyond it overflows in the model
   // Budgets in units of u, each large enough for the usual implementations:
-  double k_div = 2;     // a/b, or a * (1/b)
-  double k_sqrt = 2;    // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
-  double k_exp = 4;     // expf within 2 ulp (CUDA expf; glibc expf < 1 ulp)
-  double k_sig = 8;     // 1/(1+exp(-z)) relative, see sigmoid()
-  double a_sig = 2;     // ... and absolute (0.5*(1+tanh(z/2)) cancels for z << 0)
+  double k_div = 2;   // a/b, or a * (1/b)
+  double k_sqrt = 2;  // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
+  double k_exp = 4;   // expf within 2 ulp (CUDA expf; glibc expf < 1 ulp)
+  double k_sig = 8;   // 1/(1+exp(-z)) relative, see sigmoid()
+  double a_sig = 2;   // ... and absolute (0.5*(1+tanh(z/2)) cancels for z << 0)
   // How an n-term reduction is bounded: rigorous, Higham's gamma_n = n u / (1 - n u), for every
   // order and every rounding; or probabilistic, Higham & Mary (2019):
   //   gamma~_n(lambda) = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1,
@@ -73,7 +77,9 @@ class ModelScope {
 constexpr double u64 = 0x1.0p-53;
 // Higham's gamma_n = n u / (1 - n u), bounded above by n u (1 + 2 n u) while n u <= 1/2 (no
 // division on the hot path).
-inline double gamma(double n, double u) { return n * u <= 0.5 ? n * u * (1 + 2 * n * u) : HUGE_VAL; }
+inline double gamma(double n, double u) {
+  return n * u <= 0.5 ? n * u * (1 + 2 * n * u) : HUGE_VAL;
+}
 
 struct Bounded {
   double v = 0;  // value (double evaluation)
@@ -120,6 +126,7 @@ struct Bounded {
     return k * m.u * (std::fabs(v) + p) + u64 * std::fabs(v) + m.eta;
   }
 };
+static_assert(sizeof(Bounded) == 2 * sizeof(double), "vector code reads Bounded as {v, e} pairs");
 
 // exp: |exp(x+dx) - exp(x)| <= exp(x) * expm1(|dx|).
 inline Bounded exp(const Bounded& a) {
@@ -132,7 +139,9 @@ inline Bounded sqrt(const Bounded& a) {
   const double p = v + lo > 0 ? std::min(a.e / (v + lo), std::sqrt(a.e)) : std::sqrt(a.e);
   return {v, p + Bounded::rnd(v, p, model().k_sqrt)};
 }
-inline Bounded abs(const Bounded& a) { return {std::fabs(a.v), a.e}; }
+inline Bounded abs(const Bounded& a) {
+  return {std::fabs(a.v), a.e};
+}
 
 // sigmoid, as one function: sig' <= 1/4 bounds the propagation (the max of sig' over
 // [z - e, z + e] where that interval keeps away from 0); its own error covers the usual forms:
@@ -154,12 +163,28 @@ inline Bounded reduce(double v, double A, double E, std::size_t n, double k_prod
   const Model& m = model();
   const double nn = double(n);
   if (A + E > m.big) return {v, HUGE_VAL};
-  return {v, E + k_prod * (A + E) + reduction_gamma(m, nn, m.u) * (A + E) * (1 + k_prod) + gamma(nn, u64) * A +
-                 nn * m.eta};
+  return {v, E + k_prod * (A + E) + reduction_gamma(m, nn, m.u) * (A + E) * (1 + k_prod) +
+                 gamma(nn, u64) * A + nn * m.eta};
 }
 }  // namespace detail
 
-// Reductions, bounded for every order: |sum_hat - sum| <= sum e_i + gamma_{n-1} (sum|t_i| + sum e_i).
+#ifdef __AVX2__
+namespace detail {
+// Four consecutive elements as value and bound vectors.
+inline void load4(const float* r, __m256d& v, __m256d& e) {
+  v = _mm256_cvtps_pd(_mm_loadu_ps(r));
+  e = _mm256_setzero_pd();
+}
+inline void load4(const Bounded* r, __m256d& v, __m256d& e) {
+  const __m256d lo = _mm256_loadu_pd(&r[0].v), hi = _mm256_loadu_pd(&r[2].v);  // v0 e0 v1 e1 ...
+  v = _mm256_permute4x64_pd(_mm256_unpacklo_pd(lo, hi), 0xD8);
+  e = _mm256_permute4x64_pd(_mm256_unpackhi_pd(lo, hi), 0xD8);
+}
+}  // namespace detail
+#endif
+
+// Reductions, bounded for every order: |sum_hat - sum| <= sum e_i + gamma_{n-1} (sum|t_i| + sum
+// e_i).
 inline Bounded sum(const Bounded* t, std::size_t n) {
   double v = 0, A = 0, E = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -170,10 +195,35 @@ inline Bounded sum(const Bounded* t, std::size_t n) {
   return detail::reduce(v, A, E, n > 0 ? n - 1 : 0);
 }
 // Each product rounds once (u) and the n-1 additions round: gamma_n covers both, in any order,
-// with or without FMA.
+// with or without FMA. (Partial sums in four lanes: the order changes v only within the
+// gamma_n(u64) term.)
 inline Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
   double v = 0, A = 0, E = 0;
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t i = 0;
+#ifdef __AVX2__
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  __m256d vv = _mm256_setzero_pd(), aa = vv, ee = vv;
+  for (; i + 4 <= n; i += 4) {
+    __m256d av, ae, bv, be;
+    detail::load4(a + i, av, ae);
+    detail::load4(b + i, bv, be);
+    const __m256d p = _mm256_mul_pd(av, bv);
+    vv = _mm256_add_pd(vv, p);
+    aa = _mm256_add_pd(aa, _mm256_andnot_pd(sign, p));
+    ee = _mm256_add_pd(ee,
+                       _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, av), be),
+                                                   _mm256_mul_pd(_mm256_andnot_pd(sign, bv), ae)),
+                                     _mm256_mul_pd(ae, be)));
+  }
+  alignas(32) double lv[4], la[4], le[4];
+  _mm256_store_pd(lv, vv);
+  _mm256_store_pd(la, aa);
+  _mm256_store_pd(le, ee);
+  v = (lv[0] + lv[1]) + (lv[2] + lv[3]);
+  A = (la[0] + la[1]) + (la[2] + la[3]);
+  E = (le[0] + le[1]) + (le[2] + le[3]);
+#endif
+  for (; i < n; ++i) {
     const double p = a[i].v * b[i].v;
     v += p;
     A += std::fabs(p);
@@ -183,10 +233,18 @@ inline Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
 }
 // lincomb (hc_pre, hc_post): every column is a k-term dot product; the model's constants are
 // fetched once for all m columns.
-inline double val(float x) { return double(x); }
-inline double val(const Bounded& x) { return x.v; }
-inline double err(float) { return 0; }
-inline double err(const Bounded& x) { return x.e; }
+inline double val(float x) {
+  return double(x);
+}
+inline double val(const Bounded& x) {
+  return x.v;
+}
+inline double err(float) {
+  return 0;
+}
+inline double err(const Bounded& x) {
+  return x.e;
+}
 template <class W, class R>
 void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bounded* out) {
   const Model& md = model();
@@ -194,9 +252,39 @@ void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bou
   const double floor = kk * md.eta;
   // Term by term over chunks of columns (the inner loop runs over c and vectorises; the chunk's
   // accumulators stay in the L1 cache).
+  std::size_t start = 0;
+#ifdef __AVX2__
+  if constexpr (std::is_same<W, float>::value) {  // hc_pre and hc_post: four columns at a time
+    const __m256d sign = _mm256_set1_pd(-0.0), gv = _mm256_set1_pd(g), g64v = _mm256_set1_pd(g64);
+    const __m256d fl = _mm256_set1_pd(floor), big = _mm256_set1_pd(md.big);
+    const __m256d inf = _mm256_set1_pd(HUGE_VAL);
+    double* o = &out[0].v;
+    for (; start + 4 <= m; start += 4) {
+      __m256d v = _mm256_setzero_pd(), a = v, e = v;
+      for (std::size_t i = 0; i < k; ++i) {
+        const __m256d wv = _mm256_set1_pd(double(w[i]));
+        __m256d rv, re;
+        detail::load4(rows[i] + start, rv, re);
+        const __m256d p = _mm256_mul_pd(wv, rv);
+        v = _mm256_add_pd(v, p);
+        a = _mm256_add_pd(a, _mm256_andnot_pd(sign, p));
+        if constexpr (!std::is_same<R, float>::value)
+          e = _mm256_add_pd(e, _mm256_mul_pd(_mm256_andnot_pd(sign, wv), re));
+      }
+      // As below: E + g (A + E) + g64 A + floor, infinite where A + E exceeds the model's range.
+      const __m256d ae = _mm256_add_pd(a, e);
+      __m256d b = _mm256_add_pd(
+          _mm256_add_pd(_mm256_add_pd(e, _mm256_mul_pd(gv, ae)), _mm256_mul_pd(g64v, a)), fl);
+      b = _mm256_blendv_pd(b, inf, _mm256_cmp_pd(ae, big, _CMP_GT_OQ));
+      const __m256d lo = _mm256_unpacklo_pd(v, b), hi = _mm256_unpackhi_pd(v, b);
+      _mm256_storeu_pd(o + 2 * start, _mm256_permute2f128_pd(lo, hi, 0x20));
+      _mm256_storeu_pd(o + 2 * start + 4, _mm256_permute2f128_pd(lo, hi, 0x31));
+    }
+  }
+#endif
   constexpr std::size_t kChunk = 512;
   double V[kChunk], A[kChunk], E[kChunk];
-  for (std::size_t c0 = 0; c0 < m; c0 += kChunk) {
+  for (std::size_t c0 = start; c0 < m; c0 += kChunk) {
     const std::size_t len = std::min(kChunk, m - c0);
     std::fill(V, V + len, 0.0);
     std::fill(A, A + len, 0.0);
@@ -243,6 +331,10 @@ inline Bounded stored(const Bounded& a) {
   if (m.u_store == 0) return a;
   const double p = a.e;
   return {a.v, p + m.u_store * (std::fabs(a.v) + p) + m.eta};
+}
+inline void store_all(Bounded* x, std::size_t n) {
+  if (model().u_store == 0) return;  // fp32 storage: a pass over the streams saved
+  for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i]);
 }
 
 }  // namespace mhc::bnd

@@ -79,7 +79,7 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i);
 // The oracle: the reference in the bound-carrying Scalar under the case's precision model.
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads = 0);
 
-using ref::stored;
+using ref::store_all;
 
 // A block or stack Case through the reference in Scalar B (one thread: attention couples the
 // positions of a sequence). routings: per layer, filled when not null; forced: per layer, experts
@@ -174,7 +174,7 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           B* y = &out("y")[t * d];
           ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n, y);
-          for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+          store_all(y, d);
         }
         break;
       case Op::post:
@@ -182,14 +182,14 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
           B* y = &out("y")[t * nd];
           ref::hc_post(k, f + t * d, c.input("residual").data.data() + t * nd,
                        c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, y);
-          for (std::size_t i = 0; i < nd; ++i) y[i] = stored(y[i]);
+          store_all(y, nd);
         }
         break;
       case Op::rmsnorm:
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           B* y = &out("y")[t * d];
           ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d, c.param("weight").data.data(), y);
-          for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+          store_all(y, d);
         }
         break;
       case Op::boundary: {
@@ -198,14 +198,14 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
           B* xt = &out("x")[t * nd];
           ref::hc_post(k, f + t * d, c.input("residual").data.data() + t * nd,
                        c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, xt);
-          for (std::size_t i = 0; i < nd; ++i) xt[i] = stored(xt[i]);
+          store_all(xt, nd);
         }
         ref::mixes(k, nt, x, c.param("hc_fn").data.data(), &out("mixes")[t0 * M]);
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           split(t, &out("mixes")[t * M]);
           B* y = &out("y")[t * d];
           ref::hc_pre(k, &out("x")[t * nd], c.input("pre_mix").data.data() + t * n, y);
-          for (std::size_t i = 0; i < d; ++i) y[i] = stored(y[i]);
+          store_all(y, d);
         }
         break;
       }

@@ -27,6 +27,11 @@ template <class S>
 S stored(const S& x) {
   return x;
 }
+// stored() over n elements in place (a Scalar may skip the pass when its storage is exact).
+template <class S>
+void store_all(S* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i]);
+}
 
 // The larger of two values (the softmax's running max): b when b > a, else a. A Scalar that
 // holds several lanes picks per lane.

@@ -242,7 +242,7 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   auto read = [&](const std::string& name, const S* xs, const S* weights) -> const std::vector<S>& {
     auto& y = stage(name, {N, d});
     for (std::size_t t = 0; t < N; ++t) hc_pre(c, xs + t * nd, weights + t * n, &y[t * d]);
-    for (auto& v : y) v = stored(v);
+    store_all(y.data(), y.size());
     return fed(name, y);
   };
   auto norm = [&](const std::string& name, const std::vector<S>& in, const float* g, bool on)
@@ -254,7 +254,7 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
       else
         for (std::size_t i = 0; i < d; ++i) y[t * d + i] = in[t * d + i];
     }
-    for (auto& v : y) v = stored(v);
+    store_all(y.data(), y.size());
     return fed(name, y);
   };
   auto write = [&](const std::string& name, const std::vector<S>& f, const S* residual,
@@ -264,7 +264,7 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
     if (b.sem.comb_transposed_site == site_index) cc.sem.comb_transposed = true;
     for (std::size_t t = 0; t < N; ++t)
       hc_post(cc, &f[t * d], residual + t * nd, &(*st.post)[t * n], &(*st.comb)[t * n * n], &y[t * nd]);
-    for (auto& v : y) v = stored(v);
+    store_all(y.data(), y.size());
     return fed(name, y);
   };
 
@@ -273,7 +273,7 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   const auto& h_norm = norm("attn.normed", h_in, p.attn_norm, b.sem.attn_norm);
   auto& h_out = stage("attn.out", {N, d});
   for (std::size_t s = 0; s < B; ++s) attn(c, b, T, &h_norm[s * T * d], p, &h_out[s * T * d]);
-  for (auto& v : h_out) v = stored(v);
+  store_all(h_out.data(), h_out.size());
   const auto& x_mid = write("x_mid", fed("attn.out", h_out), x, a, 0);
 
   const Site f = site("ffn", x_mid.data(), p.ffn_hc_fn, p.ffn_hc_scale, p.ffn_hc_base);
@@ -283,7 +283,7 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   auto& f_out = stage("ffn.out", {N, d});
   Routing<S> routing;
   ffn(c, b, N, f_norm.data(), p, f_out.data(), routing, forced);
-  for (auto& v : f_out) v = stored(v);
+  store_all(f_out.data(), f_out.size());
   for (std::size_t i = 0; i < N * K; ++i) experts[i] = S(double(routing.chosen[i]));
   write("x_out", fed("ffn.out", f_out), x_mid.data(), f, 1);
   auto& next = stage("next_pre_mix", {N, n});
@@ -324,11 +324,11 @@ void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   }
   auto& y = add_stage(trace, "final.collapse", {N, d});
   for (std::size_t t = 0; t < N; ++t) hc_pre(c, x + t * n * d, pre + t * n, &y[t * d]);
-  for (auto& v : y) v = stored(v);
+  store_all(y.data(), y.size());
   const std::vector<S> collapsed = fed("final.collapse", y);
   auto& z = add_stage(trace, "final.norm", {N, d});
   for (std::size_t t = 0; t < N; ++t) rmsnorm(d, c.norm_eps, &collapsed[t * d], final_norm, &z[t * d]);
-  for (auto& v : z) v = stored(v);
+  store_all(z.data(), z.size());
 }
 
 }  // namespace mhc::ref
