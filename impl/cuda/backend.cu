@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,7 +22,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
-constexpr int kDefaultTB = 2;
 constexpr int kMaxN = 8, kMaxM = (2 + kMaxN) * kMaxN;
 
 struct Dims {
@@ -35,6 +35,10 @@ __device__ inline float ld(const float* p, std::size_t i) { return p[i]; }
 __device__ inline float ld(const bf16* p, std::size_t i) { return __bfloat162float(p[i]); }
 __device__ inline void st(float* p, std::size_t i, float v) { p[i] = v; }
 __device__ inline void st(bf16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ inline float to_float(float v) { return v; }
+__device__ inline float to_float(bf16 v) { return __bfloat162float(v); }
+__device__ inline float zero(const float*) { return 0.0f; }
+__device__ inline bf16 zero(const bf16*) { return __float2bfloat16_rn(0.0f); }
 __device__ inline float rounded(const float*, float v) { return v; }
 __device__ inline float rounded(const bf16*, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
@@ -160,97 +164,42 @@ __global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) st(y, t * d + i, g[i] * (ld(x, t * d + i) * r));
 }
 
-// The single-pass boundary for N streams: a block per group of TB tokens; each thread takes
-// columns c, computes the N new stream values of each token (hc_post), stores them, and folds them
-// at once into the sum of squares, the M projections (each hc_fn value loaded once for the TB
-// tokens) and hc_pre with the reading weights computed earlier. Thread 0 of the block finishes
-// mixes and runs split_sinkhorn per token.
-template <int N, int TB, class T>
-__global__ void __launch_bounds__(kThreads, TB <= 2 ? 2 : 1) boundary_kernel(
-    Dims c, std::size_t tokens, const T* f, const T* R, const float* post, const float* comb,
-    const float* pre_mix, const float* W, const float* scale, const float* base, T* x, T* y,
-    float* mixes, float* pre, float* postout, float* combout) {
-  constexpr int M = (2 + N) * N;
-  __shared__ float shared[(M + 1) * TB * 32];
-  const std::size_t d = std::size_t(c.d), nd = std::size_t(N) * d;
-  const std::size_t t0 = std::size_t(blockIdx.x) * TB;
-  const int nt = int(min(std::size_t(TB), tokens - t0));
-  float acc[TB][M + 1];
-#pragma unroll
-  for (int b = 0; b < TB; ++b)
-#pragma unroll
-    for (int a = 0; a <= M; ++a) acc[b][a] = 0;
-  for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
-    float xv[TB][N];
-#pragma unroll
-    for (int b = 0; b < TB; ++b) {  // every index known at compile time: all in registers
-      const std::size_t t = t0 + std::size_t(b);
-      if (b >= nt) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) xv[b][k] = 0;
-        continue;
-      }
-      const float fv = ld(f, t * d + cc);
-      float rv[N];
-#pragma unroll
-      for (int j = 0; j < N; ++j) rv[j] = ld(R, (t * N + j) * d + cc);
-      float yv = 0;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        float v = post[t * N + k] * fv;
-#pragma unroll
-        for (int j = 0; j < N; ++j) v += comb[(t * N + j) * N + k] * rv[j];
-        v = rounded(x, v);  // what is stored is what the next pieces read
-        st(x, (t * N + k) * d + cc, v);
-        xv[b][k] = v;
-        acc[b][M] += v * v;
-        yv += pre_mix[t * N + k] * v;
-      }
-      st(y, t * d + cc, yv);
-    }
-#pragma unroll
-    for (int a = 0; a < M; ++a)
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float w = __ldg(&W[std::size_t(a) * nd + std::size_t(k) * d + cc]);
-#pragma unroll
-        for (int b = 0; b < TB; ++b) acc[b][a] += w * xv[b][k];
-      }
-  }
-  block_sum<TB * (M + 1)>(&acc[0][0], shared);
-  if (threadIdx.x == 0)
-    for (int b = 0; b < nt; ++b) {
-      const std::size_t t = t0 + std::size_t(b);
-      const float r = 1.0f / sqrtf(acc[b][M] / float(nd) + c.norm_eps);
-      float m[M];
-      for (int a = 0; a < M; ++a) mixes[t * M + a] = m[a] = acc[b][a] * r;
-      split_token(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
-    }
+// hc_fn [M, n*d] repacked as [n*d, M]: a chunk of columns is then one contiguous block (a
+// weight layout, made once per call; 2 MB at the V4.1 sizes).
+__global__ void pack_hc_fn(std::size_t nd, int M, const float* W, float* Wt) {
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= nd * std::size_t(M)) return;
+  const std::size_t i = e / std::size_t(M), a = e % std::size_t(M);
+  Wt[e] = W[a * nd + i];
 }
-
 
 // The single-pass boundary, tiled like the skinny product it mostly is ([T, n*d] x [n*d, M]):
 // a block takes 32 tokens and walks the columns in chunks of 32. Phase A (a warp per 8 tokens,
 // a lane per column): hc_post, the store of the new streams, hc_pre and the sum of squares, with
-// the chunk of new streams kept in shared memory; the chunk of hc_fn is staged there too. Phase B:
-// lane = token, warp = 6 of the 24 rows: each hc_fn value is read once per 32 tokens, from shared
-// memory. n = 4 only.
-template <class T>
+// the chunk of new streams kept in shared memory; the chunk of hc_fn (packed) is staged there
+// too. Phase B, register-tiled: warp k takes stream k of the chunk, each lane 4 tokens x 6 rows
+// (24 accumulators; per column 4 + 3 shared loads feed 24 FMAs); the four warps' partial
+// products are added at the end. n = 4 only; D > 0 fixes d at compile time (the V4.1 width), so
+// that the addresses of a warp's 8 tokens are one register plus constant offsets.
+template <class T, int D>
 __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens, const T* f, const T* R,
                                                       const float* post, const float* comb,
-                                                      const float* pre_mix, const float* W,
+                                                      const float* pre_mix, const float* Wt,
                                                       const float* scale, const float* base, T* x, T* y,
                                                       float* mixes, float* pre, float* postout,
                                                       float* combout) {
   constexpr int N = 4, M = 24, TB = 32, CW = 32, XS = N * CW + 1, CO = N + N * N + N;
-  __shared__ float xs[TB * XS];               // new streams of the chunk, padded rows
-  __shared__ __align__(16) float ws[N * CW * M];  // hc_fn chunk, [k*CW + l][a]
-  __shared__ float coef[TB * CO];             // post, comb, pre_mix per token
-  __shared__ float red[TB * (M + 1)];
+  static_assert(N * TB * M <= TB * XS, "the partial products reuse the chunk's buffer");
+  static_assert(N * CW * M % (4 * 128) == 0, "the hc_fn chunk splits evenly over the threads");
+  __shared__ float xs[TB * XS];                   // new streams of the chunk, padded rows
+  __shared__ __align__(16) float ws[2][N * CW * M];  // hc_fn chunks (double buffer), [k*CW + l][a]
+  __shared__ float coef[TB * CO];                 // post, comb, pre_mix per token
+  __shared__ float sumsq[TB];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int tg = lane / 4, rg = lane % 4;  // phase B: tokens 4*tg.., rows 6*rg..
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
-  const std::size_t d = std::size_t(c.d), nd = std::size_t(N) * d;
+  const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
   for (int e = int(threadIdx.x); e < TB * CO; e += int(blockDim.x)) {
     const int tb = e / CO, i = e % CO;
     const std::size_t t = t0 + std::size_t(tb);
@@ -261,9 +210,43 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
     coef[e] = v;
   }
   __syncthreads();
-  float acc[6] = {0, 0, 0, 0, 0, 0};
+  float acc[4][6];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int r = 0; r < 6; ++r) acc[j][r] = 0;
   float ss[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (std::size_t c0 = 0; c0 < d; c0 += CW) {
+  // The next chunk's inputs are on their way during the current chunk's products: f and the N
+  // residual streams of this warp's 8 tokens into registers, the hc_fn chunk into the other
+  // shared buffer (cp.async, zero-filled past the last column).
+  T fin[8], rin[8][N];  // raw: converted where used, so that no instruction waits on them here
+  auto load = [&](std::size_t c0, float* wdst) {
+    const int cols = int(min(std::size_t(CW), d - c0));
+    const std::size_t cc = c0 + std::size_t(lane);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int tb = warp + 4 * i;
+      const std::size_t t = t0 + std::size_t(tb);
+      const bool in = tb < nt && lane < cols;
+      fin[i] = in ? f[t * d + cc] : zero(f);
+#pragma unroll
+      for (int j = 0; j < N; ++j) rin[i][j] = in ? R[(t * N + std::size_t(j)) * d + cc] : zero(R);
+    }
+    // Stream k's columns c0.. of the packed hc_fn are CW*M contiguous floats.
+#pragma unroll
+    for (int u = 0; u < N * CW * M / 4 / 128; ++u) {
+      const int e = int(threadIdx.x) + 128 * u;
+      const int k = e / (CW * M / 4), q = e % (CW * M / 4), l = q / (M / 4);
+      const float* src = l < cols ? Wt + (std::size_t(k) * d + c0) * M + 4 * q : Wt;
+      const unsigned dst = unsigned(__cvta_generic_to_shared(wdst + 4 * e));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                   "r"(l < cols ? 16 : 0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  load(0, ws[0]);
+  int buf = 0;
+  for (std::size_t c0 = 0; c0 < d; c0 += CW, buf ^= 1) {
     const int cols = int(min(std::size_t(CW), d - c0));
     const std::size_t cc = c0 + std::size_t(lane);
 #pragma unroll
@@ -273,16 +256,12 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
       if (tb < nt && lane < cols) {
         const std::size_t t = t0 + std::size_t(tb);
         const float* co = coef + tb * CO;
-        const float fv = ld(f, t * d + cc);
-        float rv[N];
-#pragma unroll
-        for (int j = 0; j < N; ++j) rv[j] = ld(R, (t * N + std::size_t(j)) * d + cc);
         float yv = 0;
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-          float v = co[k] * fv;
+          float v = co[k] * to_float(fin[i]);
 #pragma unroll
-          for (int j = 0; j < N; ++j) v += co[N + j * N + k] * rv[j];
+          for (int j = 0; j < N; ++j) v += co[N + j * N + k] * to_float(rin[i][j]);
           v = rounded(x, v);
           st(x, (t * N + std::size_t(k)) * d + cc, v);
           xrow[k * CW + lane] = v;
@@ -295,25 +274,28 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
         for (int k = 0; k < N; ++k) xrow[k * CW + lane] = 0;
       }
     }
-    for (int e = int(threadIdx.x); e < M * N * CW; e += int(blockDim.x)) {
-      const int l = e % CW, k = (e / CW) % N, a = e / (CW * N);
-      ws[(k * CW + l) * M + a] = l < cols ? __ldg(&W[std::size_t(a) * nd + std::size_t(k) * d + c0 + std::size_t(l)]) : 0.0f;
-    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
-    const float* xrow = xs + lane * XS;
-    const float* wb = ws + 6 * warp;
-#pragma unroll 8
-    for (int idx = 0; idx < N * CW; ++idx) {
-      const float xv = xrow[idx];
-      const float2 w01 = *reinterpret_cast<const float2*>(wb + idx * M);
-      const float2 w23 = *reinterpret_cast<const float2*>(wb + idx * M + 2);
-      const float2 w45 = *reinterpret_cast<const float2*>(wb + idx * M + 4);
-      acc[0] += w01.x * xv;
-      acc[1] += w01.y * xv;
-      acc[2] += w23.x * xv;
-      acc[3] += w23.y * xv;
-      acc[4] += w45.x * xv;
-      acc[5] += w45.y * xv;
+    if (c0 + CW < d) load(c0 + CW, ws[buf ^ 1]);
+    const float* xb = xs + (4 * tg) * XS + warp * CW;
+    const float* wb = ws[buf] + warp * CW * M + 6 * rg;
+#pragma unroll 4
+    for (int l = 0; l < CW; ++l) {
+      float xv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xv[j] = xb[j * XS + l];
+      const float2 w01 = *reinterpret_cast<const float2*>(wb + l * M);
+      const float2 w23 = *reinterpret_cast<const float2*>(wb + l * M + 2);
+      const float2 w45 = *reinterpret_cast<const float2*>(wb + l * M + 4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[j][0] += w01.x * xv[j];
+        acc[j][1] += w01.y * xv[j];
+        acc[j][2] += w23.x * xv[j];
+        acc[j][3] += w23.y * xv[j];
+        acc[j][4] += w45.x * xv[j];
+        acc[j][5] += w45.y * xv[j];
+      }
     }
     __syncthreads();
   }
@@ -321,17 +303,24 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
   for (int i = 0; i < 8; ++i) {
     float v = ss[i];
     for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-    if (lane == 0) red[(warp + 4 * i) * (M + 1) + M] = v;
+    if (lane == 0) sumsq[warp + 4 * i] = v;
   }
+  float* part = xs;  // [warp][token][row]
 #pragma unroll
-  for (int r = 0; r < 6; ++r) red[lane * (M + 1) + 6 * warp + r] = acc[r];
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int r = 0; r < 6; ++r) part[(warp * TB + 4 * tg + j) * M + 6 * rg + r] = acc[j][r];
   __syncthreads();
   if (int(threadIdx.x) < nt) {
     const int tb = int(threadIdx.x);
     const std::size_t t = t0 + std::size_t(tb);
-    const float rr = 1.0f / sqrtf(red[tb * (M + 1) + M] / float(nd) + c.norm_eps);
+    const float rr = 1.0f / sqrtf(sumsq[tb] / float(std::size_t(N) * d) + c.norm_eps);
     float m[M];
-    for (int a = 0; a < M; ++a) mixes[t * M + std::size_t(a)] = m[a] = red[tb * (M + 1) + a] * rr;
+    for (int a = 0; a < M; ++a) {
+      const float p = ((part[(0 * TB + tb) * M + a] + part[(1 * TB + tb) * M + a]) +
+                       part[(2 * TB + tb) * M + a]) + part[(3 * TB + tb) * M + a];
+      mixes[t * M + std::size_t(a)] = m[a] = p * rr;
+    }
     split_token(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
   }
 }
@@ -488,34 +477,22 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
                      float* postout, float* combout) {
   if (!T) return;
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
-  if (fused && c.n == 4) {
-    // Tokens per block: each hc_fn value is loaded once per block and used for TB tokens; more
-    // tokens per block need more registers and leave fewer blocks per multiprocessor. The
-    // default is the fastest measured on the H200 (bench/README.md); MHC_FUSED_TB overrides.
-    static const int forced = [] {
-      const char* e = std::getenv("MHC_FUSED_TB");
-      return e ? std::atoi(e) : 0;
-    }();
-    // Measured on the H200 (bench/README.md): the tiled kernel needs a few blocks of 32 tokens per
-    // multiprocessor to hide its latency (2.5 ms against 1.5 ms at 4096 tokens, 3.2 ms against
-    // 6.0 ms at 16384); below 8192 tokens the 2-token kernel is faster.
-    const int tb = forced ? forced : T >= 8192 ? 32 : kDefaultTB;
-    auto launch = [&](auto kernel, int per) {
-      kernel<<<blocks_for(T, unsigned(per)), kThreads>>>(c, T, f, R, post, comb, pre_mix, W, scale, base, x, y,
-                                                         mixes, pre, postout, combout);
-    };
-    if (tb == 32) {  // the tiled kernel
-      boundary_tiled<S><<<blocks_for(T, 32), 128>>>(c, T, f, R, post, comb, pre_mix, W, scale, base, x, y,
-                                                    mixes, pre, postout, combout);
-      MHC_CUDA_LAUNCHED();
-      return;
+  if (fused && c.n == 4) {  // the single pass, on hc_fn packed into a buffer kept for the process
+    static std::mutex mu;
+    static float* packed = nullptr;
+    static std::size_t capacity = 0;
+    std::lock_guard<std::mutex> lock(mu);
+    const std::size_t count = n * d * std::size_t(c.M());
+    if (count > capacity) {
+      if (packed) MHC_CUDA_CHECK(cudaFree(packed));
+      MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
+      capacity = count;
     }
-    switch (tb) {
-      case 1: launch(boundary_kernel<4, 1, S>, 1); break;
-      case 4: launch(boundary_kernel<4, 4, S>, 4); break;
-      case 8: launch(boundary_kernel<4, 8, S>, 8); break;
-      default: launch(boundary_kernel<4, 2, S>, 2); break;
-    }
+    pack_hc_fn<<<blocks_for(count, kThreads), kThreads>>>(n * d, c.M(), W, packed);
+    MHC_CUDA_LAUNCHED();
+    auto tiled = c.d == 5120 ? boundary_tiled<S, 5120> : boundary_tiled<S, 0>;
+    tiled<<<blocks_for(T, 32), 128>>>(c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre,
+                                      postout, combout);
     MHC_CUDA_LAUNCHED();
     return;
   }
