@@ -164,22 +164,25 @@ __global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) st(y, t * d + i, g[i] * (ld(x, t * d + i) * r));
 }
 
-// hc_fn [M, n*d] repacked as [n*d, M]: a chunk of columns is then one contiguous block (a
-// weight layout, made once per call; 2 MB at the V4.1 sizes).
-__global__ void pack_hc_fn(std::size_t nd, int M, const float* W, float* Wt) {
+// hc_fn [24, n*d] repacked as [n*d, 24] for the single pass: a chunk of columns is then one
+// contiguous block (a weight layout, made once per call; 2 MB at the V4.1 sizes). Within a
+// column, the four groups of 6 rows that phase B's lanes take are stored as their first four
+// rows (16 floats: one aligned float4 per group) and then their last two (8 floats: a float2).
+__global__ void pack_hc_fn(std::size_t nd, const float* W, float* Wt) {
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= nd * std::size_t(M)) return;
-  const std::size_t i = e / std::size_t(M), a = e % std::size_t(M);
-  Wt[e] = W[a * nd + i];
+  if (e >= nd * 24) return;
+  const int p = int(e % 24);
+  const int row = p < 16 ? (p / 4) * 6 + p % 4 : ((p - 16) / 2) * 6 + 4 + (p - 16) % 2;
+  Wt[e] = W[std::size_t(row) * nd + e / 24];
 }
 
 // The single-pass boundary, tiled like the skinny product it mostly is ([T, n*d] x [n*d, M]):
 // a block takes 32 tokens and walks the columns in chunks of 32. Phase A (a warp per 8 tokens,
 // a lane per column): hc_post, the store of the new streams, hc_pre and the sum of squares, with
 // the chunk of new streams kept in shared memory; the chunk of hc_fn (packed) is staged there
-// too. Phase B, register-tiled: warp k takes stream k of the chunk, each lane 4 tokens x 6 rows
-// (24 accumulators; per column 4 + 3 shared loads feed 24 FMAs); the four warps' partial
-// products are added at the end. n = 4 only; D > 0 fixes d at compile time (the V4.1 width), so
+// too. Phase B, register-tiled: warp k takes stream k of the chunk, each lane 4 tokens (tg,
+// tg+8, ..) x 6 rows (24 accumulators; per pair of columns 4 + 4 shared loads feed 48 FMAs,
+// without bank conflicts); the four warps' partial products are added at the end. n = 4 only; D > 0 fixes d at compile time (the V4.1 width), so
 // that the addresses of a warp's 8 tokens are one register plus constant offsets.
 template <class T, int D>
 __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens, const T* f, const T* R,
@@ -188,15 +191,17 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
                                                       const float* scale, const float* base, T* x, T* y,
                                                       float* mixes, float* pre, float* postout,
                                                       float* combout) {
-  constexpr int N = 4, M = 24, TB = 32, CW = 32, XS = N * CW + 1, CO = N + N * N + N;
+  // XS = 130: rows 8 bytes aligned, and the rows tg + 8j of the 8 token groups in distinct banks.
+  constexpr int N = 4, M = 24, TB = 32, CW = 32, XS = N * CW + 2, CO = N + N * N + N;
   static_assert(N * TB * M <= TB * XS, "the partial products reuse the chunk's buffer");
   static_assert(N * CW * M % (4 * 128) == 0, "the hc_fn chunk splits evenly over the threads");
-  __shared__ float xs[TB * XS];                   // new streams of the chunk, padded rows
+  static_assert(CW % 2 == 0 && XS % 2 == 0, "phase B reads columns in pairs");
+  __shared__ __align__(16) float xs[TB * XS];     // new streams of the chunk, padded rows
   __shared__ __align__(16) float ws[2][N * CW * M];  // hc_fn chunks (double buffer), [k*CW + l][a]
   __shared__ float coef[TB * CO];                 // post, comb, pre_mix per token
   __shared__ float sumsq[TB];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int tg = lane / 4, rg = lane % 4;  // phase B: tokens 4*tg.., rows 6*rg..
+  const int tg = lane / 4, rg = lane % 4;  // phase B: tokens tg + 8j, rows 6*rg..
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
@@ -277,24 +282,27 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
     if (c0 + CW < d) load(c0 + CW, ws[buf ^ 1]);
-    const float* xb = xs + (4 * tg) * XS + warp * CW;
-    const float* wb = ws[buf] + warp * CW * M + 6 * rg;
-#pragma unroll 4
-    for (int l = 0; l < CW; ++l) {
-      float xv[4];
+    const float* xb = xs + tg * XS + warp * CW;
+    const float* wb = ws[buf] + warp * CW * M;
+#pragma unroll 2
+    for (int l = 0; l < CW; l += 2) {
+      float2 xv[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) xv[j] = xb[j * XS + l];
-      const float2 w01 = *reinterpret_cast<const float2*>(wb + l * M);
-      const float2 w23 = *reinterpret_cast<const float2*>(wb + l * M + 2);
-      const float2 w45 = *reinterpret_cast<const float2*>(wb + l * M + 4);
+      for (int j = 0; j < 4; ++j) xv[j] = *reinterpret_cast<const float2*>(xb + 8 * j * XS + l);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        acc[j][0] += w01.x * xv[j];
-        acc[j][1] += w01.y * xv[j];
-        acc[j][2] += w23.x * xv[j];
-        acc[j][3] += w23.y * xv[j];
-        acc[j][4] += w45.x * xv[j];
-        acc[j][5] += w45.y * xv[j];
+      for (int h = 0; h < 2; ++h) {
+        const float4 wa = *reinterpret_cast<const float4*>(wb + (l + h) * M + 4 * rg);
+        const float2 wc = *reinterpret_cast<const float2*>(wb + (l + h) * M + 16 + 2 * rg);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float xj = h ? xv[j].y : xv[j].x;
+          acc[j][0] += wa.x * xj;
+          acc[j][1] += wa.y * xj;
+          acc[j][2] += wa.z * xj;
+          acc[j][3] += wa.w * xj;
+          acc[j][4] += wc.x * xj;
+          acc[j][5] += wc.y * xj;
+        }
       }
     }
     __syncthreads();
@@ -309,7 +317,7 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int r = 0; r < 6; ++r) part[(warp * TB + 4 * tg + j) * M + 6 * rg + r] = acc[j][r];
+    for (int r = 0; r < 6; ++r) part[(warp * TB + tg + 8 * j) * M + 6 * rg + r] = acc[j][r];
   __syncthreads();
   if (int(threadIdx.x) < nt) {
     const int tb = int(threadIdx.x);
@@ -482,13 +490,13 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
     static float* packed = nullptr;
     static std::size_t capacity = 0;
     std::lock_guard<std::mutex> lock(mu);
-    const std::size_t count = n * d * std::size_t(c.M());
+    const std::size_t count = n * d * 24;
     if (count > capacity) {
       if (packed) MHC_CUDA_CHECK(cudaFree(packed));
       MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
       capacity = count;
     }
-    pack_hc_fn<<<blocks_for(count, kThreads), kThreads>>>(n * d, c.M(), W, packed);
+    pack_hc_fn<<<blocks_for(count, kThreads), kThreads>>>(n * d, W, packed);
     MHC_CUDA_LAUNCHED();
     auto tiled = c.d == 5120 ? boundary_tiled<S, 5120> : boundary_tiled<S, 0>;
     tiled<<<blocks_for(T, 32), 128>>>(c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre,
