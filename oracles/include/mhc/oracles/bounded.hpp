@@ -183,8 +183,8 @@ inline void load4(const Bounded* r, __m256d& v, __m256d& e) {
 }  // namespace detail
 #endif
 
-// Reductions, bounded for every order: |sum_hat - sum| <= sum e_i + gamma_{n-1} (sum|t_i| + sum
-// e_i).
+// Reductions, bounded for every order:
+//   |sum_hat - sum| <= sum e_i + gamma_{n-1} (sum|t_i| + sum e_i).
 inline Bounded sum(const Bounded* t, std::size_t n) {
   double v = 0, A = 0, E = 0;
   for (std::size_t i = 0; i < n; ++i) {
