@@ -1,6 +1,8 @@
 // The CUDA backends: one kernel per piece, the single-pass fused boundary, and the four-launch
 // boundary as a baseline. fp32 arithmetic (FFMA, --fmad=true: contraction is a legitimate choice
-// the bounds cover); stream tensors (x, residual, f, y) stored as fp32 or bf16.
+// the bounds cover; the fused boundary's projection on the tensor cores, split so that it stays
+// within the fp32 bounds: see boundary_tc); stream tensors (x, residual, f, y) stored as fp32 or
+// bf16.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -34,25 +36,23 @@ __device__ inline float ld(const float* p, std::size_t i) { return p[i]; }
 __device__ inline float ld(const bf16* p, std::size_t i) { return __bfloat162float(p[i]); }
 __device__ inline void st(float* p, std::size_t i, float v) { p[i] = v; }
 __device__ inline void st(bf16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ inline float to_float(float v) { return v; }
-__device__ inline float to_float(bf16 v) { return __bfloat162float(v); }
 __device__ inline float zero(const float*) { return 0.0f; }
 __device__ inline bf16 zero(const bf16*) { return __float2bfloat16_rn(0.0f); }
-__device__ inline float rounded(const float*, float v) { return v; }
-__device__ inline float rounded(const bf16*, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// One token of hc_split_sinkhorn, in registers and local memory (n <= 8).
+// One token of hc_split_sinkhorn, in registers and local memory (n <= 8); NN > 0 fixes n at
+// compile time, so that everything stays in registers.
+template <int NN = 0>
 __device__ void split_token(const Dims& c, const float* m, const float* s, const float* b,
                             float* pre, float* post, float* comb) {
-  const int n = c.n;
+  const int n = NN > 0 ? NN : c.n;
   const float eps = c.hc_eps;
   for (int j = 0; j < n; ++j) {
     pre[j] = sigmoid(m[j] * s[0] + b[j]) + eps;
     post[j] = 2.0f * sigmoid(m[n + j] * s[1] + b[n + j]);
   }
-  float C[kMaxN * kMaxN];
+  float C[(NN > 0 ? NN : kMaxN) * (NN > 0 ? NN : kMaxN)];
   for (int j = 0; j < n; ++j) {
     float mx = -INFINITY;
     for (int k = 0; k < n; ++k) {
@@ -163,47 +163,139 @@ __global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) st(y, t * d + i, g[i] * (ld(x, t * d + i) * r));
 }
 
-// hc_fn [24, n*d] repacked as [n*d, 24] for the single pass: a chunk of columns is then one
-// contiguous block (a weight layout, made once per call; 2 MB at the V4.1 sizes). Within a
-// column, the four groups of 6 rows that phase B's lanes take are stored as their first four
-// rows (16 floats: one aligned float4 per group) and then their last two (8 floats: a float2).
-__global__ void pack_hc_fn(std::size_t nd, const float* W, float* Wt) {
+// hc_fn [24, n*d] repacked for the tensor-core single pass: per stream k and chunk of 32 columns,
+// the B fragments of mma.m16n8k8 in the order the warp reads them, [kstep s][n-tile][lane][2]
+// (lane = 4g + t holds rows 8*tile + g, columns 8s + 2t and 8s + 2t + 1 as k = t and t + 4: the
+// sum runs over the columns in any order, and this one makes a lane's two A elements adjacent),
+// zero past column d so that a chunk is always whole.
+__global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, const float* W, float* Wp) {
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= nd * 24) return;
-  const int p = int(e % 24);
-  const int row = p < 16 ? (p / 4) * 6 + p % 4 : ((p - 16) / 2) * 6 + 4 + (p - 16) % 2;
-  Wt[e] = W[std::size_t(row) * nd + e / 24];
+  const std::size_t chunks = (d + 31) / 32;
+  if (e >= n * chunks * 768) return;
+  const int q = int(e % 768), h = q % 2, lane = (q / 2) % 32, tile = (q / 64) % 3, s = q / 192;
+  const std::size_t k = e / (chunks * 768), chunk = (e / 768) % chunks;
+  const std::size_t col = chunk * 32 + std::size_t(8 * s + 2 * (lane % 4) + h);
+  const std::size_t row = std::size_t(8 * tile + lane / 4);
+  Wp[e] = col < d ? W[row * n * d + k * d + col] : 0.0f;
 }
 
-// The single-pass boundary, tiled like the skinny product it mostly is ([T, n*d] x [n*d, M]):
-// a block takes 32 tokens and walks the columns in chunks of 32. Phase A (a warp per 8 tokens,
-// a lane per column): hc_post, the store of the new streams, hc_pre and the sum of squares, with
-// the chunk of new streams kept in shared memory; the chunk of hc_fn (packed) is staged there
-// too. Phase B, register-tiled: warp k takes stream k of the chunk, each lane 4 tokens (tg,
-// tg+8, ..) x 6 rows (24 accumulators; per pair of columns 4 + 4 shared loads feed 48 FMAs,
-// without bank conflicts); the four warps' partial products are added at the end. n = 4 only; D > 0 fixes d at compile time (the V4.1 width), so
-// that the addresses of a warp's 8 tokens are one register plus constant offsets.
-template <class T, int D>
-__global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens, const T* f, const T* R,
-                                                      const float* post, const float* comb,
-                                                      const float* pre_mix, const float* Wt,
-                                                      const float* scale, const float* base, T* x, T* y,
-                                                      float* mixes, float* pre, float* postout,
-                                                      float* combout) {
-  // XS = 130: rows 8 bytes aligned, and the rows tg + 8j of the 8 token groups in distinct banks.
-  constexpr int N = 4, M = 24, TB = 32, CW = 32, XS = N * CW + 2, CO = N + N * N + N;
-  static_assert(N * TB * M <= TB * XS, "the partial products reuse the chunk's buffer");
-  static_assert(N * CW * M % (4 * 128) == 0, "the hc_fn chunk splits evenly over the threads");
-  static_assert(CW % 2 == 0 && XS % 2 == 0, "phase B reads columns in pairs");
-  __shared__ __align__(16) float xs[TB * XS];     // new streams of the chunk, padded rows
-  __shared__ __align__(16) float ws[2][N * CW * M];  // hc_fn chunks (double buffer), [k*CW + l][a]
-  __shared__ float coef[TB * CO];                 // post, comb, pre_mix per token
+// v ~ hi + lo as tf32 operands: hi is v rounded to nearest (ties away), lo the exact remainder
+// cut to tf32: |v - hi - lo| < 2^-10 |v - hi| <= 2^-21 |v|. Integer operations (cvt.rna is an
+// instruction sequence here); v finite.
+__device__ inline void split_tf32(float v, std::uint32_t& hi, std::uint32_t& lo) {
+  hi = (__float_as_uint(v) + 0x1000u) & 0xFFFFE000u;
+  lo = __float_as_uint(v - __uint_as_float(hi)) & 0xFFFFE000u;
+}
+// c += a b on the tensor cores: a [16 x 8] row-major and b [8 x 8] column-major tf32 fragments,
+// c [16 x 8] fp32 (PTX ISA, mma.m16n8k8 .tf32).
+__device__ inline void mma_tf32(float* c, const std::uint32_t* a, const std::uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two adjacent columns of a stream tensor: one 8-byte (fp32) or 4-byte (bf16) access where the
+// width D is fixed and even, else two checked scalar ones.
+template <class T> struct Pair;
+template <> struct Pair<float> { using type = float2; };
+template <> struct Pair<bf16> { using type = __nv_bfloat162; };
+__device__ inline float2 to_float2(float2 v) { return v; }
+__device__ inline float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ inline float2 from_float2(float2 v, const float*) { return v; }
+__device__ inline __nv_bfloat162 from_float2(float2 v, const bf16*) { return __float22bfloat162_rn(v); }
+// Stores v rounded to T and returns the stored values (zeros past column d).
+template <int D>
+__device__ inline float2 store_pair(float* p, std::size_t i, float2 v, std::size_t col, std::size_t d) {
+  if (D > 0 && D % 2 == 0) {
+    *reinterpret_cast<float2*>(p + i) = v;
+    return v;
+  }
+  if (col < d) p[i] = v.x;
+  if (col + 1 < d) p[i + 1] = v.y;
+  return make_float2(col < d ? v.x : 0.0f, col + 1 < d ? v.y : 0.0f);
+}
+template <int D>
+__device__ inline float2 store_pair(bf16* p, std::size_t i, float2 v, std::size_t col, std::size_t d) {
+  const __nv_bfloat162 b = __float22bfloat162_rn(v);
+  if (D > 0 && D % 2 == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(p + i) = b;
+    return __bfloat1622float2(b);
+  }
+  if (col < d) p[i] = b.x;
+  if (col + 1 < d) p[i + 1] = b.y;
+  const float2 r = __bfloat1622float2(b);
+  return make_float2(col < d ? r.x : 0.0f, col + 1 < d ? r.y : 0.0f);
+}
+
+// The single pass with the projection on the tensor cores, in a pipeline of STAGES chunks of 32
+// columns. Each chunk of a block's 32 tokens (f and the n residual streams, and hc_fn's columns)
+// is copied into a stage of shared memory with cp.async, STAGES - 1 chunks ahead of the one in
+// use (completion is tracked by groups, so no thread waits on registers still in flight).
+// Phase A (lane 16 h + p: columns 2p, 2p+1 of tokens warp + 4 (2i + h)): hc_post, the store of
+// the new streams (which also replace the residual in the stage), hc_pre and the sum of squares.
+// Phase B: warp k multiplies the new stream k of the chunk ([32 tokens x 32 columns]) by hc_fn's
+// ([32 x 24]) with mma.m16n8k8 on tf32 parts, fp32-accurate by splitting (the 3xTF32 scheme):
+// a ~ ah + al, b ~ bh + bl (split_tf32) and a b ~ ah bl + al bh + ah bh. bf16 streams are tf32
+// values already (al = 0: two products).
+//
+// Why this stays inside the fp32 model's bound of the projection (u = 2^-24, S = sum |a b|):
+// - the dropped and cut parts: |a b - (ah bh + ah bl + al bh)| <= 5 * 2^-22 |a b| = 20 u |a b|
+//   (8 u with al = 0);
+// - assumed of the tensor cores (and checked by the differential tests below): products of tf32
+//   values are exact and each mma's c + sum of K = 8 products is formed with at least fp32's 24
+//   bits relative to its largest addend, so within (K + 1) 2^-23 (|c| + sum |products|), as
+//   reported for these units by Fasi, Higham, Mikaitis & Pranesh (2021). That rounding may be
+//   biased (truncation), so each chunk starts from zero (<= 12 chained mma: <= 12 * 18 u of its
+//   S) and its result is added to the running sum with an fp32 add, round to nearest;
+// - total <= 236 u S plus the fp32 sum of the 640 chunk results (chains of <= 163 adds): below
+//   gamma_20480(u) S (rigorous) and below Higham & Mary's 8 sqrt(20480) u S = 1145 u S
+//   (probabilistic), whose independence assumption then concerns only the round-to-nearest adds
+//   (8 sqrt(163) u S = 102 u S).
+// test_cuda and `mhc-verify check --kernel cuda-fused` check the outputs against the oracle.
+template <class T>
+struct TcLayout {
+  static constexpr int N = 4, M = 24, TB = 32, CW = 32, CO = N + N * N + N;
+  // A token's rows f, R_0..R_3 (CW each), padded so that the A fragments' rows g = 0..7 fall in
+  // distinct banks (stride 8 mod 32 words for fp32 pairs, 20 for bf16 pairs), each row 16-byte
+  // aligned.
+  static constexpr int TS = 5 * CW + 8;
+  static constexpr int kStreamBytes = TB * TS * int(sizeof(T)), kWBytes = N * CW * M * 4;
+  static constexpr int kStageBytes = kStreamBytes + kWBytes;
+  static_assert(kStreamBytes % 16 == 0, "hc_fn's part of a stage starts 16-byte aligned");
+};
+template <class T>
+constexpr int tc_shared_bytes(int stages) {
+  return stages * TcLayout<T>::kStageBytes;
+}
+
+constexpr int kThreadsTc = 128;
+template <class T, int D, int STAGES>
+__global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t tokens, const T* f, const T* R,
+                                                   const float* post, const float* comb,
+                                                   const float* pre_mix, const float* Wp,
+                                                   const float* scale, const float* base, T* x, T* y,
+                                                   float* mixes, float* pre, float* postout,
+                                                   float* combout) {
+  using L = TcLayout<T>;
+  constexpr int N = L::N, M = L::M, TB = L::TB, CW = L::CW, CO = L::CO, TS = L::TS;
+  constexpr bool fp32 = std::is_same<T, float>::value;  // bf16 values are tf32 values
+  constexpr int kVec = 16 / int(sizeof(T));               // elements per 16-byte copy
+  static_assert(N * TB * M * 4 <= STAGES * L::kStageBytes, "the partial products reuse the stages");
+  static_assert(CO % 4 == 0, "coefficients are read as float4");
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(16) float coef[TB * CO];  // post, comb, pre_mix per token
   __shared__ float sumsq[TB];
+  auto stream_of = [&](int st) { return reinterpret_cast<T*>(smem + st * L::kStageBytes); };
+  auto w_of = [&](int st) { return reinterpret_cast<float*>(smem + st * L::kStageBytes + L::kStreamBytes); };
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int tg = lane / 4, rg = lane % 4;  // phase B: tokens tg + 8j, rows 6*rg..
+  const int g = lane / 4, tq = lane % 4;            // fragment coordinates
+  const int h = lane / 16, cp = 2 * (lane % 16);    // phase A
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
+  const std::size_t chunks = (d + CW - 1) / CW;
   for (int e = int(threadIdx.x); e < TB * CO; e += int(blockDim.x)) {
     const int tb = e / CO, i = e % CO;
     const std::size_t t = t0 + std::size_t(tb);
@@ -213,110 +305,170 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
                                    : pre_mix[t * N + std::size_t(i - N - N * N)];
     coef[e] = v;
   }
-  __syncthreads();
-  float acc[4][6];
+  // Chunk `ch` into stage `st`: the rows of f and R (zero past the last token and column), and
+  // hc_fn's packed columns (always whole). One commit group per call, empty past the end.
+  auto fetch = [&](std::size_t ch, int st) {
+    if (ch < chunks) {
+      const std::size_t c0 = ch * CW;
+      T* sx = stream_of(st);
+      if (D > 0 && D % CW == 0) {
+        #pragma unroll
+        for (int e = int(threadIdx.x); e < TB * 5 * (CW / kVec); e += kThreadsTc) {
+          const int tb = e / (5 * (CW / kVec)), r = (e / (CW / kVec)) % 5, q = e % (CW / kVec);
+          const std::size_t t = t0 + std::size_t(min(tb, nt - 1));
+          const T* src = (r == 0 ? f + t * d : R + (t * N + std::size_t(r - 1)) * d) + c0 + std::size_t(q * kVec);
+          const unsigned dst = unsigned(__cvta_generic_to_shared(sx + tb * TS + r * CW + q * kVec));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                       "r"(tb < nt ? 16 : 0));
+        }
+      } else {  // any width: plain loads
+        for (int e = int(threadIdx.x); e < TB * 5 * CW; e += kThreadsTc) {
+          const int tb = e / (5 * CW), r = (e / CW) % 5, l = e % CW;
+          const std::size_t t = t0 + std::size_t(tb), col = c0 + std::size_t(l);
+          T v = zero(f);
+          if (tb < nt && col < d) v = r == 0 ? f[t * d + col] : R[(t * N + std::size_t(r - 1)) * d + col];
+          sx[tb * TS + r * CW + l] = v;
+        }
+      }
+      float* sw = w_of(st);
+      const float* src = Wp + ch * (CW * M);  // stream k's chunks are `chunks` * CW * M apart
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int r = 0; r < 6; ++r) acc[j][r] = 0;
-  float ss[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  // The next chunk's inputs are on their way during the current chunk's products: f and the N
-  // residual streams of this warp's 8 tokens into registers, the hc_fn chunk into the other
-  // shared buffer (cp.async, zero-filled past the last column).
-  T fin[8], rin[8][N];  // raw: converted where used, so that no instruction waits on them here
-  auto load = [&](std::size_t c0, float* wdst) {
-    const int cols = int(min(std::size_t(CW), d - c0));
-    const std::size_t cc = c0 + std::size_t(lane);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int tb = warp + 4 * i;
-      const std::size_t t = t0 + std::size_t(tb);
-      const bool in = tb < nt && lane < cols;
-      fin[i] = in ? f[t * d + cc] : zero(f);
-#pragma unroll
-      for (int j = 0; j < N; ++j) rin[i][j] = in ? R[(t * N + std::size_t(j)) * d + cc] : zero(R);
-    }
-    // Stream k's columns c0.. of the packed hc_fn are CW*M contiguous floats.
-#pragma unroll
-    for (int u = 0; u < N * CW * M / 4 / 128; ++u) {
-      const int e = int(threadIdx.x) + 128 * u;
-      const int k = e / (CW * M / 4), q = e % (CW * M / 4), l = q / (M / 4);
-      const float* src = l < cols ? Wt + (std::size_t(k) * d + c0) * M + 4 * q : Wt;
-      const unsigned dst = unsigned(__cvta_generic_to_shared(wdst + 4 * e));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                   "r"(l < cols ? 16 : 0));
+      for (int e = int(threadIdx.x); e < N * CW * M / 4; e += kThreadsTc) {
+        const int k = e / (CW * M / 4), q = e % (CW * M / 4);
+        const unsigned dst = unsigned(__cvta_generic_to_shared(sw + 4 * e));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                     "l"(src + std::size_t(k) * chunks * (CW * M) + 4 * q));
+      }
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };
-  load(0, ws[0]);
-  int buf = 0;
-  for (std::size_t c0 = 0; c0 < d; c0 += CW, buf ^= 1) {
-    const int cols = int(min(std::size_t(CW), d - c0));
-    const std::size_t cc = c0 + std::size_t(lane);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int tb = warp + 4 * i;
-      float* xrow = xs + tb * XS;
-      if (tb < nt && lane < cols) {
-        const std::size_t t = t0 + std::size_t(tb);
-        const float* co = coef + tb * CO;
-        float yv = 0;
+  for (int st = 0; st < STAGES - 1; ++st) fetch(std::size_t(st), st);
+  float acc[2][3][4];  // [m-tile][n-tile][fragment]: the running sums, fp32 adds
 #pragma unroll
-        for (int k = 0; k < N; ++k) {
-          float v = co[k] * to_float(fin[i]);
+  for (int a = 0; a < 2; ++a)
 #pragma unroll
-          for (int j = 0; j < N; ++j) v += co[N + j * N + k] * to_float(rin[i][j]);
-          v = rounded(x, v);
-          st(x, (t * N + std::size_t(k)) * d + cc, v);
-          xrow[k * CW + lane] = v;
-          ss[i] += v * v;
-          yv += co[N + N * N + k] * v;
+    for (int b = 0; b < 3; ++b)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[a][b][r] = 0;
+  float ss[4] = {0, 0, 0, 0};
+  using P = typename Pair<T>::type;
+  for (std::size_t ch = 0; ch < chunks; ++ch) {
+    const int st = int(ch % STAGES);
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));  // chunk ch has landed
+    __syncthreads();  // ... for every thread; and the stage refilled next is no longer read
+    fetch(ch + STAGES - 1, int((ch + STAGES - 1) % STAGES));
+    T* sx = stream_of(st);
+    const std::size_t cc = ch * CW + std::size_t(cp);
+    // Token warp + 4h + 8i of the block: its streams at xl + 8 i N d, its y at yl + 8 i d.
+    T* xl = x + (t0 + std::size_t(warp + 4 * h)) * N * d + cc;
+    T* yl = y + (t0 + std::size_t(warp + 4 * h)) * d + cc;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int tb = warp + 4 * (2 * i + h);
+      if (tb >= nt) continue;  // its rows in the stage are zero
+      float co[CO];
+#pragma unroll
+      for (int q = 0; q < CO / 4; ++q) {
+        const float4 v4 = reinterpret_cast<const float4*>(coef + tb * CO)[q];
+        co[4 * q] = v4.x;
+        co[4 * q + 1] = v4.y;
+        co[4 * q + 2] = v4.z;
+        co[4 * q + 3] = v4.w;
+      }
+      T* row = sx + tb * TS + cp;
+      const float2 fv = to_float2(*reinterpret_cast<const P*>(row));
+      float2 rv[N];
+#pragma unroll
+      for (int j = 0; j < N; ++j) rv[j] = to_float2(*reinterpret_cast<const P*>(row + (1 + j) * CW));
+      float2 yv = make_float2(0, 0);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        float2 v = make_float2(co[k] * fv.x, co[k] * fv.y);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          v.x += co[N + j * N + k] * rv[j].x;
+          v.y += co[N + j * N + k] * rv[j].y;
         }
-        st(y, t * d + cc, yv);
-      } else {
+        v = store_pair<D>(xl, (std::size_t(8 * i * N + k)) * d, v, cc, d);  // as stored
+        *reinterpret_cast<P*>(row + (1 + k) * CW) = from_float2(v, row);
+        ss[i] += v.x * v.x;
+        ss[i] += v.y * v.y;
+        yv.x += co[N + N * N + k] * v.x;
+        yv.y += co[N + N * N + k] * v.y;
+      }
+      store_pair<D>(yl, std::size_t(8 * i) * d, yv, cc, d);
+    }
+    __syncthreads();  // the chunk's new streams are in the stage
+    const T* xb = sx + (1 + warp) * CW;
+    const float2* wb = reinterpret_cast<const float2*>(w_of(st)) + warp * (CW * M / 2);
+    float part[2][3][4];
 #pragma unroll
-        for (int k = 0; k < N; ++k) xrow[k * CW + lane] = 0;
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int b = 0; b < 3; ++b)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) part[a][b][r] = 0;
+#pragma unroll
+    for (int s = 0; s < CW / 8; ++s) {
+      std::uint32_t bh[3][2], bl[3][2];
+#pragma unroll
+      for (int b = 0; b < 3; ++b) {
+        const float2 w = wb[(s * 3 + b) * 32 + lane];
+        split_tf32(w.x, bh[b][0], bl[b][0]);
+        split_tf32(w.y, bh[b][1], bl[b][1]);
+      }
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        // a0, a2 (k = tq, tq + 4: columns 8s + 2tq, +1) of rows g and g + 8: one access each.
+        const T* xa = xb + (16 * a + g) * TS + 8 * s + 2 * tq;
+        std::uint32_t ah[4], al[4] = {0, 0, 0, 0};
+        if (fp32) {
+          const float2 r0 = *reinterpret_cast<const float2*>(xa), r1 = *reinterpret_cast<const float2*>(xa + 8 * TS);
+          split_tf32(r0.x, ah[0], al[0]);
+          split_tf32(r1.x, ah[1], al[1]);
+          split_tf32(r0.y, ah[2], al[2]);
+          split_tf32(r1.y, ah[3], al[3]);
+        } else {  // bf16 pairs: the low half is the first column
+          const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(xa);
+          const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(xa + 8 * TS);
+          ah[0] = w0 << 16;
+          ah[1] = w1 << 16;
+          ah[2] = w0 & 0xFFFF0000u;
+          ah[3] = w1 & 0xFFFF0000u;
+        }
+#pragma unroll
+        for (int b = 0; b < 3; ++b) {  // the small products first
+          mma_tf32(part[a][b], ah, bl[b]);
+          if (fp32) mma_tf32(part[a][b], al, bh[b]);
+          mma_tf32(part[a][b], ah, bh[b]);
+        }
       }
     }
-    asm volatile("cp.async.wait_group 0;\n" ::);
-    __syncthreads();
-    if (c0 + CW < d) load(c0 + CW, ws[buf ^ 1]);
-    const float* xb = xs + tg * XS + warp * CW;
-    const float* wb = ws[buf] + warp * CW * M;
-#pragma unroll 2
-    for (int l = 0; l < CW; l += 2) {
-      float2 xv[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) xv[j] = *reinterpret_cast<const float2*>(xb + 8 * j * XS + l);
+    for (int a = 0; a < 2; ++a)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float4 wa = *reinterpret_cast<const float4*>(wb + (l + h) * M + 4 * rg);
-        const float2 wc = *reinterpret_cast<const float2*>(wb + (l + h) * M + 16 + 2 * rg);
+      for (int b = 0; b < 3; ++b)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float xj = h ? xv[j].y : xv[j].x;
-          acc[j][0] += wa.x * xj;
-          acc[j][1] += wa.y * xj;
-          acc[j][2] += wa.z * xj;
-          acc[j][3] += wa.w * xj;
-          acc[j][4] += wc.x * xj;
-          acc[j][5] += wc.y * xj;
-        }
-      }
-    }
-    __syncthreads();
+        for (int r = 0; r < 4; ++r) acc[a][b][r] += part[a][b][r];
   }
+  asm volatile("cp.async.wait_group 0;\n" ::);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 4; ++i) {  // over each half warp: token warp + 4 (2i + h)
     float v = ss[i];
-    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-    if (lane == 0) sumsq[warp + 4 * i] = v;
+    for (int o = 8; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, 16);
+    if (lane % 16 == 0) sumsq[warp + 4 * (2 * i + h)] = v;
   }
-  float* part = xs;  // [warp][token][row]
+  __syncthreads();  // every warp is done with the stages
+  float* part = reinterpret_cast<float*>(smem);  // [warp][token][row]; fragment r: token g (+8
+                                                 // for r >= 2), row 2 tq (+1 for odd r)
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int a = 0; a < 2; ++a)
 #pragma unroll
-    for (int r = 0; r < 6; ++r) part[(warp * TB + tg + 8 * j) * M + 6 * rg + r] = acc[j][r];
+    for (int b = 0; b < 3; ++b)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        part[(warp * TB + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] = acc[a][b][r];
   __syncthreads();
   if (int(threadIdx.x) < nt) {
     const int tb = int(threadIdx.x);
@@ -328,7 +480,7 @@ __global__ void __launch_bounds__(128) boundary_tiled(Dims c, std::size_t tokens
                        part[(2 * TB + tb) * M + a]) + part[(3 * TB + tb) * M + a];
       mixes[t * M + std::size_t(a)] = m[a] = p * rr;
     }
-    split_token(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
+    split_token<N>(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
   }
 }
 
@@ -489,17 +641,27 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
     static float* packed = nullptr;
     static std::size_t capacity = 0;
     std::lock_guard<std::mutex> lock(mu);
-    const std::size_t count = n * d * 24;
+    const std::size_t count = n * ((d + 31) / 32) * 32 * 24;  // whole chunks
     if (count > capacity) {
       if (packed) MHC_CUDA_CHECK(cudaFree(packed));
       MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
       capacity = count;
     }
-    pack_hc_fn<<<blocks_for(count, kThreads), kThreads>>>(n * d, W, packed);
+    pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(n, d, W, packed);
     MHC_CUDA_LAUNCHED();
-    auto tiled = c.d == 5120 ? boundary_tiled<S, 5120> : boundary_tiled<S, 0>;
-    tiled<<<blocks_for(T, 32), 128>>>(c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre,
-                                      postout, combout);
+    // Stages (H200, 16384 and 65536 tokens): fp32 3 (2 blocks an SM), 0.72-0.76 of copy
+    // bandwidth against 0.57-0.76 with 2; bf16 2 (4 blocks an SM), 0.53-0.55 against 0.39-0.54.
+    constexpr int stages = std::is_same<S, float>::value ? 3 : 2;
+    auto kernel = c.d == 5120 ? boundary_tc<S, 5120, stages> : boundary_tc<S, 0, stages>;
+    constexpr int bytes = tc_shared_bytes<S>(stages);
+    static const bool shared_set = [&] {  // once: the stages exceed the default 48 KB
+      for (auto k : {boundary_tc<S, 5120, stages>, boundary_tc<S, 0, stages>})
+        MHC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      return true;
+    }();
+    (void)shared_set;
+    kernel<<<blocks_for(T, 32), 128, bytes>>>(c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes,
+                                               pre, postout, combout);
     MHC_CUDA_LAUNCHED();
     return;
   }
@@ -537,7 +699,7 @@ void run_boundary(const KernelConfig& k, std::size_t T, const BoundaryIn& in, co
 Backend make(bool fused) {
   Backend b;
   b.name = fused ? "cuda-fused" : "cuda";
-  b.description = fused ? "CUDA, single-pass fused boundary (n = 4; others fall back to four launches)"
+  b.description = fused ? "CUDA, single-pass fused boundary, projection on the tensor cores in split tf32 (n = 4; others fall back to four launches)"
                         : "CUDA, one kernel per piece; the boundary as four launches";
   auto streams = [](const KernelConfig& k) { return k.bf16_streams; };
   b.mixes = [=](const KernelConfig& k, std::size_t T, const float* x, const float* W, float* o) {
