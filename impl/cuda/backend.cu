@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
       const std::size_t c0 = ch * CW;
       T* sx = stream_of(st);
       if (D > 0 && D % CW == 0) {
-        #pragma unroll
+#pragma unroll
         for (int e = int(threadIdx.x); e < TB * 5 * (CW / kVec); e += kThreadsTc) {
           const int tb = e / (5 * (CW / kVec)), r = (e / (CW / kVec)) % 5, q = e % (CW / kVec);
           const std::size_t t = t0 + std::size_t(min(tb, nt - 1));
