@@ -1,6 +1,10 @@
 // The CUDA backends against the oracle: every op, the whole Block and a stack, fp32 and bf16
-// streams, with outputs poisoned on the device. Without a device: exit 77 (CTest: skipped).
+// streams, with outputs poisoned on the device; and the tensor cores' arithmetic that the bound
+// of cuda-fused's projection assumes. Without a device: exit 77 (CTest: skipped).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 
 #include "driver.hpp"
@@ -10,6 +14,72 @@
 
 using namespace mhc;
 
+namespace {
+
+// What cuda-fused's bound assumes of the tensor cores (impl/cuda/backend.cu, boundary_tc): one
+// mma.m16n8k8 on tf32 values multiplies exactly and forms c + the 8 products within
+// 9 * 2^-23 (|c| + sum |products|). Checked on exact single products, on random operands spread
+// over 2^-20..2^20 with fp32 accumulators, and on sums a truncating accumulator cuts; against
+// long double (64-bit significands: exact here to far below the bound). Returns 1 on failure.
+int tensor_core_arithmetic() {
+  std::mt19937_64 rng(12345);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-20, 20), sign(0, 1), col(0, 7);
+  auto tf32 = [&] { return impl::round_tf32(std::ldexp(mant(rng), expo(rng)) * (sign(rng) ? -1.0f : 1.0f)); };
+  auto fp32 = [&] { return std::ldexp(mant(rng), expo(rng)) * (sign(rng) ? -1.0f : 1.0f); };
+  float a[128], b[64], c[128], d[128];
+  int inexact = 0;
+  double worst = 0;  // largest |d - exact| / bound
+  auto judge = [&] {
+    impl::cuda_mma_tf32(a, b, c, d);
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j) {
+        long double exact = c[i * 8 + j], mag = std::fabs((long double)c[i * 8 + j]);
+        for (int k = 0; k < 8; ++k) {
+          const long double p = (long double)a[i * 8 + k] * b[k * 8 + j];
+          exact += p;
+          mag += std::fabs(p);
+        }
+        const double bound = double(9 * std::ldexp(mag, -23));
+        const double err = double(std::fabs((long double)d[i * 8 + j] - exact));
+        worst = std::max(worst, bound > 0 ? err / bound : (err > 0 ? HUGE_VAL : 0.0));
+      }
+  };
+  for (int trial = 0; trial < 100; ++trial) {  // one product a row, no accumulator: exact
+    for (auto& v : b) v = tf32();
+    for (int i = 0; i < 16; ++i) {
+      const int k = col(rng);
+      for (int kk = 0; kk < 8; ++kk) a[i * 8 + kk] = kk == k ? tf32() : 0.0f;
+    }
+    for (auto& v : c) v = 0;
+    impl::cuda_mma_tf32(a, b, c, d);
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j) {
+        float p = 0;
+        for (int k = 0; k < 8; ++k) p += a[i * 8 + k] * b[k * 8 + j];  // one nonzero term: exact
+        inexact += d[i * 8 + j] != p;
+      }
+  }
+  for (int trial = 0; trial < 200; ++trial) {  // random operands and accumulators
+    for (auto& v : a) v = tf32();
+    for (auto& v : b) v = tf32();
+    for (auto& v : c) v = fp32();
+    judge();
+  }
+  for (int trial = 0; trial < 8; ++trial) {  // c = 1 and eight products of 2^-25 (1 + small)
+    for (auto& v : a) v = std::ldexp(1.0f, -12);
+    for (auto& v : b) v = std::ldexp(1.0f + float(trial) / 1024, -13);
+    for (auto& v : c) v = 1.0f;
+    judge();
+  }
+  const bool ok = inexact == 0 && worst <= 1;
+  std::printf("%-4s tensor cores: %d of 12800 single products inexact; largest |d - exact| / "
+              "(9 * 2^-23 (|c| + sum |ab|)) = %.3g\n", ok ? "ok" : "FAIL", inexact, worst);
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
 int main() {
   if (impl::cuda_device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -17,6 +87,8 @@ int main() {
   }
   std::printf("device: %s\n", impl::cuda_device_name().c_str());
   int failures = 0, runs = 0;
+  failures += tensor_core_arithmetic();
+  ++runs;
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::all_ops())
       for (const char* prec : {"fp32", "bf16"})

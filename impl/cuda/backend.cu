@@ -196,6 +196,20 @@ __device__ inline void mma_tf32(float* c, const std::uint32_t* a, const std::uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// One mma for the tests (cuda_mma_tf32): one warp, the fragments of boundary_tc.
+__global__ void mma_probe(const float* a, const float* b, const float* c, float* d) {
+  const int lane = int(threadIdx.x), g = lane / 4, t = lane % 4;
+  const std::uint32_t af[4] = {__float_as_uint(a[g * 8 + t]), __float_as_uint(a[(g + 8) * 8 + t]),
+                               __float_as_uint(a[g * 8 + t + 4]), __float_as_uint(a[(g + 8) * 8 + t + 4])};
+  const std::uint32_t bf[2] = {__float_as_uint(b[t * 8 + g]), __float_as_uint(b[(t + 4) * 8 + g])};
+  float cf[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  mma_tf32(cf, af, bf);
+  d[g * 8 + 2 * t] = cf[0];
+  d[g * 8 + 2 * t + 1] = cf[1];
+  d[(g + 8) * 8 + 2 * t] = cf[2];
+  d[(g + 8) * 8 + 2 * t + 1] = cf[3];
+}
+
 // Two adjacent columns of a stream tensor: one 8-byte (fp32) or 4-byte (bf16) access where the
 // width D is fixed and even, else two checked scalar ones.
 template <class T> struct Pair;
@@ -253,7 +267,8 @@ __device__ inline float2 store_pair(bf16* p, std::size_t i, float2 v, std::size_
 //   gamma_20480(u) S (rigorous) and below Higham & Mary's 8 sqrt(20480) u S = 1145 u S
 //   (probabilistic), whose independence assumption then concerns only the round-to-nearest adds
 //   (8 sqrt(163) u S = 102 u S).
-// test_cuda and `mhc-verify check --kernel cuda-fused` check the outputs against the oracle.
+// test_cuda checks that assumption (tensor_core_arithmetic) and, with `mhc-verify check --kernel
+// cuda-fused`, the outputs against the oracle.
 template <class T>
 struct TcLayout {
   static constexpr int N = 4, M = 24, TB = 32, CW = 32, CO = N + N * N + N;
@@ -784,6 +799,16 @@ const Backend& cuda() {
 const Backend& cuda_fused() {
   static const Backend b = with_block(make(true), true);
   return b;
+}
+
+void cuda_mma_tf32(const float* a, const float* b, const float* c, float* d) {
+  need_device(KernelConfig{});
+  In<float> da(a, 128), db(b, 64), dc(c, 128);
+  Out<float> dd(d, 128);
+  mma_probe<<<1, 32>>>(da.p, db.p, dc.p, dd.p);
+  MHC_CUDA_LAUNCHED();
+  sync();
+  dd.back();
 }
 
 BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {

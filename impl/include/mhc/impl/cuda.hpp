@@ -41,4 +41,10 @@ struct BoundaryTiming {
 };
 BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 
+// One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
+// fragment layout): a [16 x 8] and c, d [16 x 8] row-major, b [8 x 8] with b[k * 8 + j]. The
+// values of a and b should be tf32 values (low 13 bits zero). For the tests of the arithmetic
+// that kernel's bound assumes of the tensor cores.
+void cuda_mma_tf32(const float* a, const float* b, const float* c, float* d);
+
 }  // namespace mhc::impl
