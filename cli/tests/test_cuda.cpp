@@ -25,7 +25,9 @@ int tensor_core_arithmetic() {
   std::mt19937_64 rng(12345);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
   std::uniform_int_distribution<int> expo(-20, 20), sign(0, 1), col(0, 7);
-  auto tf32 = [&] { return impl::round_tf32(std::ldexp(mant(rng), expo(rng)) * (sign(rng) ? -1.0f : 1.0f)); };
+  auto tf32 = [&] {
+    return impl::round_tf32(std::ldexp(mant(rng), expo(rng)) * (sign(rng) ? -1.0f : 1.0f));
+  };
   auto fp32 = [&] { return std::ldexp(mant(rng), expo(rng)) * (sign(rng) ? -1.0f : 1.0f); };
   float a[128], b[64], c[128], d[128];
   int inexact = 0;
@@ -73,8 +75,10 @@ int tensor_core_arithmetic() {
     judge();
   }
   const bool ok = inexact == 0 && worst <= 1;
-  std::printf("%-4s tensor cores: %d of 12800 single products inexact; largest |d - exact| / "
-              "(9 * 2^-23 (|c| + sum |ab|)) = %.3g\n", ok ? "ok" : "FAIL", inexact, worst);
+  std::printf(
+      "%-4s tensor cores: %d of 12800 single products inexact; largest |d - exact| / "
+      "(9 * 2^-23 (|c| + sum |ab|)) = %.3g\n",
+      ok ? "ok" : "FAIL", inexact, worst);
   return ok ? 0 : 1;
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "common.hpp"
@@ -11,6 +13,66 @@
 namespace mhc::impl {
 namespace {
 using cpu_detail::store;
+
+// tf32 operand bits of v as impl/cuda's split_tf32 forms them: hi to nearest (ties away), lo the
+// exact remainder cut to tf32.
+float tf32_hi(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, 4);
+  b = (b + 0x1000u) & 0xFFFFE000u;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+float tf32_cut(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, 4);
+  b &= 0xFFFFE000u;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+// One mma's c + p[0..8) as the least accurate tensor core the CUDA kernel's bound admits: the
+// (exact) addends cut toward zero to the 24-bit window of the largest, the sum cut to fp32.
+float mma_sum(float c, const double* p) {
+  double big = std::fabs(double(c));
+  for (int i = 0; i < 8; ++i) big = std::max(big, std::fabs(p[i]));
+  if (big == 0 || !std::isfinite(big)) {
+    double s = c;
+    for (int i = 0; i < 8; ++i) s += p[i];
+    return float(s);
+  }
+  const double lsb = std::ldexp(1.0, std::ilogb(big) - 23);
+  double s = std::trunc(double(c) / lsb) * lsb;
+  for (int i = 0; i < 8; ++i) s += std::trunc(p[i] / lsb) * lsb;  // exact: multiples of lsb
+  const float r = float(s);                                       // then toward zero
+  return std::fabs(double(r)) > std::fabs(s) ? std::nextafter(r, 0.0f) : r;
+}
+// sum_i w[i] x[i] over n streams of d columns as cuda-fused's boundary_tc forms it: per stream,
+// chunks of 32 columns summed from zero by chained mma over 8 columns (ah bl, al bh, ah bh),
+// each chunk added in fp32; the streams' sums added in order.
+float tc_dot(const float* w, const float* x, std::size_t n, std::size_t d) {
+  float total = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    float acc = 0;
+    for (std::size_t c0 = 0; c0 < d; c0 += 32) {
+      float part = 0;
+      for (std::size_t s0 = c0; s0 < std::min(d, c0 + 32); s0 += 8) {
+        double p[3][8] = {};
+        for (std::size_t i = s0; i < std::min(d, s0 + 8); ++i) {
+          const float a = x[k * d + i], b = w[k * d + i];
+          const float ah = tf32_hi(a), al = tf32_cut(a - ah), bh = tf32_hi(b),
+                      bl = tf32_cut(b - bh);
+          p[0][i - s0] = double(ah) * double(bl);
+          p[1][i - s0] = double(al) * double(bh);
+          p[2][i - s0] = double(ah) * double(bh);
+        }
+        for (const auto& q : p) part = mma_sum(part, q);
+      }
+      acc += part;
+    }
+    total = k ? total + acc : acc;
+  }
+  return total;
+}
 
 struct Kernel {
   Variant v;
@@ -109,7 +171,7 @@ struct Kernel {
           w[i] = round_tf32(w[i]);
           xs[i] = round_tf32(xs[i]);
         }
-      const float p = dot(w.data(), xs.data(), nd, 1, true);
+      const float p = v.tensor_core ? tc_dot(w.data(), xs.data(), n, d) : dot(w.data(), xs.data(), nd, 1, true);
       out[a] = v.scale_first ? p : p * r;
     }
   }
@@ -254,6 +316,7 @@ const std::vector<Variant>& variant_catalogue() {
     legit("tanh_sigmoid", [](Variant& x) { x.tanh_sigmoid = true; });
     legit("exp2_exp", [](Variant& x) { x.exp2_exp = true; });
     legit("scale_before_projection", [](Variant& x) { x.scale_first = true; });
+    legit("tensor_core_projection", [](Variant& x) { x.tensor_core = true; });
     legit("all_choices", [](Variant& x) {
       x.sum = Variant::Sum::pairwise; x.reciprocal = x.tanh_sigmoid = x.exp2_exp = x.scale_first = true;
     });

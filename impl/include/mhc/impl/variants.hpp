@@ -1,7 +1,8 @@
 // The mutation self-test's kernels: one configurable straightforward fp32 kernel, and a catalogue
 // of named configurations. Legitimate ones ("variant:NAME") make implementation choices that
 // fp32 rounding allows (sum orders, FMA, reciprocal division, other sigmoid and exp forms, RMS
-// scaling before the projection): the harness must pass them. Wrong ones ("mutant:NAME") deviate
+// scaling before the projection, the projection on tensor cores in split tf32): the harness must
+// pass them. Wrong ones ("mutant:NAME") deviate
 // from the semantics in a plausible way (eps placement, iterations, comb transposed, ...): the
 // harness must catch them and, where the deviation is a catalogued one, name it.
 #pragma once
@@ -26,6 +27,7 @@ struct Variant {
   bool tanh_sigmoid = false;  // sig(z) = 0.5 * (1 + tanh(z / 2))
   bool exp2_exp = false;      // exp(x) = exp2(x * log2(e))
   bool scale_first = false;   // x scaled by r before the projection of mixes
+  bool tensor_core = false;   // the projection formed as cuda-fused's tensor cores do (tc_dot)
 
   // Deviations (the reference's Semantics, mirrored).
   enum class Eps { in_sum, after, none };
