@@ -268,7 +268,9 @@ __device__ inline float2 store_pair(bf16* p, std::size_t i, float2 v, std::size_
 //   (probabilistic), whose independence assumption then concerns only the round-to-nearest adds
 //   (8 sqrt(163) u S = 102 u S).
 // test_cuda checks that assumption (tensor_core_arithmetic) and, with `mhc-verify check --kernel
-// cuda-fused`, the outputs against the oracle.
+// cuda-fused`, the outputs against the oracle; variant:tensor_core_projection (impl/cpu/variant.cpp)
+// forms the projection this way with the least accurate accumulation assumed, and the mutation
+// self-test passes it in CI.
 template <class T>
 struct TcLayout {
   static constexpr int N = 4, M = 24, TB = 32, CW = 32, CO = N + N * N + N;
