@@ -171,7 +171,8 @@ struct Kernel {
           w[i] = round_tf32(w[i]);
           xs[i] = round_tf32(xs[i]);
         }
-      const float p = v.tensor_core ? tc_dot(w.data(), xs.data(), n, d) : dot(w.data(), xs.data(), nd, 1, true);
+      const float p = v.tensor_core ? tc_dot(w.data(), xs.data(), n, d)
+                                    : dot(w.data(), xs.data(), nd, 1, true);
       out[a] = v.scale_first ? p : p * r;
     }
   }

@@ -361,13 +361,7 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
   };
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) fetch(std::size_t(st), st);
-  float acc[2][3][4];  // [m-tile][n-tile][fragment]: the running sums, fp32 adds
-#pragma unroll
-  for (int a = 0; a < 2; ++a)
-#pragma unroll
-    for (int b = 0; b < 3; ++b)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[a][b][r] = 0;
+  float acc[2][3][4] = {};  // [m-tile][n-tile][fragment]: the running sums, fp32 adds
   float ss[4] = {0, 0, 0, 0};
   using P = typename Pair<T>::type;
   for (std::size_t ch = 0; ch < chunks; ++ch) {
@@ -419,13 +413,7 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
     __syncthreads();  // the chunk's new streams are in the stage
     const T* xb = sx + (1 + warp) * CW;
     const float2* wb = reinterpret_cast<const float2*>(w_of(st)) + warp * (CW * M / 2);
-    float part[2][3][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int b = 0; b < 3; ++b)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) part[a][b][r] = 0;
+    float part[2][3][4] = {};  // this chunk's sums, from zero
 #pragma unroll
     for (int s = 0; s < CW / 8; ++s) {
       std::uint32_t bh[3][2], bl[3][2];

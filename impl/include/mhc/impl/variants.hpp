@@ -2,9 +2,9 @@
 // of named configurations. Legitimate ones ("variant:NAME") make implementation choices that
 // fp32 rounding allows (sum orders, FMA, reciprocal division, other sigmoid and exp forms, RMS
 // scaling before the projection, the projection on tensor cores in split tf32): the harness must
-// pass them. Wrong ones ("mutant:NAME") deviate
-// from the semantics in a plausible way (eps placement, iterations, comb transposed, ...): the
-// harness must catch them and, where the deviation is a catalogued one, name it.
+// pass them. Wrong ones ("mutant:NAME") deviate from the semantics in a plausible way (eps
+// placement, iterations, comb transposed, ...): the harness must catch them and, where the
+// deviation is a catalogued one, name it.
 #pragma once
 
 #include <string>
