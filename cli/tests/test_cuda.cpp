@@ -36,9 +36,9 @@ int tensor_core_arithmetic() {
     impl::cuda_mma_tf32(a, b, c, d);
     for (int i = 0; i < 16; ++i)
       for (int j = 0; j < 8; ++j) {
-        long double exact = c[i * 8 + j], mag = std::fabs((long double)c[i * 8 + j]);
+        long double exact = (long double)c[i * 8 + j], mag = std::fabs(exact);
         for (int k = 0; k < 8; ++k) {
-          const long double p = (long double)a[i * 8 + k] * b[k * 8 + j];
+          const long double p = (long double)a[i * 8 + k] * (long double)b[k * 8 + j];
           exact += p;
           mag += std::fabs(p);
         }

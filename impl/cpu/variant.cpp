@@ -36,7 +36,7 @@ float mma_sum(float c, const double* p) {
   double big = std::fabs(double(c));
   for (int i = 0; i < 8; ++i) big = std::max(big, std::fabs(p[i]));
   if (big == 0 || !std::isfinite(big)) {
-    double s = c;
+    double s = double(c);
     for (int i = 0; i < 8; ++i) s += p[i];
     return float(s);
   }

@@ -91,8 +91,9 @@ TEST_CASE("sinkhorn: uniform logits follow the scalar recurrence", "[sinkhorn]")
         c.hc_eps = eps;
         std::vector<double> logits(std::size_t(n * n), 0.7), C(std::size_t(n * n));
         mhc::ref::sinkhorn(c, logits.data(), C.data());
-        long double v = 1.0L / n + eps;
-        for (int s = 0; s < 2 * iters - 1; ++s) v = v / (n * v + eps);
+        const auto e = static_cast<long double>(eps);
+        long double v = 1.0L / n + e;
+        for (int s = 0; s < 2 * iters - 1; ++s) v = v / (n * v + e);
         CAPTURE(n, iters, eps);
         for (double x : C) CHECK(std::fabs(x - double(v)) <= (n + 3) * 0x1.0p-53 * double(v));
       }

@@ -61,7 +61,7 @@ std::optional<SinkhornCurve> sinkhorn_curve(const oracles::OpCase& c,
   std::vector<double> rows(std::size_t(n), 0.0), cols(std::size_t(n), 0.0);
   for (int j = 0; j < n; ++j)
     for (int k = 0; k < n; ++k) {
-      const double v = comb->values[token * std::size_t(n * n) + std::size_t(j * n + k)];
+      const double v = double(comb->values[token * std::size_t(n * n) + std::size_t(j * n + k)]);
       rows[std::size_t(j)] += v;
       cols[std::size_t(k)] += v;
     }

@@ -97,20 +97,20 @@ struct Bounded {
 
   friend Bounded operator-(const Bounded& a) { return {-a.v, a.e}; }
   friend Bounded operator+(const Bounded& a, const Bounded& b) {
-    const double v = a.v + b.v, p = a.e + b.e;
-    return {v, p + rnd(v, p, 1)};
+    const double x = a.v + b.v, p = a.e + b.e;
+    return {x, p + rnd(x, p, 1)};
   }
   friend Bounded operator-(const Bounded& a, const Bounded& b) { return a + (-b); }
   friend Bounded operator*(const Bounded& a, const Bounded& b) {
-    const double v = a.v * b.v, p = std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e;
-    return {v, p + rnd(v, p, 1)};
+    const double x = a.v * b.v, p = std::fabs(a.v) * b.e + std::fabs(b.v) * a.e + a.e * b.e;
+    return {x, p + rnd(x, p, 1)};
   }
   // |a/b - (a+da)/(b+db)| <= (|da| + |a/b| |db|) / (|b| - |db|) while |db| < |b|.
   friend Bounded operator/(const Bounded& a, const Bounded& b) {
-    const double v = a.v / b.v;
-    if (!(b.e < std::fabs(b.v))) return {v, HUGE_VAL};
-    const double p = (a.e + std::fabs(v) * b.e) / (std::fabs(b.v) - b.e);
-    return {v, p + rnd(v, p, model().k_div)};
+    const double x = a.v / b.v;
+    if (!(b.e < std::fabs(b.v))) return {x, HUGE_VAL};
+    const double p = (a.e + std::fabs(x) * b.e) / (std::fabs(b.v) - b.e);
+    return {x, p + rnd(x, p, model().k_div)};
   }
   friend bool operator<(const Bounded& a, const Bounded& b) { return a.v < b.v; }
   friend bool operator>(const Bounded& a, const Bounded& b) { return a.v > b.v; }

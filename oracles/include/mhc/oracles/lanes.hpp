@@ -46,9 +46,9 @@ struct Lanes {
   friend Lanes operator/(const Lanes& a, const Lanes& b) { return Lanes(a.v / b.v); }
   friend Lanes max_of(const Lanes& a, const Lanes& b) { return Lanes(b.v > a.v ? b.v : a.v); }
   // A line of a normalisation: one division, then products (within 2 ulps of each division).
-  friend void divide_line(Lanes* v, std::size_t stride, int n, const Lanes& den) {
+  friend void divide_line(Lanes* line, std::size_t stride, int n, const Lanes& den) {
     const vec r = 1.0 / den.v;
-    for (int i = 0; i < n; ++i) v[std::size_t(i) * stride].v *= r;
+    for (int i = 0; i < n; ++i) line[std::size_t(i) * stride].v *= r;
   }
   friend Lanes exp(const Lanes& a) {
     Lanes r;

@@ -210,8 +210,9 @@ void split_sinkhorn(const Config& c, const S* mix, const P* hc_scale, const P* h
   const Semantics& sem = c.sem;
   const int n = c.n;
   const double eps = hc_eps(c);
-  const S s0(hc_scale[sem.scales_swapped ? 1 : 0]), s1(hc_scale[sem.scales_swapped ? 0 : 1]);
-  const S s2(hc_scale[2]);
+  const S s0 = S(hc_scale[sem.scales_swapped ? 1 : 0]),
+          s1 = S(hc_scale[sem.scales_swapped ? 0 : 1]);
+  const S s2 = S(hc_scale[2]);
   for (int j = 0; j < n; ++j) {
     pre[j] = sigmoid(S(mix[j] * s0 + S(hc_base[j])));
     if (sem.pre_eps) pre[j] = pre[j] + S(eps);
