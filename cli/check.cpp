@@ -163,43 +163,18 @@ Run add_check(CLI::App& app) {
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
-  std::string kernels;
-  for (const auto* b : impl::backends()) kernels += (kernels.empty() ? "" : ", ") + b->name;
-  app.add_option("--kernel", st->spec.kernel,
-                 "kernel backend under test: " + kernels +
-                     ", or a mutation self-test kernel variant:NAME / mutant:NAME (listed by "
-                     "mhc-verify mutants --list)")
+  app.add_option("--kernel", st->spec.kernel, "kernel under test: " + kernel_names())
       ->capture_default_str()
       ->check(kernel_validator());
   app.add_option("--op", st->spec.op,
-                 "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, or "
-                 "boundary (hc_post, then mixes, split and hc_pre of the new streams)")
+                 "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, "
+                 "boundary (hc_post, then mixes, split and hc_pre of the new streams), block (one "
+                 "whole Block: attention and MoE sublayers between mHC boundaries) or stack "
+                 "(--layers Blocks)")
       ->capture_default_str()
       ->check(CLI::IsMember(
           {"split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary", "block", "stack"}));
-  app.add_option("--batch", st->spec.batch, "block, stack: sequences per case (--tokens positions each)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
-  app.add_option("--layers", st->spec.block.layers, "stack: Blocks in the stack")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--heads", st->spec.block.heads, "block, stack: attention heads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--head-dim", st->spec.block.head_dim, "block, stack: head width")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--experts", st->spec.block.experts, "block, stack: routed experts")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--top-k", st->spec.block.top_k, "block, stack: experts chosen per token")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--inter", st->spec.block.inter, "block, stack: expert hidden width")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--route-scale", st->spec.block.route_scale, "block, stack: routing weight scale")
-      ->capture_default_str();
+  add_block_options(app, st->spec.block, st->spec.batch);
   app.add_option("--cases", st->spec.cases, "generated cases; case i uses seed S+i")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

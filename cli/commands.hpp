@@ -3,8 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstddef>
 #include <functional>
+#include <string>
 
+#include "mhc/reference/block.hpp"
 #include "mhc/reference/config.hpp"
 
 namespace mhc::cli {
@@ -19,6 +22,11 @@ struct ConfigFlags {
   CLI::Option *n = nullptr, *dim = nullptr, *iters = nullptr, *hc_eps = nullptr, *norm_eps = nullptr;
 };
 void add_config_options(CLI::App& app, ConfigFlags& flags);
+// Adds --batch and the Block's shape (--layers --heads --head-dim --experts --top-k --inter
+// --route-scale), each with its range: check and capture generate the same cases.
+void add_block_options(CLI::App& app, ref::BlockConfig& block, std::size_t& batch);
+// The kernels --kernel accepts, for help texts.
+std::string kernel_names();
 
 Run add_selfcheck(CLI::App& app);
 Run add_check(CLI::App& app);

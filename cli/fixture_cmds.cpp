@@ -135,7 +135,7 @@ Run add_capture(CLI::App& app) {
     reports::Outputs reports;
   };
   auto st = std::make_shared<State>();
-  app.add_option("--kernel", st->kernel, "kernel backend")
+  app.add_option("--kernel", st->kernel, "kernel whose outputs are captured: " + kernel_names())
       ->capture_default_str()
       ->check(kernel_validator());
   app.add_option("--op", st->op, "operation (as for check)")
@@ -146,21 +146,17 @@ Run add_capture(CLI::App& app) {
   app.add_option("--tokens", st->tokens, "tokens (block, stack: positions per sequence)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
-  app.add_option("--batch", st->batch, "block, stack: sequences")->capture_default_str();
   app.add_option("--precision", st->precision, "fp32, tf32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
-  app.add_option("--layers", st->block.layers, "stack: Blocks")->capture_default_str();
-  app.add_option("--heads", st->block.heads, "block, stack: heads")->capture_default_str();
-  app.add_option("--head-dim", st->block.head_dim, "block, stack: head width")->capture_default_str();
-  app.add_option("--experts", st->block.experts, "block, stack: experts")->capture_default_str();
-  app.add_option("--top-k", st->block.top_k, "block, stack: experts per token")->capture_default_str();
-  app.add_option("--inter", st->block.inter, "block, stack: expert width")->capture_default_str();
+  add_block_options(app, st->block, st->batch);
   add_config_options(app, st->cfg);
   add_report_options(app, st->reports);
-  app.footer("Generates the case of `check --seed S --cases 1`, runs the kernel, and writes the\n"
-             "inputs, params, config and the kernel's outputs (and, for block and stack, every\n"
-             "stage under /outputs/trace) as an mhc-fixture/1 file.");
+  app.footer(
+      "Generates the case of `check --seed S --cases 1` with the same options (note the\n"
+      "default --tokens: 4 here, 16 in check), runs the kernel, and writes the\n"
+      "inputs, params, config and the kernel's outputs (and, for block and stack, every\n"
+      "stage under /outputs/trace) as an mhc-fixture/1 file.");
   return [st]() -> int {
     if (const auto why = ref::validate(st->cfg.cfg, st->block); !why.empty()) throw std::invalid_argument(why);
     const oracles::Op op = oracles::op_from_name(st->op);

@@ -148,14 +148,29 @@ Run add_fuzz(CLI::App& app) {
   auto st = std::make_shared<State>();
   app.add_option("target", st->target, "what to fuzz: sinkhorn")->required()->check(CLI::IsMember({"sinkhorn"}));
   auto* cases = app.add_option("--cases", st->cases, "cases to try (this shard's share of them)")->capture_default_str();
-  app.add_option("--seconds", st->seconds, "run for this long instead of a case count")->excludes(cases);
+  app.add_option("--seconds", st->seconds, "run for this long instead of a case count")
+      ->excludes(cases)
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            const double v = std::strtod(s.c_str(), nullptr);
+            return std::isfinite(v) && v > 0 ? "" : "must be a number of seconds > 0, got " + s;
+          },
+          "SECONDS > 0"));
   app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
   app.add_option("--iters", st->iters, "Sinkhorn rounds")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--eps", st->eps, "hc_eps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--eps", st->eps, "hc_eps, finite and >= 0")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            const double v = std::strtod(s.c_str(), nullptr);
+            return std::isfinite(v) && v >= 0 ? "" : "hc_eps must be finite and >= 0, got " + s;
+          },
+          "FINITE >= 0"));
   app.add_option("--n", st->n, "streams (the comb is n x n)")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--keep", st->keep, "worst cases to report")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--kernel-every", st->kernel_every,
-                 "run the fp32 kernels against the oracle on every k-th case")
+                 "run the fp32 kernels against the oracle on every k-th case of the seed space "
+                 "(cases 0, k, 2k, ...: the same ones however the run is sharded)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--kernel", st->kernels, "fp32 kernels checked against the oracle (repeatable)")
@@ -241,7 +256,7 @@ Run add_fuzz(CLI::App& app) {
           keep_worst(worst_row, Finding{i, lane_logits, e.row, e.col}, true);
         if (worst_col.size() < std::size_t(st->keep) || e.col > worst_col.back().col)
           keep_worst(worst_col, Finding{i, lane_logits, e.row, e.col}, false);
-        if (i % std::uint64_t(st->kernel_every) == std::uint64_t(shard) % std::uint64_t(st->kernel_every)) {
+        if (i % std::uint64_t(st->kernel_every) == 0) {  // the same cases however it is sharded
           ++kernel_cases;
           const auto oc = split_case(c, lane_logits, st->seed + i);
           for (const auto& kname : st->kernels) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -250,6 +251,7 @@ Run add_gate(CLI::App& app) {
 
     // Regressions against the baseline.
     std::vector<std::string> problems;
+    std::set<std::string> fresh;  // entries not in the baseline
     const double allowance = st->update ? suite.allowance : base.value("allowance", suite.allowance);
     const double floor = st->update ? suite.floor : base.value("floor", suite.floor);
     if (!st->update) {
@@ -259,6 +261,7 @@ Run add_gate(CLI::App& app) {
         if (!be.contains(e.id)) {
           e.problem = "not in the baseline " + st->baseline + " (run with --update to record it)";
           problems.push_back("NEW " + e.id + ": " + e.problem);
+          fresh.insert(e.id);
           continue;
         }
         const json& bs = be[e.id]["stages"];
@@ -292,9 +295,12 @@ Run add_gate(CLI::App& app) {
     for (const auto& e : session.report.entries) {
       double worst = 0;
       for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
+      const char* status = st->update          ? "recorded"
+                           : fresh.count(e.id) ? "NEW"
+                           : e.problem.empty() ? "ok"
+                                               : "REGRESSED";
       std::printf("%-52s %6zu %5d %10.3g  %s\n", e.id.c_str(), e.cases.size(),
-                  e.count(oracles::State::fail), worst,
-                  st->update ? "recorded" : e.problem.empty() ? "ok" : "REGRESSED");
+                  e.count(oracles::State::fail), worst, status);
     }
     for (const auto& p : problems) std::printf("%s\n", p.c_str());
     if (st->update) {

@@ -28,6 +28,38 @@ void add_config_options(CLI::App& app, ConfigFlags& f) {
                    ->capture_default_str();
 }
 
+void add_block_options(CLI::App& app, ref::BlockConfig& b, std::size_t& batch) {
+  app.add_option("--batch", batch, "block, stack: sequences per case (--tokens positions each)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
+  app.add_option("--layers", b.layers, "stack: Blocks in the stack")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--heads", b.heads, "block, stack: attention heads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--head-dim", b.head_dim, "block, stack: head width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--experts", b.experts, "block, stack: routed experts")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--top-k", b.top_k, "block, stack: experts chosen per token")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--inter", b.inter, "block, stack: expert hidden width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--route-scale", b.route_scale, "block, stack: routing weight scale")
+      ->capture_default_str();
+}
+
+std::string kernel_names() {
+  return "cpu, cpu-fused, cuda, cuda-fused (with a CUDA device), plugin:PATH.so (your kernels, "
+         "impl/plugin/README.md), or a mutation self-test kernel variant:NAME / mutant:NAME "
+         "(mhc-verify mutants --list)";
+}
+
 }  // namespace mhc::cli
 
 int main(int argc, char** argv) {
@@ -36,7 +68,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "mhc-verify: differential verification of DeepSeek V4.1 multi-stream Hyper-Connection\n"
       "(mHC) kernels against a reference oracle evaluated in double and multiprecision.\n\n"
-      "Exit codes: 0 all checks passed, 1 a check failed, 2 bad input.\n"};
+      "Exit codes: 0 all checks passed, 1 a check failed, 2 bad input, 130/143 interrupted by\n"
+      "SIGINT/SIGTERM (the report keeps the finished cases).\n"};
   app.set_version_flag("--version", std::string("mhc-verify ") + MHC_VERSION);
   app.require_subcommand(1);
 
@@ -46,8 +79,8 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, mhc::cli::Run> runs;
   auto* selfcheck = app.add_subcommand(
       "selfcheck",
-      "Certify the double oracle: evaluate the reference in double, MPFR (256 bits) and MPFI\n"
-      "(200 bits) on generated cases, check that every interval encloses the MPFR value, and\n"
+      "Certify the double oracle: evaluate the reference in double, MPFR (>= 256 bits) and MPFI\n"
+      "(>= 200 bits) on generated cases, check that every interval encloses the MPFR value, and\n"
       "print per output the double oracle's max relative error. Exits 1 unless the double oracle\n"
       "is >= 1e6 times more accurate than fp32's unit roundoff (2^-24) everywhere.");
   runs[selfcheck] = mhc::cli::add_selfcheck(*selfcheck);

@@ -49,12 +49,26 @@ std::string repro_line(const std::string& kernel, const oracles::OpCase& c) {
 // observed/bound ratio under that model exceeds 1.
 constexpr const char* kModelNames[] = {"rigorous", "probabilistic", "empirical", "standard"};
 
+// A wrong kernel whose deviation lives in the Block's own wiring (sublayers, routing, the
+// shifted reading weights): the mHC ops of this report run exactly as the reference's.
+bool block_level(const impl::Variant& v) {
+  const auto& b = v.block;
+  return !b.shifted_pre || !b.causal || !b.attn_norm || !b.ffn_norm || !b.normalise_routing ||
+         b.comb_transposed_site >= 0;
+}
+
 int production_report(Session& session, int cases, std::uint64_t seed) {
   using oracles::ErrorModel;
   const ErrorModel models[] = {ErrorModel::rigorous, ErrorModel::probabilistic,
                                ErrorModel::empirical, ErrorModel::standard};
   std::vector<const impl::Variant*> legit, wrong;
-  for (const auto& v : impl::variant_catalogue()) (v.wrong ? wrong : legit).push_back(&v);
+  std::size_t block_wrong = 0;
+  for (const auto& v : impl::variant_catalogue()) {
+    if (v.wrong && block_level(v))
+      ++block_wrong;
+    else
+      (v.wrong ? wrong : legit).push_back(&v);
+  }
   std::vector<std::array<double, 4>> wrong_ratio(wrong.size(), {0, 0, 0, 0});
   std::array<double, 4> legit_ratio = {0, 0, 0, 0};
   std::vector<std::string> wrong_stage(wrong.size());
@@ -133,6 +147,10 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
   std::printf("%-30s %-7s %10s %-10s %10.3g %10.3g %10.3g %10.3g  %s\n", "(legitimate kernels)", "-",
               "-", "-", legit_ratio[0], legit_ratio[1], legit_ratio[2], legit_ratio[3],
               legit_ratio[3] > 1 ? "FALSE ALARM" : "none flagged");
+  std::printf(
+      "(%zu Block-level wrong kernels are not in this report: they deviate only inside the "
+      "Block's sublayers, where `mutants` catches them on block cases)\n",
+      block_wrong);
   reports::Entry& le = session.report.entry("production legitimate kernels");
   le.kind = "production";
   for (int m = 0; m < 4; ++m) {

@@ -2,7 +2,8 @@
 # gate.sh MHC_VERIFY LIBDIR: the CI gate on the example plug-ins, as a kernel repository would use
 # it: record a baseline with the faithful plug-in, then gate the same path holding (1) the same
 # kernel: pass; (2) the planted bug (eps inside the softmax division): fail on verdicts, with REPRO
-# lines; (3) the faithful kernel against a baseline whose ratios were 10x smaller: REGRESSED.
+# lines; (3) the faithful kernel against a baseline whose ratios were 10x smaller: REGRESSED;
+# (4) a kernel the baseline has never seen: its entries NEW, not REGRESSED.
 set -u
 bin=$1 lib=$2
 d=$(mktemp -d)
@@ -39,6 +40,11 @@ PY
 gate --baseline "$d/small.json"; [ $? -eq 1 ] || fail "regression not caught"
 grep -q "^REGRESSED gate plugin:.* stage .*: ratio_max .* -> " "$d/out" || fail "no REGRESSED line"
 grep -q "^  REPRO: mhc-verify check --kernel plugin:" "$d/out" || fail "no REPRO for the regression"
+cp "$lib/mhc_example.so" "$d/other.so"
+"$bin" gate --suite "$d/suite" --kernel "plugin:$d/other.so" --baseline "$d/base.json" > "$d/out" 2>&1
+[ $? -eq 1 ] || fail "an entry without baseline passed"
+grep -Eq "^gate plugin:.*other.so .* NEW$" "$d/out" || fail "no NEW in the table"
+! grep -q "REGRESSED" "$d/out" || fail "a new entry called REGRESSED"
 # --update refuses to record failing verdicts
 cp "$lib/mhc_example_planted_bug.so" "$d/kernels.so"
 gate --baseline "$d/bad.json" --update; [ $? -eq 1 ] && [ ! -e "$d/bad.json" ] || fail "recorded a failing baseline"
