@@ -32,24 +32,15 @@ void add_block_options(CLI::App& app, ref::BlockConfig& b, std::size_t& batch) {
   app.add_option("--batch", batch, "block, stack: sequences per case (--tokens positions each)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
-  app.add_option("--layers", b.layers, "stack: Blocks in the stack")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--heads", b.heads, "block, stack: attention heads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--head-dim", b.head_dim, "block, stack: head width")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--experts", b.experts, "block, stack: routed experts")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--top-k", b.top_k, "block, stack: experts chosen per token")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--inter", b.inter, "block, stack: expert hidden width")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+  auto count = [&app](const char* name, int& v, const char* help, int most) {
+    app.add_option(name, v, help)->capture_default_str()->check(CLI::Range(1, most));
+  };
+  count("--layers", b.layers, "stack: Blocks in the stack", 64);
+  count("--heads", b.heads, "block, stack: attention heads", 1024);
+  count("--head-dim", b.head_dim, "block, stack: head width", 4096);
+  count("--experts", b.experts, "block, stack: routed experts", 4096);
+  count("--top-k", b.top_k, "block, stack: experts chosen per token", 4096);
+  count("--inter", b.inter, "block, stack: expert hidden width", 1 << 20);
   app.add_option("--route-scale", b.route_scale, "block, stack: routing weight scale")
       ->capture_default_str();
 }
