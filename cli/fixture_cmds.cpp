@@ -26,7 +26,7 @@ Run add_compare(CLI::App& app) {
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
-  app.add_option("files", st->files, "mhc-fixture/1 HDF5 files (SPEC section 6)")->required();
+  app.add_option("files", st->files, "mhc-fixture/1 HDF5 files (layout: fixtures/README.md)")->required();
   app.add_option("--error-model", st->model, "rigorous, probabilistic, empirical or standard")
       ->capture_default_str()
       ->check(CLI::IsMember({"rigorous", "probabilistic", "empirical", "standard"}));

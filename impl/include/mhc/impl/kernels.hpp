@@ -1,5 +1,5 @@
 // The kernel signatures, declared once: every backend (cpu, cpu-fused, cuda, plug-in) implements
-// this table. All tensors are fp32 in host memory, row-major, with the layouts of SPEC section 6
+// this table. All tensors are fp32 in host memory, row-major, with the layouts of fixtures/README.md
 // ([T, n, d] streams, [T, M] mixes, [T, n] weights, [T, n, n] comb with comb[t, j, k] carrying
 // stream j into stream k). A backend that is not compiled in throws NotCompiled.
 #pragma once

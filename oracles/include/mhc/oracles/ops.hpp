@@ -1,4 +1,4 @@
-// The operations a kernel is judged on (the fixture table of SPEC section 6, plus the sublayer
+// The operations a kernel is judged on (the fixture table of fixtures/README.md, plus the sublayer
 // boundary), their Cases, and the oracle's Trace of them.
 #pragma once
 
@@ -29,7 +29,7 @@ struct Tensor {
   std::vector<float> data;
 };
 
-// A Case: configuration, named inputs and params (SPEC section 6 names), the precision model
+// A Case: configuration, named inputs and params (fixtures/README.md names), the precision model
 // the kernel declares.
 struct OpCase {
   Op op = Op::boundary;
@@ -62,7 +62,7 @@ OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint6
                    const std::string& precision);
 
 // A Block (or stack) Case: B sequences of T positions, sublayers of the given shapes; params
-// named as SPEC section 6 ("attn/wq", ...), per layer "layers/<l>/..." in a stack, plus
+// named as in fixtures/README.md ("attn/wq", ...), per layer "layers/<l>/..." in a stack, plus
 // "final_norm/weight".
 OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig& block,
                            std::size_t B, std::size_t T, std::uint64_t seed,

@@ -39,7 +39,7 @@ struct PiecesCase {
 PiecesCase generate_pieces(const ref::Config& cfg, std::size_t tokens, std::uint64_t seed);
 
 // Stage outputs, in the order SPEC section 2 lists the pieces. Each piece reads the case's fp32
-// inputs, as the ops of the fixture table (SPEC section 6) do; only pre, post and comb are
+// inputs, as the ops of the fixture table (fixtures/README.md) do; only pre, post and comb are
 // computed from computed mixes.
 template <class S>
 struct PiecesTrace {

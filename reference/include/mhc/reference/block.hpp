@@ -61,7 +61,7 @@ inline std::string validate(const Config& c, const BlockConfig& b) {
   return {};
 }
 
-// One Block's parameters, fp32, with the names of SPEC section 6.
+// One Block's parameters, fp32, with the names of fixtures/README.md.
 struct BlockParams {
   const float *attn_hc_fn, *attn_hc_base, *attn_hc_scale;
   const float *ffn_hc_fn, *ffn_hc_base, *ffn_hc_scale;

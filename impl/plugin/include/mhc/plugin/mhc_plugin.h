@@ -6,7 +6,7 @@
  * judges it like any built-in kernel: outputs are poisoned (a NaN payload) before each call, so
  * an element the plug-in never writes fails.
  *
- * Layouts are row-major fp32 (SPEC section 6): streams [T, n, d], mixes [T, M] with
+ * Layouts are row-major fp32 (fixtures/README.md): streams [T, n, d], mixes [T, M] with
  * M = (2 + n) * n, weights [T, n], comb [T, n, n] with comb[t, j, k] carrying stream j into
  * stream k, hc_fn [M, n*d], hc_scale [3], hc_base [M], rmsnorm weight [d].
  *
