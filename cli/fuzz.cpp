@@ -158,14 +158,7 @@ Run add_fuzz(CLI::App& app) {
           "SECONDS > 0"));
   app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
   app.add_option("--iters", st->iters, "Sinkhorn rounds")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--eps", st->eps, "hc_eps, finite and >= 0")
-      ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            const double v = std::strtod(s.c_str(), nullptr);
-            return std::isfinite(v) && v >= 0 ? "" : "hc_eps must be finite and >= 0, got " + s;
-          },
-          "FINITE >= 0"));
+  app.add_option("--eps", st->eps, "hc_eps, finite and >= 0")->capture_default_str();
   app.add_option("--n", st->n, "streams (the comb is n x n)")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--keep", st->keep, "worst cases to report")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--kernel-every", st->kernel_every,
@@ -194,6 +187,7 @@ Run add_fuzz(CLI::App& app) {
     c.d = 1;
     c.iters = st->iters;
     c.hc_eps = double(float(st->eps));  // the kernels use the fp32 value
+    if (const auto why = ref::validate(c); !why.empty()) throw std::invalid_argument(why);
     const std::size_t nn = std::size_t(c.n) * std::size_t(c.n);
     std::vector<double> L(nn), C(nn);
     std::vector<Finding> worst_row, worst_col;

@@ -105,6 +105,11 @@ struct BlockKnobs {
   bool attn_norm = true, ffn_norm = true;
   bool normalise_routing = true;
   int comb_transposed_site = -1;  // 0: attn, 1: ffn
+  // Whether a knob departs from the Block's semantics (fused_boundary is a legitimate choice).
+  bool deviates() const {
+    return !shifted_pre || !causal || !attn_norm || !ffn_norm || !normalise_routing ||
+           comb_transposed_site >= 0;
+  }
 };
 // The sublayers of a Block (SPEC section 4) on N = B*T tokens of width d, host arrays: causal
 // attention within each of the B sequences, and the MoE (ffn.out, and the chosen experts [N, k]).
