@@ -35,6 +35,7 @@ const Backend& cuda_fused() {
   return b;
 }
 BoundaryTiming cuda_bench_boundary(std::size_t, bool, int) { absent(); }
+std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t, bool, int) { absent(); }
 void cuda_mma_tf32(const float*, const float*, const float*, float*) { absent(); }
 Sublayers cuda_sublayers() {
   Sublayers s;

@@ -163,22 +163,6 @@ __global__ void rmsnorm_kernel(Dims c, const T* x, const float* g, T* y) {
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) st(y, t * d + i, g[i] * (ld(x, t * d + i) * r));
 }
 
-// hc_fn [24, n*d] repacked for the tensor-core single pass: per stream k and chunk of 32 columns,
-// the B fragments of mma.m16n8k8 in the order the warp reads them, [kstep s][n-tile][lane][2]
-// (lane = 4g + t holds rows 8*tile + g, columns 8s + 2t and 8s + 2t + 1 as k = t and t + 4: the
-// sum runs over the columns in any order, and this one makes a lane's two A elements adjacent),
-// zero past column d so that a chunk is always whole.
-__global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, const float* W, float* Wp) {
-  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t chunks = (d + 31) / 32;
-  if (e >= n * chunks * 768) return;
-  const int q = int(e % 768), h = q % 2, lane = (q / 2) % 32, tile = (q / 64) % 3, s = q / 192;
-  const std::size_t k = e / (chunks * 768), chunk = (e / 768) % chunks;
-  const std::size_t col = chunk * 32 + std::size_t(8 * s + 2 * (lane % 4) + h);
-  const std::size_t row = std::size_t(8 * tile + lane / 4);
-  Wp[e] = col < d ? W[row * n * d + k * d + col] : 0.0f;
-}
-
 // v ~ hi + lo as tf32 operands: hi is v rounded to nearest (ties away), lo the exact remainder
 // cut to tf32: |v - hi - lo| < 2^-10 |v - hi| <= 2^-21 |v|. Integer operations (cvt.rna is an
 // instruction sequence here); v finite.
@@ -210,8 +194,25 @@ __global__ void mma_probe(const float* a, const float* b, const float* c, float*
   d[(g + 8) * 8 + 2 * t + 1] = cf[3];
 }
 
-// Two adjacent columns of a stream tensor: one 8-byte (fp32) or 4-byte (bf16) access where the
-// width D is fixed and even, else two checked scalar ones.
+
+// hc_fn [24, n*d] repacked for the tensor-core single pass, one contiguous block per chunk of 32
+// columns ([chunk][stream k][...], so that a block copies a chunk with constant strides): per
+// stream, the B fragments of mma.m16n8k8 in the order the warp reads them, [kstep s][n-tile]
+// [lane][2] (lane = 4g + t holds rows 8*tile + g, columns 8s + 2t and 8s + 2t + 1 as k = t and
+// t + 4: the sum runs over the columns in any order, and this one makes a lane's two A elements
+// adjacent), zero past column d so that a chunk is always whole.
+__global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, std::size_t chunks, const float* W, float* Wp) {
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n * chunks * 768) return;
+  const int q = int(e % 768), h = q % 2, lane = (q / 2) % 32, tile = (q / 64) % 3, s = q / 192;
+  const std::size_t k = (e / 768) % n, chunk = e / (768 * n);
+  const std::size_t col = chunk * 32 + std::size_t(8 * s + 2 * (lane % 4) + h);
+  const std::size_t row = std::size_t(8 * tile + lane / 4);
+  Wp[e] = col < d ? W[row * n * d + k * d + col] : 0.0f;
+}
+
+// Two adjacent columns of a stream tensor, rounded to T: one 8-byte (fp32) or 4-byte (bf16)
+// access where the width D is fixed and even, else two checked scalar ones.
 template <class T> struct Pair;
 template <> struct Pair<float> { using type = float2; };
 template <> struct Pair<bf16> { using type = __nv_bfloat162; };
@@ -219,40 +220,33 @@ __device__ inline float2 to_float2(float2 v) { return v; }
 __device__ inline float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
 __device__ inline float2 from_float2(float2 v, const float*) { return v; }
 __device__ inline __nv_bfloat162 from_float2(float2 v, const bf16*) { return __float22bfloat162_rn(v); }
-// Stores v rounded to T and returns the stored values (zeros past column d).
-template <int D>
-__device__ inline float2 store_pair(float* p, std::size_t i, float2 v, std::size_t col, std::size_t d) {
+template <int D, class T>
+__device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v, std::size_t col, std::size_t d) {
+  using P = typename Pair<T>::type;
   if (D > 0 && D % 2 == 0) {
-    *reinterpret_cast<float2*>(p + i) = v;
-    return v;
+    *reinterpret_cast<P*>(p + i) = v;
+    return;
   }
   if (col < d) p[i] = v.x;
   if (col + 1 < d) p[i + 1] = v.y;
-  return make_float2(col < d ? v.x : 0.0f, col + 1 < d ? v.y : 0.0f);
-}
-template <int D>
-__device__ inline float2 store_pair(bf16* p, std::size_t i, float2 v, std::size_t col, std::size_t d) {
-  const __nv_bfloat162 b = __float22bfloat162_rn(v);
-  if (D > 0 && D % 2 == 0) {
-    *reinterpret_cast<__nv_bfloat162*>(p + i) = b;
-    return __bfloat1622float2(b);
-  }
-  if (col < d) p[i] = b.x;
-  if (col + 1 < d) p[i + 1] = b.y;
-  const float2 r = __bfloat1622float2(b);
-  return make_float2(col < d ? r.x : 0.0f, col + 1 < d ? r.y : 0.0f);
 }
 
-// The single pass with the projection on the tensor cores, in a pipeline of STAGES chunks of 32
-// columns. Each chunk of a block's 32 tokens (f and the n residual streams, and hc_fn's columns)
-// is copied into a stage of shared memory with cp.async, STAGES - 1 chunks ahead of the one in
-// use (completion is tracked by groups, so no thread waits on registers still in flight).
-// Phase A (lane 16 h + p: columns 2p, 2p+1 of tokens warp + 4 (2i + h)): hc_post, the store of
-// the new streams (which also replace the residual in the stage), hc_pre and the sum of squares.
-// Phase B: warp k multiplies the new stream k of the chunk ([32 tokens x 32 columns]) by hc_fn's
-// ([32 x 24]) with mma.m16n8k8 on tf32 parts, fp32-accurate by splitting (the 3xTF32 scheme):
-// a ~ ah + al, b ~ bh + bl (split_tf32) and a b ~ ah bl + al bh + ah bh. bf16 streams are tf32
-// values already (al = 0: two products).
+// The single pass with the projection on the tensor cores, in a pipeline of STAGES chunks of CW
+// columns (a multiple of 32). Each chunk of a block's TB tokens (f and the n residual streams,
+// and hc_fn's columns) is copied into a stage of shared memory with cp.async, STAGES - 1 chunks
+// ahead of the one in use (completion is tracked by groups, so no thread waits on registers still
+// in flight); a thread's copies are the same in every chunk but for the column offset, so their
+// addresses are formed once. A row of a chunk is only CW * sizeof(T) bytes, and its next piece is
+// asked for a chunk later, so DRAM would see small scattered reads: PF = 128 or 256 asks L2 to
+// fetch that many bytes around each copy (cp.async's L2 prefetch size), which also brings the
+// next chunks' pieces.
+// Phase A (TB / 8 warps; lane 16 h + p: columns 2p, 2p+1 of each 32 of tokens warp +
+// (TB / 8) (2i + h)): hc_post, the store of the new streams (which also replace the residual in
+// the stage), hc_pre and the sum of squares.
+// Phase B: warp w multiplies the new stream k = w mod 4 of 32 of the chunk's tokens, 32 columns
+// at a time ([32 tokens x 32 columns]), by hc_fn's ([32 x 24]) with mma.m16n8k8 on tf32 parts,
+// fp32-accurate by splitting (the 3xTF32 scheme): a ~ ah + al, b ~ bh + bl (split_tf32) and
+// a b ~ ah bl + al bh + ah bh. bf16 streams are tf32 values already (al = 0: two products).
 //
 // Why this stays inside the fp32 model's bound of the projection (u = 2^-24, S = sum |a b|):
 // - the dropped and cut parts: |a b - (ah bh + ah bl + al bh)| <= 5 * 2^-22 |a b| = 20 u |a b|
@@ -261,43 +255,51 @@ __device__ inline float2 store_pair(bf16* p, std::size_t i, float2 v, std::size_
 //   values are exact and each mma's c + sum of K = 8 products is formed with at least fp32's 24
 //   bits relative to its largest addend, so within (K + 1) 2^-23 (|c| + sum |products|), as
 //   reported for these units by Fasi, Higham, Mikaitis & Pranesh (2021). That rounding may be
-//   biased (truncation), so each chunk starts from zero (<= 12 chained mma: <= 12 * 18 u of its
-//   S) and its result is added to the running sum with an fp32 add, round to nearest;
+//   biased (truncation), so each 32 columns start from zero (<= 12 chained mma: <= 12 * 18 u of
+//   their S) and their result is added to the running sum with an fp32 add, round to nearest;
 // - total <= 236 u S plus the fp32 sum of the 640 chunk results (chains of <= 163 adds): below
 //   gamma_20480(u) S (rigorous) and below Higham & Mary's 8 sqrt(20480) u S = 1145 u S
 //   (probabilistic), whose independence assumption then concerns only the round-to-nearest adds
 //   (8 sqrt(163) u S = 102 u S).
-// test_cuda checks that assumption (tensor_core_arithmetic) and, with `mhc-verify check --kernel
-// cuda-fused`, the outputs against the oracle; variant:tensor_core_projection (impl/cpu/variant.cpp)
-// forms the projection this way with the least accurate accumulation assumed, and the mutation
-// self-test passes it in CI.
-template <class T>
+// The arithmetic of a token does not depend on TB, CW, STAGES or PF: every configuration gives
+// the same bits. test_cuda checks the tensor cores' assumption (tensor_core_arithmetic) and, with
+// `mhc-verify check --kernel cuda-fused`, the outputs against the oracle;
+// variant:tensor_core_projection (impl/cpu/variant.cpp) forms the projection this way with the
+// least accurate accumulation assumed, and the mutation self-test passes it in CI.
+template <class T, int TB_, int CW_>
 struct TcLayout {
-  static constexpr int N = 4, M = 24, TB = 32, CW = 32, CO = N + N * N + N;
+  static constexpr int N = 4, M = 24, TB = TB_, CW = CW_, CO = N + N * N + N;
+  static constexpr int kThreads = 4 * TB;  // phase A: 8 tokens a warp; phase B: 32 tokens a warp
   // A token's rows f, R_0..R_3 (CW each), padded so that the A fragments' rows g = 0..7 fall in
-  // distinct banks (stride 8 mod 32 words for fp32 pairs, 20 for bf16 pairs), each row 16-byte
-  // aligned.
+  // distinct banks (a stride of 8 mod 32 words for fp32 pairs; 20 or 4 for bf16 pairs at
+  // CW = 32 or 64), each row 16-byte aligned.
   static constexpr int TS = 5 * CW + 8;
-  static constexpr int kStreamBytes = TB * TS * int(sizeof(T)), kWBytes = N * CW * M * 4;
-  static constexpr int kStageBytes = kStreamBytes + kWBytes;
+  static constexpr int kStreamBytes = TB * TS * int(sizeof(T));
+  static constexpr int kWFloats = N * CW * M;  // CW / 32 chunks of packed hc_fn
+  static constexpr int kWSub = 32 * M;         // one stream's 32 columns
+  static constexpr int kStageBytes = kStreamBytes + 4 * kWFloats;
+  static_assert(TB % 32 == 0 && CW % 32 == 0, "phase B takes 32 tokens and columns a warp");
+  // Blocks a multiprocessor holds (228 KB of shared memory, 1 KB of it reserved per block), so
+  // that registers are allotted for as many.
+  static constexpr int blocks(int stages) {
+    const int b = 233472 / (stages * kStageBytes + TB * (CO + 1) * 4 + 1024);
+    return b < 1 ? 1 : b > 8 ? 8 : b;
+  }
   static_assert(kStreamBytes % 16 == 0, "hc_fn's part of a stage starts 16-byte aligned");
+  static_assert(kWFloats % (4 * kThreads) == 0, "hc_fn's chunk is copied in whole rounds");
 };
-template <class T>
-constexpr int tc_shared_bytes(int stages) {
-  return stages * TcLayout<T>::kStageBytes;
-}
 
-constexpr int kThreadsTc = 128;
-template <class T, int D, int STAGES>
-__global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t tokens, const T* f, const T* R,
-                                                   const float* post, const float* comb,
-                                                   const float* pre_mix, const float* Wp,
-                                                   const float* scale, const float* base, T* x, T* y,
-                                                   float* mixes, float* pre, float* postout,
-                                                   float* combout) {
-  using L = TcLayout<T>;
-  constexpr int N = L::N, M = L::M, TB = L::TB, CW = L::CW, CO = L::CO, TS = L::TS;
+template <class T, int D, int STAGES, int TB, int CW_, int PF>
+__global__ void __launch_bounds__(TcLayout<T, TB, CW_>::kThreads, TcLayout<T, TB, CW_>::blocks(STAGES))
+    boundary_tc(Dims c, std::size_t tokens, const T* f, const T* R, const float* post,
+                const float* comb, const float* pre_mix, const float* Wp, const float* scale,
+                const float* base, T* x, T* y, float* mixes, float* pre, float* postout,
+                float* combout) {
+  using L = TcLayout<T, TB, CW_>;
+  constexpr int N = L::N, M = L::M, CW = L::CW, CO = L::CO, TS = L::TS, NT = L::kThreads;
+  constexpr int NW = NT / 32;
   constexpr bool fp32 = std::is_same<T, float>::value;  // bf16 values are tf32 values
+  constexpr bool kAsync = D > 0 && D % CW == 0;          // whole chunks: 16-byte copies
   constexpr int kVec = 16 / int(sizeof(T));               // elements per 16-byte copy
   static_assert(N * TB * M * 4 <= STAGES * L::kStageBytes, "the partial products reuse the stages");
   static_assert(CO % 4 == 0, "coefficients are read as float4");
@@ -309,11 +311,12 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, tq = lane % 4;            // fragment coordinates
   const int h = lane / 16, cp = 2 * (lane % 16);    // phase A
+  const int k = warp % N, grp = warp / N;           // phase B: stream k of tokens 32 grp ..
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
   const std::size_t chunks = (d + CW - 1) / CW;
-  for (int e = int(threadIdx.x); e < TB * CO; e += int(blockDim.x)) {
+  for (int e = int(threadIdx.x); e < TB * CO; e += NT) {
     const int tb = e / CO, i = e % CO;
     const std::size_t t = t0 + std::size_t(tb);
     float v = 0;
@@ -322,24 +325,47 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
                                    : pre_mix[t * N + std::size_t(i - N - N * N)];
     coef[e] = v;
   }
+  // The 16-byte copies of a chunk's streams: thread x takes piece x mod VPR of the rows f,
+  // R_0..R_3 of tokens x / VPR + TPS j (zero-filled past the last token).
+  constexpr int VPR = CW / kVec, TPS = NT / VPR, SWEEPS = kAsync ? TB / TPS : 1;
+  static_assert(!kAsync || (NT % VPR == 0 && TB % TPS == 0), "the copies cover the rows once");
+  const T* fsrc[SWEEPS];
+  const T* rsrc[SWEEPS];
+  unsigned soff[SWEEPS], sbytes[SWEEPS];
+  if (kAsync)
+#pragma unroll
+    for (int j = 0; j < SWEEPS; ++j) {
+      const int tb = int(threadIdx.x) / VPR + TPS * j, q = int(threadIdx.x) % VPR;
+      const std::size_t t = t0 + std::size_t(min(tb, nt - 1));
+      fsrc[j] = f + t * d + std::size_t(q * kVec);
+      rsrc[j] = R + t * N * d + std::size_t(q * kVec);
+      soff[j] = unsigned((tb * TS + q * kVec) * int(sizeof(T)));
+      sbytes[j] = tb < nt ? 16u : 0u;
+    }
+  const unsigned smem0 = unsigned(__cvta_generic_to_shared(smem));
   // Chunk `ch` into stage `st`: the rows of f and R (zero past the last token and column), and
-  // hc_fn's packed columns (always whole). One commit group per call, empty past the end.
+  // hc_fn's packed chunk (contiguous, always whole). One commit group per call, empty past the end.
   auto fetch = [&](std::size_t ch, int st) {
     if (ch < chunks) {
       const std::size_t c0 = ch * CW;
-      T* sx = stream_of(st);
-      if (D > 0 && D % CW == 0) {
+      const unsigned sbase = smem0 + unsigned(st * L::kStageBytes);
+      if (kAsync) {
 #pragma unroll
-        for (int e = int(threadIdx.x); e < TB * 5 * (CW / kVec); e += kThreadsTc) {
-          const int tb = e / (5 * (CW / kVec)), r = (e / (CW / kVec)) % 5, q = e % (CW / kVec);
-          const std::size_t t = t0 + std::size_t(min(tb, nt - 1));
-          const T* src = (r == 0 ? f + t * d : R + (t * N + std::size_t(r - 1)) * d) + c0 + std::size_t(q * kVec);
-          const unsigned dst = unsigned(__cvta_generic_to_shared(sx + tb * TS + r * CW + q * kVec));
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                       "r"(tb < nt ? 16 : 0));
-        }
+        for (int j = 0; j < SWEEPS; ++j)
+#pragma unroll
+          for (int r = 0; r < 5; ++r) {
+            const T* src = (r == 0 ? fsrc[j] : rsrc[j] + std::size_t(r - 1) * d) + c0;
+            const unsigned dst = sbase + soff[j] + unsigned(r * CW * int(sizeof(T)));
+            if (PF == 256)
+              asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(sbytes[j]));
+            else if (PF == 128)
+              asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(sbytes[j]));
+            else
+              asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(sbytes[j]));
+          }
       } else {  // any width: plain loads
-        for (int e = int(threadIdx.x); e < TB * 5 * CW; e += kThreadsTc) {
+        T* sx = stream_of(st);
+        for (int e = int(threadIdx.x); e < TB * 5 * CW; e += NT) {
           const int tb = e / (5 * CW), r = (e / CW) % 5, l = e % CW;
           const std::size_t t = t0 + std::size_t(tb), col = c0 + std::size_t(l);
           T v = zero(f);
@@ -347,14 +373,13 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
           sx[tb * TS + r * CW + l] = v;
         }
       }
-      float* sw = w_of(st);
-      const float* src = Wp + ch * (CW * M);  // stream k's chunks are `chunks` * CW * M apart
+      const float* wsrc = Wp + ch * std::size_t(L::kWFloats);
 #pragma unroll
-      for (int e = int(threadIdx.x); e < N * CW * M / 4; e += kThreadsTc) {
-        const int k = e / (CW * M / 4), q = e % (CW * M / 4);
-        const unsigned dst = unsigned(__cvta_generic_to_shared(sw + 4 * e));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-                     "l"(src + std::size_t(k) * chunks * (CW * M) + 4 * q));
+      for (int j = 0; j < L::kWFloats / (4 * NT); ++j) {
+        const int e = int(threadIdx.x) + NT * j;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         sbase + unsigned(L::kStreamBytes + 16 * e)),
+                     "l"(wsrc + 4 * e));
       }
     }
     asm volatile("cp.async.commit_group;\n" ::);
@@ -370,13 +395,13 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
     __syncthreads();  // ... for every thread; and the stage refilled next is no longer read
     fetch(ch + STAGES - 1, int((ch + STAGES - 1) % STAGES));
     T* sx = stream_of(st);
-    const std::size_t cc = ch * CW + std::size_t(cp);
-    // Token warp + 4h + 8i of the block: its streams at xl + 8 i N d, its y at yl + 8 i d.
-    T* xl = x + (t0 + std::size_t(warp + 4 * h)) * N * d + cc;
-    T* yl = y + (t0 + std::size_t(warp + 4 * h)) * d + cc;
+    const std::size_t cc0 = ch * CW + std::size_t(cp);
+    // Token warp + NW (h + 2i) of the block: its streams at xl + 2 i NW N d, its y at yl + 2 i NW d.
+    T* xl = x + (t0 + std::size_t(warp + NW * h)) * N * d + cc0;
+    T* yl = y + (t0 + std::size_t(warp + NW * h)) * d + cc0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int tb = warp + 4 * (2 * i + h);
+      const int tb = warp + NW * (2 * i + h);
       if (tb >= nt) continue;  // its rows in the stage are zero
       float co[CO];
 #pragma unroll
@@ -387,85 +412,101 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
         co[4 * q + 2] = v4.z;
         co[4 * q + 3] = v4.w;
       }
-      T* row = sx + tb * TS + cp;
-      const float2 fv = to_float2(*reinterpret_cast<const P*>(row));
-      float2 rv[N];
 #pragma unroll
-      for (int j = 0; j < N; ++j) rv[j] = to_float2(*reinterpret_cast<const P*>(row + (1 + j) * CW));
-      float2 yv = make_float2(0, 0);
+      for (int c32 = 0; c32 < CW; c32 += 32) {
+        const std::size_t cc = cc0 + std::size_t(c32);
+        T* row = sx + tb * TS + c32 + cp;
+        const float2 fv = to_float2(*reinterpret_cast<const P*>(row));
+        float2 rv[N];
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        float2 v = make_float2(co[k] * fv.x, co[k] * fv.y);
+        for (int j = 0; j < N; ++j) rv[j] = to_float2(*reinterpret_cast<const P*>(row + (1 + j) * CW));
+        float2 yv = make_float2(0, 0);
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-          v.x += co[N + j * N + k] * rv[j].x;
-          v.y += co[N + j * N + k] * rv[j].y;
+        for (int kk = 0; kk < N; ++kk) {
+          float2 v = make_float2(co[kk] * fv.x, co[kk] * fv.y);
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            v.x += co[N + j * N + kk] * rv[j].x;
+            v.y += co[N + j * N + kk] * rv[j].y;
+          }
+          if (!(D > 0 && D % 2 == 0)) {  // columns past d: zero in the stage and the sums
+            if (cc >= d) v.x = 0;
+            if (cc + 1 >= d) v.y = 0;
+          }
+          const P pv = from_float2(v, row);  // as stored
+          store_pair<D>(xl, std::size_t(2 * NW * i * N + kk) * d + std::size_t(c32), pv, cc, d);
+          *reinterpret_cast<P*>(row + (1 + kk) * CW) = pv;
+          v = to_float2(pv);
+          ss[i] += v.x * v.x;
+          ss[i] += v.y * v.y;
+          yv.x += co[N + N * N + kk] * v.x;
+          yv.y += co[N + N * N + kk] * v.y;
         }
-        v = store_pair<D>(xl, (std::size_t(8 * i * N + k)) * d, v, cc, d);  // as stored
-        *reinterpret_cast<P*>(row + (1 + k) * CW) = from_float2(v, row);
-        ss[i] += v.x * v.x;
-        ss[i] += v.y * v.y;
-        yv.x += co[N + N * N + k] * v.x;
-        yv.y += co[N + N * N + k] * v.y;
+        store_pair<D>(yl, std::size_t(2 * NW * i) * d + std::size_t(c32), from_float2(yv, row), cc, d);
       }
-      store_pair<D>(yl, std::size_t(8 * i) * d, yv, cc, d);
     }
     __syncthreads();  // the chunk's new streams are in the stage
-    const T* xb = sx + (1 + warp) * CW;
-    const float2* wb = reinterpret_cast<const float2*>(w_of(st)) + warp * (CW * M / 2);
-    float part[2][3][4] = {};  // this chunk's sums, from zero
 #pragma unroll
-    for (int s = 0; s < CW / 8; ++s) {
-      std::uint32_t bh[3][2], bl[3][2];
+    for (int c32 = 0; c32 < CW; c32 += 32) {  // each 32 columns summed from zero
+      const T* xb = sx + 32 * grp * TS + (1 + k) * CW + c32;
+      const float* wb = w_of(st) + ((c32 / 32) * N + k) * L::kWSub;
+      float part[2][3][4] = {};
 #pragma unroll
-      for (int b = 0; b < 3; ++b) {
-        const float2 w = wb[(s * 3 + b) * 32 + lane];
-        split_tf32(w.x, bh[b][0], bl[b][0]);
-        split_tf32(w.y, bh[b][1], bl[b][1]);
-      }
+      for (int s = 0; s < 4; ++s) {
+        std::uint32_t bh[3][2], bl[3][2];
 #pragma unroll
-      for (int a = 0; a < 2; ++a) {
-        // a0, a2 (k = tq, tq + 4: columns 8s + 2tq, +1) of rows g and g + 8: one access each.
-        const T* xa = xb + (16 * a + g) * TS + 8 * s + 2 * tq;
-        std::uint32_t ah[4], al[4] = {0, 0, 0, 0};
-        if (fp32) {
-          const float2 r0 = *reinterpret_cast<const float2*>(xa), r1 = *reinterpret_cast<const float2*>(xa + 8 * TS);
-          split_tf32(r0.x, ah[0], al[0]);
-          split_tf32(r1.x, ah[1], al[1]);
-          split_tf32(r0.y, ah[2], al[2]);
-          split_tf32(r1.y, ah[3], al[3]);
-        } else {  // bf16 pairs: the low half is the first column
-          const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(xa);
-          const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(xa + 8 * TS);
-          ah[0] = w0 << 16;
-          ah[1] = w1 << 16;
-          ah[2] = w0 & 0xFFFF0000u;
-          ah[3] = w1 & 0xFFFF0000u;
+        for (int b = 0; b < 3; ++b) {
+          const float2 w = reinterpret_cast<const float2*>(wb)[(s * 3 + b) * 32 + lane];
+          split_tf32(w.x, bh[b][0], bl[b][0]);
+          split_tf32(w.y, bh[b][1], bl[b][1]);
         }
 #pragma unroll
-        for (int b = 0; b < 3; ++b) {  // the small products first
-          mma_tf32(part[a][b], ah, bl[b]);
-          if (fp32) mma_tf32(part[a][b], al, bh[b]);
-          mma_tf32(part[a][b], ah, bh[b]);
+        for (int a = 0; a < 2; ++a) {
+          // a0, a2 (k = tq, tq + 4: columns 8s + 2tq, +1) of rows g and g + 8: one access each.
+          const T* xa = xb + (16 * a + g) * TS + 8 * s + 2 * tq;
+          std::uint32_t ah[4], al[4] = {0, 0, 0, 0};
+          if (fp32) {
+            const float2 r0 = *reinterpret_cast<const float2*>(xa), r1 = *reinterpret_cast<const float2*>(xa + 8 * TS);
+            split_tf32(r0.x, ah[0], al[0]);
+            split_tf32(r1.x, ah[1], al[1]);
+            split_tf32(r0.y, ah[2], al[2]);
+            split_tf32(r1.y, ah[3], al[3]);
+          } else {  // bf16 pairs: the low half is the first column
+            const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(xa);
+            const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(xa + 8 * TS);
+            ah[0] = w0 << 16;
+            ah[1] = w1 << 16;
+            ah[2] = w0 & 0xFFFF0000u;
+            ah[3] = w1 & 0xFFFF0000u;
+          }
+#pragma unroll
+          for (int b = 0; b < 3; ++b) {  // the small products first
+            mma_tf32(part[a][b], ah, bl[b]);
+            if (fp32) mma_tf32(part[a][b], al, bh[b]);
+            mma_tf32(part[a][b], ah, bh[b]);
+          }
         }
       }
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[a][b][r] += part[a][b][r];
     }
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int b = 0; b < 3; ++b)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[a][b][r] += part[a][b][r];
+    // Without this fence ptxas moves work of the next chunk up into this one; with bf16 and 32
+    // columns a chunk it then needs 128 registers and spills 28 bytes instead of using 115.
+    asm volatile("" ::: "memory");
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // over each half warp: token warp + 4 (2i + h)
+  for (int i = 0; i < 4; ++i) {  // over each half warp: token warp + NW (2i + h)
     float v = ss[i];
     for (int o = 8; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, 16);
-    if (lane % 16 == 0) sumsq[warp + 4 * (2 * i + h)] = v;
+    if (lane % 16 == 0) sumsq[warp + NW * (2 * i + h)] = v;
   }
   __syncthreads();  // every warp is done with the stages
-  float* part = reinterpret_cast<float*>(smem);  // [warp][token][row]; fragment r: token g (+8
+  float* part = reinterpret_cast<float*>(smem);  // [stream][token][row]; fragment r: token g (+8
                                                  // for r >= 2), row 2 tq (+1 for odd r)
 #pragma unroll
   for (int a = 0; a < 2; ++a)
@@ -473,7 +514,7 @@ __global__ void __launch_bounds__(kThreadsTc) boundary_tc(Dims c, std::size_t to
     for (int b = 0; b < 3; ++b)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        part[(warp * TB + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] = acc[a][b][r];
+        part[(k * TB + 32 * grp + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] = acc[a][b][r];
   __syncthreads();
   if (int(threadIdx.x) < nt) {
     const int tb = int(threadIdx.x);
@@ -633,6 +674,42 @@ void run_rmsnorm(const KernelConfig& k, std::size_t T, const float* x, const flo
   dy.back();
 }
 
+// The single pass in one configuration: hc_fn packed for it (into a buffer kept for the process,
+// under a lock held until the launch so that concurrent callers do not repack it in between),
+// then boundary_tc.
+template <class S, int D, int STAGES, int TB, int CW, int PF>
+void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
+               const float* comb, const float* pre_mix, const float* W, const float* scale,
+               const float* base, S* x, S* y, float* mixes, float* pre, float* postout,
+               float* combout) {
+  using L = TcLayout<S, TB, CW>;
+  static std::mutex mu;
+  static float* packed = nullptr;
+  static std::size_t capacity = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::size_t chunks = (std::size_t(c.d) + CW - 1) / CW * (CW / 32);  // whole stages
+  const std::size_t count = std::size_t(c.n) * chunks * 768;
+  if (count > capacity) {
+    if (packed) MHC_CUDA_CHECK(cudaFree(packed));
+    packed = nullptr;
+    capacity = 0;
+    MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
+    capacity = count;
+  }
+  pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(std::size_t(c.n), std::size_t(c.d), chunks, W, packed);
+  MHC_CUDA_LAUNCHED();
+  constexpr int bytes = STAGES * L::kStageBytes;
+  static const bool shared_set = [] {  // once: the stages exceed the default 48 KB
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(boundary_tc<S, D, STAGES, TB, CW, PF>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)shared_set;
+  boundary_tc<S, D, STAGES, TB, CW, PF><<<blocks_for(T, TB), L::kThreads, bytes>>>(
+      c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre, postout, combout);
+  MHC_CUDA_LAUNCHED();
+}
+
 // The boundary on device arrays: fused (one launch) or the four-launch baseline.
 template <class S>
 void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const S* R,
@@ -641,33 +718,13 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
                      float* postout, float* combout) {
   if (!T) return;
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
-  if (fused && c.n == 4) {  // the single pass, on hc_fn packed into a buffer kept for the process
-    static std::mutex mu;
-    static float* packed = nullptr;
-    static std::size_t capacity = 0;
-    std::lock_guard<std::mutex> lock(mu);
-    const std::size_t count = n * ((d + 31) / 32) * 32 * 24;  // whole chunks
-    if (count > capacity) {
-      if (packed) MHC_CUDA_CHECK(cudaFree(packed));
-      MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
-      capacity = count;
-    }
-    pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(n, d, W, packed);
-    MHC_CUDA_LAUNCHED();
-    // Stages (H200, 16384 and 65536 tokens): fp32 3 (2 blocks an SM), 0.72-0.76 of copy
-    // bandwidth against 0.57-0.76 with 2; bf16 2 (4 blocks an SM), 0.53-0.55 against 0.39-0.54.
-    constexpr int stages = std::is_same<S, float>::value ? 3 : 2;
-    auto kernel = c.d == 5120 ? boundary_tc<S, 5120, stages> : boundary_tc<S, 0, stages>;
-    constexpr int bytes = tc_shared_bytes<S>(stages);
-    static const bool shared_set = [&] {  // once: the stages exceed the default 48 KB
-      for (auto k : {boundary_tc<S, 5120, stages>, boundary_tc<S, 0, stages>})
-        MHC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      return true;
-    }();
-    (void)shared_set;
-    kernel<<<blocks_for(T, 32), 128, bytes>>>(c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes,
-                                               pre, postout, combout);
-    MHC_CUDA_LAUNCHED();
+  if (fused && c.n == 4) {
+    // Measured on the H200 with mhc-bench-cuda's sweep (bench/README.md): the L2 prefetch size
+    // and, for bf16, 64 columns a chunk (128-byte rows) are what moved the bandwidth.
+    constexpr bool f32 = std::is_same<S, float>::value;
+    constexpr int stages = f32 ? 3 : 2, tb = 32, cw = f32 ? 32 : 64, pf = 256;
+    (c.d == 5120 ? launch_tc<S, 5120, stages, tb, cw, pf> : launch_tc<S, 0, stages, tb, cw, pf>)(
+        c, T, f, R, post, comb, pre_mix, W, scale, base, x, y, mixes, pre, postout, combout);
     return;
   }
   post_kernel<S><<<blocks_for(T * n * d, kThreads), kThreads>>>(c, T * n * d, f, R, post, comb, x);
@@ -801,73 +858,181 @@ void cuda_mma_tf32(const float* a, const float* b, const float* c, float* d) {
   dd.back();
 }
 
+namespace {
+// Reproducible values in [lo, hi) for the benchmark's inputs: a hash of the index and the seed.
+template <class E>
+__global__ void fill_uniform(E* p, std::size_t count, std::uint32_t seed, float lo, float hi) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  std::uint32_t v = (std::uint32_t(i) * 0x9E3779B9u) ^ std::uint32_t(i >> 32) ^ seed;
+  v ^= v >> 16;
+  v *= 0x7FEB352Du;
+  v ^= v >> 15;
+  v *= 0x846CA68Bu;
+  v ^= v >> 16;
+  st(p, i, lo + (hi - lo) * (float(v >> 8) * (1.0f / 16777216.0f)));
+}
+
+// The boundary's device data at n = 4, d = 5120 for T tokens: the stream tensors in enough
+// copies that every repetition reads data past the 60 MB L2, the rest once.
+struct BenchData {
+  static constexpr std::size_t n = 4, d = 5120, M = 24;
+  const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
+  std::size_t T, es;
+  int copies;
+  Dev<std::uint8_t> f, R, x, y;
+  Dev<float> post, comb, pm, W, s, b, mixes, pre, po, co;
+  BenchData(std::size_t tokens, bool half)
+      : T(tokens), es(half ? 2 : 4),
+        copies(int(std::max<std::size_t>(1, (256u << 20) / std::max<std::size_t>(T * (2 * n + 2) * d * es, 1)))),
+        f(T * d * es * std::size_t(copies)), R(T * n * d * es * std::size_t(copies)), x(R.n), y(f.n),
+        post(T * n), comb(T * n * n), pm(T * n), W(M * n * d), s(3), b(M), mixes(T * M), pre(T * n),
+        po(T * n), co(T * n * n) {
+    std::uint32_t seed = 1;
+    auto fill = [&](auto* p, std::size_t count, float lo, float hi) {
+      fill_uniform<<<blocks_for(count, kThreads), kThreads>>>(p, count, seed++, lo, hi);
+      MHC_CUDA_LAUNCHED();
+    };
+    if (half) {
+      fill(reinterpret_cast<bf16*>(f.p), f.n / 2, -1, 1);
+      fill(reinterpret_cast<bf16*>(R.p), R.n / 2, -1, 1);
+    } else {
+      fill(reinterpret_cast<float*>(f.p), f.n / 4, -1, 1);
+      fill(reinterpret_cast<float*>(R.p), R.n / 4, -1, 1);
+    }
+    fill(post.p, post.n, 0, 2);
+    fill(comb.p, comb.n, 0, 0.5f);
+    fill(pm.p, pm.n, 0, 1);
+    fill(W.p, W.n, -0.01f, 0.01f);
+    fill(s.p, s.n, 0.5f, 1.5f);
+    fill(b.p, b.n, -1, 1);
+    sync();
+  }
+  // The boundary on copy k of the streams.
+  template <class S, class Launch>
+  void run(Launch launch, int k) {
+    const std::size_t off = std::size_t(k);
+    launch(c, T, reinterpret_cast<S*>(f.p) + off * T * d, reinterpret_cast<S*>(R.p) + off * T * n * d, post.p,
+           comb.p, pm.p, W.p, s.p, b.p, reinterpret_cast<S*>(x.p) + off * T * n * d,
+           reinterpret_cast<S*>(y.p) + off * T * d, mixes.p, pre.p, po.p, co.p);
+  }
+  // Every output of copy 0, as bytes.
+  std::vector<std::uint8_t> outputs() const {
+    std::vector<std::uint8_t> all;
+    auto take = [&](const void* p, std::size_t bytes) {
+      const std::size_t at = all.size();
+      all.resize(at + bytes);
+      MHC_CUDA_CHECK(cudaMemcpy(all.data() + at, p, bytes, cudaMemcpyDeviceToHost));
+    };
+    take(x.p, T * n * d * es);
+    take(y.p, T * d * es);
+    for (const auto* v : {&mixes, &pre, &po, &co}) take(v->p, v->n * 4);
+    return all;
+  }
+};
+
+// Median time in ms of `repeats` calls of launch(i % copies) after a warm-up (CUDA events).
+template <class F>
+double median_ms(int repeats, int copies, F launch) {
+  cudaEvent_t e0, e1;
+  MHC_CUDA_CHECK(cudaEventCreate(&e0));
+  MHC_CUDA_CHECK(cudaEventCreate(&e1));
+  launch(0);
+  sync();
+  std::vector<float> ms;
+  for (int i = 0; i < repeats; ++i) {
+    MHC_CUDA_CHECK(cudaEventRecord(e0));
+    launch(i % copies);
+    MHC_CUDA_CHECK(cudaEventRecord(e1));
+    MHC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]);
+}
+
+template <class S>
+using TcLaunch = void (*)(const Dims&, std::size_t, const S*, const S*, const float*, const float*,
+                          const float*, const float*, const float*, const float*, S*, S*, float*,
+                          float*, float*, float*);
+template <class S>
+struct TcConfig {
+  const char* name;
+  TcLaunch<S> launch;
+};
+// The configurations the sweep compares, the shipped one first.
+template <class S>
+std::vector<TcConfig<S>> tc_configs() {
+  if constexpr (std::is_same<S, float>::value)
+    return {{"tb32 cw32 s3 L2:256", launch_tc<S, 5120, 3, 32, 32, 256>},
+            {"tb32 cw32 s3", launch_tc<S, 5120, 3, 32, 32, 0>},
+            {"tb32 cw32 s3 L2:128", launch_tc<S, 5120, 3, 32, 32, 128>},
+            {"tb32 cw64 s2", launch_tc<S, 5120, 2, 32, 64, 0>},
+            {"tb64 cw32 s2 L2:256", launch_tc<S, 5120, 2, 64, 32, 256>}};
+  else
+    return {{"tb32 cw64 s2 L2:256", launch_tc<S, 5120, 2, 32, 64, 256>},
+            {"tb32 cw32 s2", launch_tc<S, 5120, 2, 32, 32, 0>},
+            {"tb32 cw32 s2 L2:128", launch_tc<S, 5120, 2, 32, 32, 128>},
+            {"tb32 cw64 s2", launch_tc<S, 5120, 2, 32, 64, 0>},
+            {"tb64 cw32 s2 L2:256", launch_tc<S, 5120, 2, 64, 32, 256>}};
+}
+
+template <class S>
+std::vector<TcTiming> sweep(std::size_t T, int repeats) {
+  BenchData data(T, !std::is_same<S, float>::value);
+  std::vector<TcTiming> out;
+  std::vector<std::uint8_t> first;
+  for (const auto& cfg : tc_configs<S>()) {
+    MHC_CUDA_CHECK(cudaMemset(data.x.p, 0xFF, data.x.n));
+    data.run<S>(cfg.launch, 0);
+    sync();
+    const auto got = data.outputs();
+    if (first.empty()) first = got;
+    TcTiming t;
+    t.name = cfg.name;
+    t.same_bits = got == first;
+    t.ms = median_ms(repeats, data.copies, [&](int k) { data.run<S>(cfg.launch, k); });
+    out.push_back(t);
+  }
+  return out;
+}
+}  // namespace
+
 BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   need_device(KernelConfig{});
   BoundaryTiming r;
   r.tokens = T;
   r.bf16 = use_bf16;
-  const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
-  const std::size_t n = 4, d = 5120, M = 24, es = use_bf16 ? 2 : 4;
-  r.bytes_per_token = double((2 * n + 2) * d * es);
-  // Enough copies of the streams that every repetition reads data past the 60 MB L2.
-  const std::size_t per_copy = T * (2 * n + 2) * d * es;
-  const int copies = int(std::max<std::size_t>(1, (256u << 20) / std::max<std::size_t>(per_copy, 1)));
-  const std::size_t elems = T * (n * d) * std::size_t(copies);
-  Dev<std::uint8_t> f(T * d * es * std::size_t(copies)), R(elems * es), x(elems * es), y(T * d * es * std::size_t(copies));
-  MHC_CUDA_CHECK(cudaMemset(f.p, 0x3c, f.n));
-  MHC_CUDA_CHECK(cudaMemset(R.p, 0x3c, R.n));
-  Dev<float> post(T * n), comb(T * n * n), pm(T * n), W(M * n * d), s(3), b(M), mixes(T * M), pre(T * n),
-      po(T * n), co(T * n * n);
-  std::vector<float> h(M * n * d, 0.001f);
-  MHC_CUDA_CHECK(cudaMemcpy(W.p, h.data(), W.n * 4, cudaMemcpyHostToDevice));
-  for (auto* v : {&post, &comb, &pm, &s, &b}) {
-    std::vector<float> one(v->n, 0.25f);
-    MHC_CUDA_CHECK(cudaMemcpy(v->p, one.data(), v->n * 4, cudaMemcpyHostToDevice));
-  }
-  cudaEvent_t e0, e1;
-  MHC_CUDA_CHECK(cudaEventCreate(&e0));
-  MHC_CUDA_CHECK(cudaEventCreate(&e1));
-  auto time = [&](auto launch) {
-    launch(0);  // warm-up
-    MHC_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int i = 0; i < repeats; ++i) {
-      MHC_CUDA_CHECK(cudaEventRecord(e0));
-      launch(i % copies);
-      MHC_CUDA_CHECK(cudaEventRecord(e1));
-      MHC_CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    return double(ms[ms.size() / 2]);
-  };
-  auto run = [&](bool fused) {
-    return [&, fused](int k) {
-      const std::size_t off = std::size_t(k);
+  BenchData data(T, use_bf16);
+  r.bytes_per_token = double((2 * data.n + 2) * data.d * data.es);
+  auto time = [&](bool fused) {
+    auto launch = [fused](const Dims& c, std::size_t tokens, auto... a) { boundary_device(c, tokens, fused, a...); };
+    return median_ms(repeats, data.copies, [&](int k) {
       if (use_bf16)
-        boundary_device<bf16>(c, T, fused, reinterpret_cast<bf16*>(f.p) + off * T * d,
-                              reinterpret_cast<bf16*>(R.p) + off * T * n * d, post.p, comb.p, pm.p, W.p, s.p, b.p,
-                              reinterpret_cast<bf16*>(x.p) + off * T * n * d, reinterpret_cast<bf16*>(y.p) + off * T * d,
-                              mixes.p, pre.p, po.p, co.p);
+        data.run<bf16>(launch, k);
       else
-        boundary_device<float>(c, T, fused, reinterpret_cast<float*>(f.p) + off * T * d,
-                               reinterpret_cast<float*>(R.p) + off * T * n * d, post.p, comb.p, pm.p, W.p, s.p, b.p,
-                               reinterpret_cast<float*>(x.p) + off * T * n * d, reinterpret_cast<float*>(y.p) + off * T * d,
-                               mixes.p, pre.p, po.p, co.p);
-    };
+        data.run<float>(launch, k);
+    });
   };
-  r.fused_ms = time(run(true));
-  r.baseline_ms = time(run(false));
+  r.fused_ms = time(true);
+  r.baseline_ms = time(false);
   // Device-to-device copy of 1 GiB: bytes read + written per second.
   const std::size_t bytes = std::size_t(1) << 30;
   Dev<std::uint8_t> a(bytes), bb(bytes);
-  const double copy_ms = time([&](int) { MHC_CUDA_CHECK(cudaMemcpyAsync(bb.p, a.p, bytes, cudaMemcpyDeviceToDevice)); });
+  const double copy_ms = median_ms(repeats, 1, [&](int) {
+    MHC_CUDA_CHECK(cudaMemcpyAsync(bb.p, a.p, bytes, cudaMemcpyDeviceToDevice));
+  });
   r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return r;
+}
+
+std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats) {
+  need_device(KernelConfig{});
+  return use_bf16 ? sweep<bf16>(T, repeats) : sweep<float>(T, repeats);
 }
 
 }  // namespace mhc::impl

@@ -40,6 +40,16 @@ struct BoundaryTiming {
   double bytes_per_token = 0;                           // (2n + 2) d elements
 };
 BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
+// The fused kernel's configurations (tokens a block, columns a chunk, pipeline stages, L2
+// prefetch size), the shipped one first, timed the same way on random inputs; same_bits: every
+// output equals the first configuration's, bit for bit (the arithmetic of a token does not depend
+// on them).
+struct TcTiming {
+  std::string name;
+  double ms = 0;
+  bool same_bits = false;
+};
+std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats);
 
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
 // fragment layout): a [16 x 8] and c, d [16 x 8] row-major, b [8 x 8] with b[k * 8 + j]. The
