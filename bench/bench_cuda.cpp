@@ -24,16 +24,19 @@ int main(int argc, char** argv) {
                   r.fused_ms, r.baseline_ms, gbps, r.copy_gbps, gbps / r.copy_gbps, r.baseline_ms / r.fused_ms);
     }
   // The fused kernel's configurations on the same boundary (same method), the shipped one first.
-  std::printf("\nconfigurations of the fused kernel (tb: tokens a block, cw: columns a chunk, s: stages, "
-              "L2: cp.async's L2 prefetch size), random inputs; same: outputs bit-identical to the first\n");
-  std::printf("%-6s %7s %-20s %10s %9s %5s\n", "dtype", "tokens", "config", "ms", "fraction", "same");
+  std::printf(
+      "\nconfigurations of the fused kernel (tb: tokens a block, cw: columns a chunk, s: stages, "
+      "L2: cp.async's L2 prefetch size), random inputs; same: outputs bit-identical to the "
+      "first\n");
+  std::printf("%-6s %7s %-20s %10s %9s %5s\n", "dtype", "tokens", "config", "ms", "fraction",
+              "same");
   for (bool bf16 : {false, true})
     for (std::size_t T : {16384u, 65536u}) {
       const double copy = cuda_bench_boundary(T, bf16, 5).copy_gbps;
       for (const auto& v : cuda_bench_boundary_sweep(T, bf16, repeats)) {
         const double gbps = 10.0 * 5120 * (bf16 ? 2 : 4) * double(T) / (v.ms * 1e-3) / 1e9;
-        std::printf("%-6s %7zu %-20s %10.4f %9.2f %5s\n", bf16 ? "bf16" : "fp32", T, v.name.c_str(), v.ms,
-                    gbps / copy, v.same_bits ? "yes" : "NO");
+        std::printf("%-6s %7zu %-20s %10.4f %9.2f %5s\n", bf16 ? "bf16" : "fp32", T, v.name.c_str(),
+                    v.ms, gbps / copy, v.same_bits ? "yes" : "NO");
       }
     }
   return 0;
