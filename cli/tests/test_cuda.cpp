@@ -96,7 +96,7 @@ int main() {
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::all_ops())
       for (const char* prec : {"fp32", "bf16"})
-        for (int d : {5120, 37}) {
+        for (int d : {5120, 37, 130}) {  // 130: the kernels at a run-time width, several chunks
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, 33, 5 + std::uint64_t(d), prec);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -201,9 +202,9 @@ __global__ void mma_probe(const float* a, const float* b, const float* c, float*
 // [lane][2] (lane = 4g + t holds rows 8*tile + g, columns 8s + 2t and 8s + 2t + 1 as k = t and
 // t + 4: the sum runs over the columns in any order, and this one makes a lane's two A elements
 // adjacent), zero past column d so that a chunk is always whole.
-__global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, std::size_t chunks, const float* W, float* Wp) {
+__global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, std::size_t chunks32, const float* W, float* Wp) {
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= n * chunks * 768) return;
+  if (e >= n * chunks32 * 768) return;
   const int q = int(e % 768), h = q % 2, lane = (q / 2) % 32, tile = (q / 64) % 3, s = q / 192;
   const std::size_t k = (e / 768) % n, chunk = e / (768 * n);
   const std::size_t col = chunk * 32 + std::size_t(8 * s + 2 * (lane % 4) + h);
@@ -238,8 +239,9 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
 // in flight); a thread's copies are the same in every chunk but for the column offset, so their
 // addresses are formed once. A row of a chunk is only CW * sizeof(T) bytes, and its next piece is
 // asked for a chunk later, so DRAM would see small scattered reads: PF = 128 or 256 asks L2 to
-// fetch that many bytes around each copy (cp.async's L2 prefetch size), which also brings the
-// next chunks' pieces.
+// fetch the aligned block of that many bytes around each copy (cp.async's L2 prefetch size), so
+// that DRAM serves a neighbouring piece of the row with it. The hint is not an access: it cannot
+// fault past an allocation.
 // Phase A (TB / 8 warps; lane 16 h + p: columns 2p, 2p+1 of each 32 of tokens warp +
 // (TB / 8) (2i + h)): hc_post, the store of the new streams (which also replace the residual in
 // the stage), hc_pre and the sum of squares.
@@ -251,13 +253,13 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
 // Why this stays inside the fp32 model's bound of the projection (u = 2^-24, S = sum |a b|):
 // - the dropped and cut parts: |a b - (ah bh + ah bl + al bh)| <= 5 * 2^-22 |a b| = 20 u |a b|
 //   (8 u with al = 0);
-// - assumed of the tensor cores (and checked by the differential tests below): products of tf32
+// - assumed of the tensor cores (and checked by test_cuda): products of tf32
 //   values are exact and each mma's c + sum of K = 8 products is formed with at least fp32's 24
 //   bits relative to its largest addend, so within (K + 1) 2^-23 (|c| + sum |products|), as
 //   reported for these units by Fasi, Higham, Mikaitis & Pranesh (2021). That rounding may be
 //   biased (truncation), so each 32 columns start from zero (<= 12 chained mma: <= 12 * 18 u of
 //   their S) and their result is added to the running sum with an fp32 add, round to nearest;
-// - total <= 236 u S plus the fp32 sum of the 640 chunk results (chains of <= 163 adds): below
+// - total <= 236 u S plus the fp32 sum of the 640 results of 32 columns (chains of <= 163 adds): below
 //   gamma_20480(u) S (rigorous) and below Higham & Mary's 8 sqrt(20480) u S = 1145 u S
 //   (probabilistic), whose independence assumption then concerns only the round-to-nearest adds
 //   (8 sqrt(163) u S = 102 u S).
@@ -300,6 +302,9 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW_>::kThreads, TcLayout<T, TB
   constexpr int NW = NT / 32;
   constexpr bool fp32 = std::is_same<T, float>::value;  // bf16 values are tf32 values
   constexpr bool kAsync = D > 0 && D % CW == 0;          // whole chunks: 16-byte copies
+  // A fixed width stores pairs unchecked (store_pair), so it must be whole chunks.
+  static_assert(D == 0 || (kAsync && D % 2 == 0), "a fixed width is a multiple of CW");
+  static_assert(PF == 0 || PF == 128 || PF == 256, "cp.async's L2 prefetch sizes");
   constexpr int kVec = 16 / int(sizeof(T));               // elements per 16-byte copy
   static_assert(N * TB * M * 4 <= STAGES * L::kStageBytes, "the partial products reuse the stages");
   static_assert(CO % 4 == 0, "coefficients are read as float4");
@@ -494,8 +499,9 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW_>::kThreads, TcLayout<T, TB
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[a][b][r] += part[a][b][r];
     }
-    // Without this fence ptxas moves work of the next chunk up into this one; with bf16 and 32
-    // columns a chunk it then needs 128 registers and spills 28 bytes instead of using 115.
+    // Without this compiler fence work of the next chunk is moved up into this one; with bf16 and
+    // 32 columns a chunk the kernel then needs 128 registers and spills 28 bytes instead of using
+    // 115 (and more at 64 tokens a block).
     asm volatile("" ::: "memory");
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
@@ -687,8 +693,8 @@ void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float
   static float* packed = nullptr;
   static std::size_t capacity = 0;
   std::lock_guard<std::mutex> lock(mu);
-  const std::size_t chunks = (std::size_t(c.d) + CW - 1) / CW * (CW / 32);  // whole stages
-  const std::size_t count = std::size_t(c.n) * chunks * 768;
+  const std::size_t chunks32 = (std::size_t(c.d) + CW - 1) / CW * (CW / 32);  // whole stages
+  const std::size_t count = std::size_t(c.n) * chunks32 * 768;
   if (count > capacity) {
     if (packed) MHC_CUDA_CHECK(cudaFree(packed));
     packed = nullptr;
@@ -696,7 +702,7 @@ void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float
     MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
     capacity = count;
   }
-  pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(std::size_t(c.n), std::size_t(c.d), chunks, W, packed);
+  pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(std::size_t(c.n), std::size_t(c.d), chunks32, W, packed);
   MHC_CUDA_LAUNCHED();
   constexpr int bytes = STAGES * L::kStageBytes;
   static const bool shared_set = [] {  // once: the stages exceed the default 48 KB
@@ -972,6 +978,7 @@ std::vector<TcConfig<S>> tc_configs() {
             {"tb32 cw32 s3", launch_tc<S, 5120, 3, 32, 32, 0>},
             {"tb32 cw32 s3 L2:128", launch_tc<S, 5120, 3, 32, 32, 128>},
             {"tb32 cw64 s2", launch_tc<S, 5120, 2, 32, 64, 0>},
+            {"tb32 cw64 s2 L2:256", launch_tc<S, 5120, 2, 32, 64, 256>},
             {"tb64 cw32 s2 L2:256", launch_tc<S, 5120, 2, 64, 32, 256>}};
   else
     return {{"tb32 cw64 s2 L2:256", launch_tc<S, 5120, 2, 32, 64, 256>},
@@ -987,7 +994,8 @@ std::vector<TcTiming> sweep(std::size_t T, int repeats) {
   std::vector<TcTiming> out;
   std::vector<std::uint8_t> first;
   for (const auto& cfg : tc_configs<S>()) {
-    MHC_CUDA_CHECK(cudaMemset(data.x.p, 0xFF, data.x.n));
+    for (auto* v : {&data.x, &data.y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
+    for (auto* v : {&data.mixes, &data.pre, &data.po, &data.co}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
     data.run<S>(cfg.launch, 0);
     sync();
     const auto got = data.outputs();
@@ -1003,6 +1011,7 @@ std::vector<TcTiming> sweep(std::size_t T, int repeats) {
 }  // namespace
 
 BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
+  if (repeats < 1) throw std::invalid_argument("cuda_bench_boundary: repeats must be at least 1");
   need_device(KernelConfig{});
   BoundaryTiming r;
   r.tokens = T;
@@ -1031,6 +1040,7 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
 }
 
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats) {
+  if (repeats < 1) throw std::invalid_argument("cuda_bench_boundary_sweep: repeats must be at least 1");
   need_device(KernelConfig{});
   return use_bf16 ? sweep<bf16>(T, repeats) : sweep<float>(T, repeats);
 }
