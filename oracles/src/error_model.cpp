@@ -47,14 +47,17 @@ ErrorModel error_model_from_name(const std::string& name) {
 // - mixes, and pre/post/comb computed from it (ops mixes and boundary): probabilistic. Their
 //   error is dominated by the n*d = 20480-term projection, where gamma_n is ~17x the
 //   lambda sqrt(n) u of Higham & Mary: median observed/bound 9e-5 (rigorous) against 1.6e-3, the
-//   largest legitimate ratio 0.04, and no legitimate kernel flagged in any campaign.
+//   largest legitimate ratio 0.04, and no legitimate kernel flagged in any campaign. (Where the
+//   data break that bound's premise, repeated terms, a reduction falls back to gamma_n: see
+//   bnd::detail::premise_holds.)
 // - everything else: rigorous. The reductions there are either short (n or n+1 terms, where
 //   the two bounds coincide) or same-sign sums of squares (rmsnorm), where rounding to nearest
 //   can be biased and the independence behind lambda sqrt(n) u is doubtful; the rigorous
 //   bound's median ratio there is 0.004-0.08 already.
 // - empirical: never the default. It samples only the roundings of the reference's own formula,
 //   so legitimate reformulations fall outside it (tanh-form sigmoid: ratio 1e5 at the
-//   production values), and its safety factor is a guess about the tail.
+//   production values), stochastic rounding has none of round to nearest's bias on repeated
+//   terms (a uniform mixes case: 13.8), and its safety factor is a guess about the tail.
 ErrorModel standard_model(Op op, const std::string& stage_name) {
   if (op == Op::block || op == Op::stack) {
     // Block stages: projections everywhere (attention, experts, mixes) except before the first

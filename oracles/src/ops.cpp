@@ -1,6 +1,9 @@
 #include "mhc/oracles/ops.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/pieces.hpp"
@@ -77,6 +80,18 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
   if (op == Op::split_sinkhorn || op == Op::mixes || op == Op::boundary) {
     put(c.params, "hc_scale", {3}, gen::hc_scale(rng));
     put(c.params, "hc_base", {M}, gen::hc_base(rng, c.cfg));
+  }
+  // Drawn last, so that the other cases keep their tensors.
+  if ((op == Op::mixes || op == Op::boundary) && rng.uniform() < 0.125) {
+    const float w = float(rng.normal() * 0.1 / std::sqrt(double(n * d)));
+    std::fill(c.params["hc_fn"].data.begin(), c.params["hc_fn"].data.end(), w);
+    for (const char* name : {"x", "f", "residual"}) {
+      if (!c.inputs.count(name)) continue;
+      Tensor& x = c.inputs[name];
+      const std::size_t row = x.data.size() / T / (std::string(name) == "f" ? 1 : n);
+      for (std::size_t r = 0; r < x.data.size() / row; ++r)
+        std::fill_n(x.data.begin() + std::ptrdiff_t(r * row), row, x.data[r * row]);
+    }
   }
   return c;
 }

@@ -25,7 +25,9 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
   const Model& m = model();
   const int n = c.n;
   const std::size_t nn = std::size_t(n) * std::size_t(n);
-  const double u = m.u, eps = ref::hc_eps(c), g = reduction_gamma(m, double(n - 1), u);
+  // Line sums of n terms: gamma_{n-1} (the probabilistic constant is smaller only beyond
+  // lambda^2 + 1 terms, and would need its premise checked, see bounded.hpp).
+  const double u = m.u, eps = ref::hc_eps(c), g = gamma(double(n - 1), u);
 
   std::vector<double> L(nn), out(nn);
   for (std::size_t i = 0; i < nn; ++i) L[i] = logits[i].v;

@@ -3,7 +3,8 @@
 //   rigorous       the bound-carrying Scalar: a bound on every fp32 evaluation of the formula, for
 //                  every summation order (Higham's gamma_n).
 //   probabilistic  the same, with reductions bounded by Higham & Mary's lambda sqrt(n) u
-//                  (lambda = 8, failure probability <= 5e-10 per element at n = 20480).
+//                  (lambda = 8, failure probability <= 5e-10 per element at n = 20480) where
+//                  their data meet its premise (bnd::detail::premise_holds), else gamma_n.
 //   empirical      safety * the spread of an ensemble of stochastic-rounding fp32 evaluations of
 //                  the reference (+ a floor of 4 u |v| + FLT_MIN), never above the rigorous bound.
 //   standard       per stage, the model chosen from measurements (see standard_model()).
