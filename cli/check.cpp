@@ -191,7 +191,7 @@ Run add_check(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--error-model", st->spec.model,
                  "bounds from: rigorous (every fp32 evaluation, every order), probabilistic "
-                 "(Higham & Mary, lambda = 8; rigorous where the terms repeat), empirical "
+                 "(Higham & Mary, lambda = 8; rigorous where fp32 sums are biased), empirical "
                  "(stochastic-rounding ensemble x 8), or standard (per stage, the model chosen "
                  "from measurements)")
       ->capture_default_str()

@@ -68,18 +68,18 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
     A += std::fabs(p);
     E += std::fabs(wi) * x[i].e;
   }
-  const double fwd =
-      detail::premise_checked(model(), double(n)) ? detail::forward_error(x, w, n) : 0;
-  return detail::reduce(v, A, E, n, model().u_prod, fwd);
+  const double seq =
+      detail::premise_checked(model(), double(n)) ? detail::sequential_error(x, w, n) : 0;
+  return detail::reduce(v, A, E, n, model().u_prod, seq);
 }
 
 #ifdef __AVX2__
 namespace {
-// For project(): detail::forward_error of every (token, row) of x W^T into fwd, and sum |w x|
+// For project(): detail::sequential_error of every (token, row) of x W^T into seq, and sum |w x|
 // (in fp32: it only scales the premise's threshold) into A. Four tokens and four rows at a time:
-// sixteen independent sequential sums, which the compiler runs in vector lanes.
-void forward_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
-                    std::size_t n, double* fwd, double* A) {
+// independent sequential sums, which the compiler runs in vector lanes.
+void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                       std::size_t n, double* seq, double* A) {
   std::vector<float> xt(n * 4);
   for (std::size_t t0 = 0; t0 < tokens; t0 += 4) {
     const std::size_t nt = std::min<std::size_t>(4, tokens - t0);
@@ -88,22 +88,24 @@ void forward_errors(const Bounded* x, std::size_t tokens, const float* W, std::s
       for (std::size_t i = 0; i < n; ++i) xt[i * 4 + k] = float(x[(t0 + k) * n + i].v);
     for (std::size_t a0 = 0; a0 < rows; a0 += 4) {
       const std::size_t nr = std::min<std::size_t>(4, rows - a0);
-      float s[4][4] = {}, sa[4][4] = {};
+      float f[4][4] = {}, b[4][4] = {}, sa[4][4] = {};
       double ex[4][4] = {};
-      for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t i = 0, j = n - 1; i < n; ++i, --j)
         for (std::size_t r = 0; r < nr; ++r) {
-          const float w = W[(a0 + r) * n + i];
+          const float wi = W[(a0 + r) * n + i], wj = W[(a0 + r) * n + j];
           for (std::size_t k = 0; k < 4; ++k) {
-            const float p = w * xt[i * 4 + k];
-            s[r][k] += p;
+            const float p = wi * xt[i * 4 + k];
+            f[r][k] += p;
+            b[r][k] += wj * xt[j * 4 + k];
             sa[r][k] += std::fabs(p);
-            ex[r][k] += double(w) * double(xt[i * 4 + k]);
+            ex[r][k] += double(wi) * double(xt[i * 4 + k]);
           }
         }
       for (std::size_t r = 0; r < nr; ++r)
         for (std::size_t k = 0; k < nt; ++k) {
           const std::size_t o = (t0 + k) * rows + a0 + r;
-          fwd[o] = std::fabs(double(s[r][k]) - ex[r][k]);
+          seq[o] = std::max(std::fabs(double(f[r][k]) - ex[r][k]),
+                            std::fabs(double(b[r][k]) - ex[r][k]));
           A[o] = double(sa[r][k]);
         }
     }
@@ -215,10 +217,10 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
   }
   // Where the probabilistic premise fails, linear() gives the element its gamma_n bound.
   if (detail::premise_checked(m, nn)) {
-    std::vector<double> fwd(tokens * rows), A(tokens * rows);
-    forward_errors(x, tokens, W, rows, n, fwd.data(), A.data());
+    std::vector<double> seq(tokens * rows), A(tokens * rows);
+    sequential_errors(x, tokens, W, rows, n, seq.data(), A.data());
     for (std::size_t o = 0; o < tokens * rows; ++o)
-      if (!detail::premise_holds(m, nn, A[o], fwd[o]))
+      if (!detail::premise_holds(m, nn, A[o], seq[o]))
         out[o] = linear(x + o / rows * n, W + o % rows * n, n);
   }
 #else

@@ -82,13 +82,15 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
     put(c.params, "hc_base", {M}, gen::hc_base(rng, c.cfg));
   }
   // Drawn last, so that the other cases keep their tensors.
-  if ((op == Op::mixes || op == Op::boundary) && rng.uniform() < 0.125) {
-    const float w = float(rng.normal() * 0.1 / std::sqrt(double(n * d)));
-    std::fill(c.params["hc_fn"].data.begin(), c.params["hc_fn"].data.end(), w);
+  if ((op == Op::mixes || op == Op::boundary || op == Op::rmsnorm) && rng.uniform() < 0.125) {
+    if (c.params.count("hc_fn")) {
+      auto& w = c.params["hc_fn"].data;
+      std::fill(w.begin(), w.end(), float(rng.normal() * 0.1 / std::sqrt(double(n * d))));
+    }
     for (const char* name : {"x", "f", "residual"}) {
       if (!c.inputs.count(name)) continue;
       Tensor& x = c.inputs[name];
-      const std::size_t row = x.data.size() / T / (std::string(name) == "f" ? 1 : n);
+      const std::size_t row = x.shape.back();
       for (std::size_t r = 0; r < x.data.size() / row; ++r)
         std::fill_n(x.data.begin() + std::ptrdiff_t(r * row), row, x.data[r * row]);
     }

@@ -48,9 +48,10 @@ struct OpCase {
 const std::vector<std::string>& output_names(Op op);
 
 // A generated Case, deterministic in its arguments. With precision "bf16" the stream tensors
-// (x, residual, f) hold bf16 values (stored exactly in fp32). One mixes or boundary case in
-// eight is uniform, as a torch.full smoke test: hc_fn one value, and every token's streams
-// constant along d, so that the projection sums repeated terms (see bnd::detail::premise_holds).
+// (x, residual, f) hold bf16 values (stored exactly in fp32). One mixes, boundary or rmsnorm
+// case in eight is uniform, as a torch.full smoke test: hc_fn one value, and every token's
+// streams constant along d, so that long reductions sum repeated terms (see
+// bnd::detail::premise_holds).
 OpCase generate_case(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
                      const std::string& precision);
 
