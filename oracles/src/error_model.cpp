@@ -46,7 +46,8 @@ ErrorModel error_model_from_name(const std::string& name) {
 // sizes; the mutation campaigns of `mhc-verify mutants`, small random and production configs;
 // `check` of every legitimate variant): probabilistic, for every stage.
 // - Where a stage's reductions are short (hc_pre, hc_post, the Sinkhorn's line sums, attention
-//   scores: at most lambda^2 = 64 terms) the two bounds are the same (gamma_n is the smaller).
+//   scores at the default head width: at most lambda^2 = 64 terms) the two bounds are the same
+//   (gamma_n is the smaller).
 // - Where they are long, lambda sqrt(n) u is 9x (rmsnorm's 5120 squares) to 17x (the 20480-term
 //   mixes projection) tighter: medians observed/bound 0.0030 -> 0.026 and 2.2e-5 -> 4e-4, the
 //   largest legitimate ratio in fp32 0.21 (rmsnorm, 1200 sums a variant, massive channels), and
