@@ -77,15 +77,31 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
 namespace {
 // For project(): detail::sequential_error of every (token, row) of x W^T into seq, and sum |w x|
 // (in fp32: it only scales the premise's threshold) into A. Four tokens and four rows at a time:
-// independent sequential sums, which the compiler runs in vector lanes.
+// independent sequential sums, which the compiler runs in vector lanes. Repeats as there, from
+// masks per operand (bit l - 1: equal to the value l places before, and nonzero).
 void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
                        std::size_t n, double* seq, double* A) {
+  auto repeat_mask = [n](auto value, unsigned char* mask) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = value(i);
+      unsigned char bits = 0;
+      for (std::size_t l = 1; l <= detail::kRepeatLag && l <= i; ++l)
+        if (v != 0 && value(i - l) == v) bits = static_cast<unsigned char>(bits | 1u << (l - 1));
+      mask[i] = bits;
+    }
+  };
+  std::vector<unsigned char> mw(rows * n), mx(4 * n);
+  for (std::size_t a = 0; a < rows; ++a)
+    repeat_mask([&](std::size_t i) { return W[a * n + i]; }, &mw[a * n]);
+  const Model& m = model();
   std::vector<float> xt(n * 4);
   for (std::size_t t0 = 0; t0 < tokens; t0 += 4) {
     const std::size_t nt = std::min<std::size_t>(4, tokens - t0);
     std::fill(xt.begin(), xt.end(), 0.0f);
-    for (std::size_t k = 0; k < nt; ++k)
+    for (std::size_t k = 0; k < nt; ++k) {
       for (std::size_t i = 0; i < n; ++i) xt[i * 4 + k] = float(x[(t0 + k) * n + i].v);
+      repeat_mask([&](std::size_t i) { return xt[i * 4 + k]; }, &mx[k * n]);
+    }
     for (std::size_t a0 = 0; a0 < rows; a0 += 4) {
       const std::size_t nr = std::min<std::size_t>(4, rows - a0);
       float f[4][4] = {}, b[4][4] = {}, sa[4][4] = {};
@@ -104,8 +120,12 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
       for (std::size_t r = 0; r < nr; ++r)
         for (std::size_t k = 0; k < nt; ++k) {
           const std::size_t o = (t0 + k) * rows + a0 + r;
-          seq[o] = std::max(std::fabs(double(f[r][k]) - ex[r][k]),
-                            std::fabs(double(b[r][k]) - ex[r][k]));
+          std::size_t repeats = 0;
+          for (std::size_t i = 0; i < n; ++i) repeats += (mx[k * n + i] & mw[(a0 + r) * n + i]) != 0;
+          seq[o] = detail::too_many_repeats(m, double(n), repeats)
+                       ? HUGE_VAL
+                       : std::max(std::fabs(double(f[r][k]) - ex[r][k]),
+                                  std::fabs(double(b[r][k]) - ex[r][k]));
           A[o] = double(sa[r][k]);
         }
     }
