@@ -121,7 +121,8 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
         for (std::size_t k = 0; k < nt; ++k) {
           const std::size_t o = (t0 + k) * rows + a0 + r;
           std::size_t repeats = 0;
-          for (std::size_t i = 0; i < n; ++i) repeats += (mx[k * n + i] & mw[(a0 + r) * n + i]) != 0;
+          for (std::size_t i = 0; i < n; ++i)
+            repeats += (mx[k * n + i] & mw[(a0 + r) * n + i]) != 0;
           seq[o] = detail::too_many_repeats(m, double(n), repeats)
                        ? HUGE_VAL
                        : std::max(std::fabs(double(f[r][k]) - ex[r][k]),
