@@ -74,7 +74,8 @@ struct Buf {
   }
 };
 
-// out[t, r] = sum_i W[r, i] * in[t, i]: rows x m weights (row-major, as SPEC), `tokens` inputs.
+// out[t, r] = sum_i W[r, i] * in[t, i]: rows x m weights (row-major, as fixtures/README.md),
+// `tokens` inputs.
 void linear(const float* W, std::size_t rows, std::size_t m, const float* in, std::size_t tokens,
             float* out) {
   const Cublas& cb = Cublas::get();

@@ -43,8 +43,8 @@ TEST_CASE("config: validate rejects n=0, d=0, iters=0 and negative or NaN eps", 
   CHECK_FALSE(mhc::ref::validate(c).empty());
 }
 
-// C[j,k] carries stream j INTO stream k (SPEC trap 1): with only stream 0 nonzero, output stream
-// k receives C[0,k]. A transposed reading would give C[k,0].
+// C[j,k] carries stream j INTO stream k (docs/semantics.md, "Traps", 1): with only stream 0
+// nonzero, output stream k receives C[0,k]. A transposed reading would give C[k,0].
 TEST_CASE("hc_post: C[j,k] carries j into k, post has its factor as given", "[hc_post]") {
   const Config c = small(2, 1);
   const double comb[] = {0.5, 0.25,      // C[0,0], C[0,1]

@@ -57,8 +57,9 @@ TEST_CASE("sinkhorn: seed 004 example [[3,1],[1,1]], eps = 0, by hand", "[sinkho
                 1e-40);
 }
 
-// Hand derivation with eps = e (the double nearest 1e-6), eps exactly where SPEC puts it:
-// softmax + e: a = 3/4+e, b = 1/4+e, c = d = 1/2+e. Column division adds e to the sum:
+// Hand derivation with eps = e (the double nearest 1e-6), eps exactly where docs/semantics.md,
+// "sinkhorn" puts it: softmax + e: a = 3/4+e, b = 1/4+e, c = d = 1/2+e. Column division adds e
+// to the sum:
 //   C1 = [[a/(5/4+3e), b/(3/4+3e)], [c/(5/4+3e), d/(3/4+3e)]]  (note b/(3/4+3e) = 1/3 exactly)
 // Round 2 divides each row by (row sum + e), then each column by (column sum + e).
 // The decimals are these expressions evaluated in exact rational arithmetic (e as the exact

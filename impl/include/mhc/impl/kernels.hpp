@@ -23,9 +23,9 @@ struct KernelConfig {
   int mix() const { return (2 + n) * n; }
 };
 
-// The sublayer boundary (SPEC section 3): hc_post of sublayer k, then, for the new streams,
-// mixes + split_sinkhorn (the coefficients of sublayer k+1's site) and hc_pre with the reading
-// weights `pre_mix` computed earlier.
+// The sublayer boundary (docs/semantics.md, "The sublayer boundary"): hc_post of sublayer k,
+// then, for the new streams, mixes + split_sinkhorn (the coefficients of sublayer k+1's site) and
+// hc_pre with the reading weights `pre_mix` computed earlier.
 struct BoundaryIn {
   const float* f;         // [T, d]    sublayer k's output
   const float* residual;  // [T, n, d] streams before sublayer k
@@ -45,8 +45,8 @@ struct BoundaryOut {
   float* comb;   // [T, n, n]
 };
 
-// The whole Block (SPEC sections 3 and 4): sublayer shapes, fp32 weights (names as SPEC
-// section 6), and the output of every stage, [N = B*T tokens, ...].
+// The whole Block (docs/semantics.md, "The Block"): sublayer shapes, fp32 weights (names as in
+// fixtures/README.md), and the output of every stage ("Stage names"), [N = B*T tokens, ...].
 struct BlockShape {
   int heads = 8, head_dim = 64, experts = 8, top_k = 2, inter = 512;
   float route_scale = 1.0f;
@@ -111,8 +111,9 @@ struct BlockKnobs {
            comb_transposed_site >= 0;
   }
 };
-// The sublayers of a Block (SPEC section 4) on N = B*T tokens of width d, host arrays: causal
-// attention within each of the B sequences, and the MoE (ffn.out, and the chosen experts [N, k]).
+// The sublayers of a Block (docs/semantics.md, "Stand-in sublayers") on N = B*T tokens of width
+// d, host arrays: causal attention within each of the B sequences, and the MoE (ffn.out, and the
+// chosen experts [N, k]).
 struct Sublayers {
   std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t B,
                      std::size_t T, const float* h, const BlockWeights&, float* out)>

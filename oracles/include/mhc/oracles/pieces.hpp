@@ -1,5 +1,6 @@
-// A Case of the mHC pieces (SPEC section 2) for a batch of tokens, its generator, and its
-// evaluation through the reference in any Scalar: the Trace of named stage outputs.
+// A Case of the mHC pieces (docs/semantics.md, "The mHC pieces") for a batch of tokens, its
+// generator, and its evaluation through the reference in any Scalar: the Trace of named stage
+// outputs.
 #pragma once
 
 #include <algorithm>
@@ -38,9 +39,9 @@ struct PiecesCase {
 // and a few massive channels, a zero token now and then, weights of varied scale.
 PiecesCase generate_pieces(const ref::Config& cfg, std::size_t tokens, std::uint64_t seed);
 
-// Stage outputs, in the order SPEC section 2 lists the pieces. Each piece reads the case's fp32
-// inputs, as the ops of the fixture table (fixtures/README.md) do; only pre, post and comb are
-// computed from computed mixes.
+// Stage outputs, in the order docs/semantics.md, "The mHC pieces" lists them. Each piece reads
+// the case's fp32 inputs, as the ops of the fixture table (fixtures/README.md) do; only pre, post
+// and comb are computed from computed mixes.
 template <class S>
 struct PiecesTrace {
   std::vector<S> mixes;    // [T, M]     mixes(x)

@@ -1,7 +1,7 @@
 // The oracle's number types, all through one header (expression templates off, so that the
 // reference's plain loops see ordinary values). Each instantiation of the reference with one of
-// these is an oracle power (DESIGN.md): double is the everyday oracle, quad and MPFR certify it,
-// MPFI encloses the exact result.
+// these is an oracle power (docs/semantics.md, "Scalar customisation points"): double is the
+// everyday oracle, quad and MPFR certify it, MPFI encloses the exact result.
 #pragma once
 
 #include <boost/multiprecision/cpp_bin_float.hpp>

@@ -1,6 +1,7 @@
-// The whole Block (SPEC sections 3 and 4), its stand-in sublayers and a stack of Blocks, generic
-// over the Scalar S. Tokens are [B, T] (B sequences of T positions); attention is causal within a
-// sequence. Every stage lands in a Trace under the names of SPEC/DESIGN (attn.mixes ... x_out,
+// The whole Block (docs/semantics.md, "The Block"), its stand-in sublayers ("Stand-in
+// sublayers") and a stack of Blocks ("A stack of Blocks"), generic over the Scalar S. Tokens are
+// [B, T] (B sequences of T positions); attention is causal within a sequence. Every stage lands in
+// a Trace under the names of docs/semantics.md, "Stage names" (attn.mixes ... x_out,
 // next_pre_mix), prefixed per layer in a stack.
 #pragma once
 

@@ -1,4 +1,5 @@
-// The configuration of the mHC pieces (SPEC section 1). Plain data; validate() says what is wrong.
+// The configuration of the mHC pieces (docs/semantics.md, "Configuration"). Plain data;
+// validate() says what is wrong.
 #pragma once
 
 #include <cmath>
@@ -9,9 +10,10 @@
 namespace mhc::ref {
 
 // Where plausible implementations of the semantics differ, the reference takes an explicit
-// choice. The defaults are DeepSeek's (SPEC.md); every other value is a known wrong-but-plausible
-// deviation, evaluated by the diagnosis ("matches the oracle with eps outside the column
-// division") and mirrored by the mutation self-test's wrong kernels.
+// choice. The defaults are DeepSeek's (docs/semantics.md); every other value is a known
+// wrong-but-plausible deviation (docs/semantics.md, "Traps"), evaluated by the diagnosis
+// ("matches the oracle with eps outside the column division") and mirrored by the mutation
+// self-test's wrong kernels.
 struct Semantics {
   // How eps enters a normalisation of v by its sum S: v/(S+eps), v/S + eps, or v/S.
   enum class Eps { in_sum, after, none };
@@ -76,7 +78,7 @@ inline std::string Semantics::name() const {
   return s.empty() ? "deepseek" : s;
 }
 
-// The DeepSeek V4.1 values (SPEC section 1).
+// The DeepSeek V4.1 values (docs/semantics.md, "Configuration").
 inline Config v41() { return Config{}; }
 
 // Empty when the configuration is one the reference accepts; otherwise what is wrong.

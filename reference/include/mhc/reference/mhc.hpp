@@ -1,4 +1,5 @@
-// The mHC pieces of SPEC section 2, per token, generic over the Scalar S they compute in.
+// The mHC pieces (docs/semantics.md, "The mHC pieces"), per token, generic over the Scalar S
+// they compute in (what S must provide: docs/semantics.md, "Scalar customisation points").
 //
 // Inputs may be stored in another type (fp32 activations and weights) and are read exactly, by
 // conversion to S. Layouts: a token's streams x[j*d + c] (stream-major), mixes[M],

@@ -35,7 +35,8 @@ extern "C" {
 
 typedef enum mhc_memory { MHC_MEMORY_HOST = 0, MHC_MEMORY_DEVICE = 1 } mhc_memory;
 
-/* The configuration of one call (SPEC section 1), and what the harness declares of it. */
+/* The configuration of one call (docs/semantics.md, "Configuration"), and what the harness
+ * declares of it ("Precision models"). */
 typedef struct mhc_config {
   int32_t n;        /* parallel streams (hc_mult) */
   int32_t d;        /* hidden width */
