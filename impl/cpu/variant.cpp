@@ -30,8 +30,9 @@ float tf32_cut(float v) {
   std::memcpy(&v, &b, 4);
   return v;
 }
-// One mma's c + p[0..8) as the least accurate tensor core the CUDA kernel's bound admits: the
-// (exact) addends cut toward zero to the 24-bit window of the largest, the sum cut to fp32.
+// One mma's c + p[0..8) as the least accurate tensor core the CUDA kernel's bound admits
+// (docs/semantics.md, "The tensor-core projection", step 2): the (exact) addends cut toward zero
+// to the 24-bit window of the largest, the sum cut to fp32.
 float mma_sum(float c, const double* p) {
   double big = std::fabs(double(c));
   for (int i = 0; i < 8; ++i) big = std::max(big, std::fabs(p[i]));

@@ -135,12 +135,9 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
 }  // namespace
 #endif
 
-// The projection is the oracle's hot loop (n terms for each of the M mixes of every token).
-// detail::reduce is linear in A = sum |w_i v_i| and E = sum |w_i| e_i, so the bound regroups per
-// term: sum |w_i| c_i + n eta with c_i = alpha e_i + beta |v_i|. c is formed once per token and
-// the bound becomes a second dot product, of nonnegative terms, which needs no accuracy: it runs
-// in fp32 with c rounded up and the result enlarged by the worst case of that arithmetic.
-// Values stay in double (their order changes v only within the gamma_n(u64) term of the bound).
+// The projection is the oracle's hot loop. Its bound, regrouped per term (sum |w_i| c_i + n eta),
+// is a dot product of nonnegative terms, run in fp32 with c rounded up and the result enlarged by
+// that arithmetic's worst case: docs/semantics.md, "The bound-carrying Scalar". Values in double.
 void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
              Bounded* out) {
 #ifdef __AVX2__

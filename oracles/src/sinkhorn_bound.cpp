@@ -1,15 +1,6 @@
-// The linearised error bound of the Sinkhorn of the comb (see bounded.hpp).
-//
-// Why not a budget from Birkhoff's contraction coefficient kappa(A) = tanh(Delta(A)/4)
-// (birkhoff.hpp)? kappa governs how fast the SCALINGS converge, and every iterate D1 A D2 has the
-// same kappa. A rounding error, though, perturbs the matrix's cross-ratios, which no later
-// normalisation undoes: a budget built on the cross-ratio (Hilbert) distance grows by about
-// 4 b per step (b ~ (n+2) u, the step's rounding), ~4 b S over the S = 2 iters - 1 divisions,
-// and contraction only tames the scaling part on top of it. The linearisation below is exact to
-// first order, removes each normalisation's common mode itself (the contraction, measured rather
-// than bounded), and keeps the per-step sums where they cancel; at the V4.1 sizes it gives a
-// median of 540 u per comb entry (6..1300 u) against ~4 b S ~ 940 u, and honest fp32 kernels
-// reach 0.2 of it (bench/README.md). kappa stays useful where the question is convergence, not rounding.
+// The linearised error bound of the Sinkhorn of the comb (bounded.hpp), and why it is a
+// linearisation rather than a budget from Birkhoff's contraction coefficient (birkhoff.hpp):
+// docs/semantics.md, "The Sinkhorn bound"; its size: bench/README.md, "The Sinkhorn bound".
 #include <algorithm>
 #include <cmath>
 

@@ -1,16 +1,9 @@
 // A bound-carrying Scalar: run through the reference, it gives every output a bound on the
 // error of ANY evaluation of the same formula in a declared precision model (fp32, fp32 with
-// tf32-rounded products, bf16 storage of stream tensors).
-//
-// A Bounded holds v, the value computed in double, and e, a bound on |x_hat - x| where x is the
-// exact value and x_hat what a kernel in the model may compute. Each operation propagates the
-// operands' bounds exactly to first order plus the product of bounds (so it is a bound, not an
-// estimate, while the bounds stay small), and adds the rounding of its own result:
-//   rnd(v, p) = k*u*(|v| + p) + u64*|v| + eta
-// with k the operation's budget in units of u (from the model's table), p the propagated bound,
-// u64*|v| the double evaluation's own rounding, and eta an absolute floor for underflow and
-// flush-to-zero. Reductions use Higham's gamma_n = n*u/(1 - n*u) with sum|terms|, which holds for
-// every summation order and tree, with or without FMA.
+// tf32-rounded products, bf16 storage of stream tensors). Each operation propagates its operands'
+// bounds to first order (plus their product) and adds its own rounding
+// rnd(v, p) = k*u*(|v| + p) + u64*|v| + eta; reductions use gamma_n, valid for every order:
+// docs/semantics.md, "The bound-carrying Scalar".
 #pragma once
 
 #include <algorithm>
@@ -41,13 +34,9 @@ struct Model {
   double k_exp = 4;   // expf within 2 ulp (CUDA expf; glibc expf < 1 ulp)
   double k_sig = 8;   // 1/(1+exp(-z)) relative, see sigmoid()
   double a_sig = 2;   // ... and absolute (0.5*(1+tanh(z/2)) cancels for z << 0)
-  // How an n-term reduction is bounded: rigorous, Higham's gamma_n = n u / (1 - n u), for every
-  // order and every rounding; or probabilistic, Higham & Mary (2019):
-  //   gamma~_n(lambda) = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1,
-  // which holds for a dot product with probability >= 1 - 2 n exp(-lambda^2 (1-u)^2 / 2) when the
-  // rounding errors are independent and mean zero. lambda = 8: failure probability per element
-  // <= 2 n e^-32 = 5e-10 at n = 20480. That premise is checked on each reduction's data (see
-  // detail::premise_holds): where it fails, the reduction gets gamma_n.
+  // How an n-term reduction is bounded: rigorous, Higham's gamma_n (every order and rounding),
+  // or probabilistic, Higham & Mary's gamma~_n(lambda), lambda = 8, where the reduction's data
+  // meet its premise (detail::premise_holds), else gamma_n: docs/semantics.md, "Error models".
   bool probabilistic = false;
   double lambda = 8;
 };
@@ -171,27 +160,12 @@ inline double err(const Bounded& x) {
 }
 
 namespace detail {
-// The probabilistic bound assumes independent rounding errors. Round to nearest breaks that
-// where terms repeat (Connolly, Higham & Mary 2021: n equal terms sum with an error growing like
-// n u, not sqrt(n) u) and where many small terms are added to a dominant one (each is rounded to
-// the partial sum's ulp, and for the usual densities more of them round down than up). Summed in
-// fp32, 20480 equal terms err by about 2x (median) to 4.5x the bound at lambda = 8; a sum of
-// squares with channels up to 500 times the others (the generated cases), by up to 1.2x it
-// summed backward.
-// So each long reduction is also summed in fp32 on its data, forward and backward (a dominant
-// term then has at least half the others added after it), and keeps the bound only where both
-// sums err by at most a quarter of it; elsewhere gamma_n. Gaussian data use at most 0.11 of it
-// (bench/README "Repeated terms"); the quarter leaves 4x for orders that differ more from the
-// data's than these two, e.g. d-major, which adds at most twice as many terms after any one.
-// Short reductions (n <= lambda^2) need no check: gamma_n is the smaller there.
-// Those sums are of the oracle's own terms; a kernel that scales them first (legitimately:
-// variant:scale_before_projection) rounds other mantissas, and on repeated terms its error is
-// unrelated to theirs (1.34x the bound in 22 of 2700 uniform mixes cases where both sums held).
-// So repetition is also counted, whatever the mantissas: a term repeats where both operands equal
-// those of one of the kRepeatLag previous terms (nonzero). Even if each repeated term's addition
-// erred by u |partial sum| <= u sum|t|, and all alike, lambda sqrt(n) / 4 of them would use at
-// most a quarter of the bound; beyond that, gamma_n. (Random fp32 data repeat never, bf16
-// squares at ~1% a lag.)
+// The probabilistic bound's premise (independent rounding errors), checked on each long
+// reduction's data: the forward and the backward fp32 sums must each err by at most a quarter of
+// the bound, and more than lambda sqrt(n) / 4 repeated terms (both operands equal to those of one
+// of the kRepeatLag previous terms, nonzero) mean gamma_n. Why: docs/semantics.md, "The
+// probabilistic premise"; measurements: bench/README.md, "Repeated terms and the probabilistic
+// bound". Short reductions (n <= lambda^2) need no check: gamma_n is the smaller there.
 constexpr std::size_t kRepeatLag = 4;
 inline bool premise_checked(const Model& m, double n) {
   return m.probabilistic && n > m.lambda * m.lambda;
@@ -379,15 +353,10 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n);
 void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
              Bounded* out);
 
-// The Sinkhorn of the comb as one function. Propagating a scalar bound through each of its
-// 2*iters-1 normalisations doubles it every time (numerator and denominator errors are treated
-// as unrelated), so it would say nothing after 39 divisions. Instead the values come from the
-// reference in double and the bound from the first-order propagation of relative (log)
-// perturbations through the linearised normalisations: a normalisation maps a perturbation D
-// to D - (weighted mean of D over the row or column), which removes its common part, and every
-// step adds its own rounding (sum, + eps, division). The bound per output is
-// C * expm1(sum over steps s and entries e of |adjoint_s[e]| * rounding_s[e]), computed by one
-// backward sweep per output entry (n^2 * n^2 * 2 iters operations).
+// The Sinkhorn of the comb as one function: the values from the reference in double, the bound
+// from the first-order propagation of relative perturbations through the linearised
+// normalisations, one backward sweep per output entry (a scalar bound propagated step by step
+// would double at every division): docs/semantics.md, "The Sinkhorn bound".
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
               ref::SinkhornTrace<Bounded>* trace = nullptr);
 

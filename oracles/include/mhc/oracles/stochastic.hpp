@@ -1,11 +1,7 @@
 // fp32 with stochastic rounding, as a Scalar: run through the reference a few times, it gives an
 // ensemble of legitimate fp32 results whose spread estimates the rounding error actually present
-// in the data (the empirical error model, as Verificarlo and CADNA do).
-//
-// Each operation is computed in double and rounded to one of the two neighbouring floats with
-// probability proportional to closeness (unbiased). Double is exact for + - * of two floats
-// except for far-apart exponents, and correctly rounded for / and sqrt; exp is within an ulp of
-// double: far below the fp32 spacing being sampled. Constants and inputs convert to nearest.
+// in the data (the empirical error model, as Verificarlo and CADNA do). Each operation in double,
+// then rounded up or down with probability by closeness: docs/semantics.md, "Error models".
 #pragma once
 
 #include <cmath>
