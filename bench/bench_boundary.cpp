@@ -11,7 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "driver.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/judge.hpp"
 #include "mhc/oracles/ops.hpp"
 #include "timing.hpp"
 
@@ -20,14 +21,14 @@ using namespace mhc;
 using bench::median_seconds;
 
 int main(int argc, char** argv) {
-  driver::keep_freed_memory();
+  runner::keep_freed_memory();
   const std::size_t T = argc > 1 ? std::size_t(std::atol(argv[1])) : 512;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const unsigned threads =
       argc > 3 ? unsigned(std::atoi(argv[3])) : std::thread::hardware_concurrency();
   const std::string only = argc > 4 ? argv[4] : "";
   const ref::Config cfg = ref::v41();
-  const auto c = oracles::generate_case(oracles::Op::boundary, cfg, T, 1, "fp32");
+  const auto c = oracles::generate_case(oracles::Op::boundary, cfg, T, 1, oracles::Precision::fp32);
   std::printf("boundary n=%d d=%d iters=%d, %zu tokens, %d repeats (median), %u threads\n", cfg.n,
               cfg.d, cfg.iters, T, repeats, threads);
   std::printf("%-34s %12s %14s\n", "what", "median s", "tokens/s");
@@ -42,13 +43,13 @@ int main(int argc, char** argv) {
     row("oracle, double (compensated)",
         median_seconds(repeats, [&] { oracles::evaluate_op<double>(c, threads); }));
   }
-  const double port = median_seconds(repeats, [&] { driver::run_kernel(impl::cpu(), c, 1); });
+  const double port = median_seconds(repeats, [&] { runner::run_kernel(impl::cpu(), c, 1); });
   row("kernel cpu (port, 1 thread)", port);
   const double fused1 =
-      median_seconds(repeats, [&] { driver::run_kernel(impl::cpu_fused(), c, 1); });
+      median_seconds(repeats, [&] { runner::run_kernel(impl::cpu_fused(), c, 1); });
   row("kernel cpu-fused (1 thread)", fused1);
   const double fusedN =
-      median_seconds(repeats, [&] { driver::run_kernel(impl::cpu_fused(), c, threads); });
+      median_seconds(repeats, [&] { runner::run_kernel(impl::cpu_fused(), c, threads); });
   row("kernel cpu-fused (all threads)", fusedN);
   std::printf("speedup of cpu-fused over cpu: %.2fx on 1 thread, %.2fx on %u threads\n",
               port / fused1, port / fusedN, threads);

@@ -8,7 +8,8 @@
 #include <map>
 #include <vector>
 
-#include "driver.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/judge.hpp"
 #include "mhc/oracles/error_model.hpp"
 
 using namespace mhc;
@@ -30,8 +31,8 @@ int main(int argc, char** argv) {
     std::map<std::pair<std::string, int>, std::vector<double>> ratios;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
-      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), "fp32");
-      const auto got = driver::run_kernel(impl::cpu(), c, 0);
+      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), oracles::Precision::fp32);
+      const auto got = runner::run_kernel(impl::cpu(), c, 0);
       for (int m = 0; m < 4; ++m) {
         const auto want = oracles::oracle_trace(c, 0, models[m]);
         for (std::size_t s = 0; s < want.size(); ++s) {

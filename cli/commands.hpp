@@ -1,14 +1,17 @@
-// Subcommands of mhc-verify. Each registers its options and returns the exit code to use:
-// 0 success, 1 a verification failed, 2 bad input.
+// Subcommands of mhc-verify. Each is a parser that fills a spec and calls the runner library
+// (runner/): it registers its options and returns the run, which returns the exit code: 0
+// success, 1 a verification failed, 2 bad input.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "mhc/reference/block.hpp"
 #include "mhc/reference/config.hpp"
+#include "mhc/reports/report.hpp"
 
 namespace mhc::cli {
 
@@ -27,6 +30,15 @@ void add_config_options(CLI::App& app, ConfigFlags& flags);
 void add_block_options(CLI::App& app, ref::BlockConfig& block, std::size_t& batch);
 // The kernels --kernel accepts, for help texts.
 std::string kernel_names();
+// Validates --kernel: a built-in backend, variant:NAME, mutant:NAME or plugin:PATH (loaded here,
+// so that a plug-in that cannot load is a bad-input error naming the file and the reason).
+CLI::Validator kernel_validator();
+// --json --md --html --junit.
+void add_report_options(CLI::App& app, reports::Outputs& out);
+// The choices of an enum option, from the library's list ("fp32, tf32, bf16").
+std::vector<std::string> op_names(bool with_block = true);
+std::vector<std::string> precision_names();
+std::vector<std::string> error_model_names();
 
 Run add_selfcheck(CLI::App& app);
 Run add_check(CLI::App& app);

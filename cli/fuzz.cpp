@@ -1,132 +1,17 @@
-// mhc-verify fuzz sinkhorn: a campaign over comb logits for the inputs that leave the Sinkhorn
-// farthest from doubly stochastic after K rounds, and for inputs on which the fp32 kernels and
-// the oracle disagree beyond bounds.
+// mhc-verify fuzz sinkhorn: the parser of runner::run_fuzz.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
-#include <unistd.h>
-#include <vector>
 
 #include "commands.hpp"
-#include "driver.hpp"
-#include "session.hpp"
-#include "mhc/reports/curves.hpp"
-#include "mhc/fixtures/fixture.hpp"
-#include "mhc/oracles/birkhoff.hpp"
-#include "mhc/oracles/error_model.hpp"
-#include "mhc/oracles/lanes.hpp"
-#include "mhc/oracles/random.hpp"
-#include "mhc/oracles/verdict.hpp"
+#include "mhc/runner/fuzz.hpp"
 
 namespace mhc::cli {
 namespace {
-
-struct Finding {
-  std::uint64_t index = 0;        // the case that found it (before local search)
-  std::vector<double> logits;     // [n*n]
-  double row = 0, col = 0;        // max |row sum - 1|, max |column sum - 1| after K rounds
-};
-
-struct Eval {
-  double row = 0, col = 0;
-};
-
-Eval residuals(const ref::Config& c, const std::vector<double>& L, std::vector<double>& C) {
-  ref::sinkhorn(c, L.data(), C.data());
-  Eval e;
-  const int n = c.n;
-  for (int j = 0; j < n; ++j) {
-    double r = 0, s = 0;
-    for (int k = 0; k < n; ++k) {
-      r += C[std::size_t(j * n + k)];
-      s += C[std::size_t(k * n + j)];
-    }
-    e.row = std::max(e.row, std::fabs(r - 1));
-    e.col = std::max(e.col, std::fabs(s - 1));
-  }
-  return e;
-}
-
-// A cheap bell-shaped variate (triangular: two uniforms, mean 0, variance 1): the search needs
-// spread, not an exact Gaussian, and the logarithms and cosines of Box-Muller cost more than the
-// Sinkhorn itself.
-double bell(oracles::Rng& rng) { return (rng.uniform() + rng.uniform() - 1.0) * 2.449489742783178; }
-
-// Logits of case i: bell-shaped of scale 0.01..100, near-permutation patterns (one large entry
-// per row), two-block structure, or row-plus-column (rank-one) structure with noise.
-void logits_of(oracles::Rng& rng, int n, std::vector<double>& L) {
-  const double pick = rng.uniform();
-  const double scale = std::pow(10.0, rng.uniform(-2, 2));
-  // The noise: one 64-bit draw gives two triangular variates from four 16-bit uniforms.
-  for (std::size_t i = 0; i < L.size(); i += 2) {
-    const std::uint64_t bits = rng.next();
-    auto u = [&](int k) { return double((bits >> (16 * k)) & 0xFFFFu) * (1.0 / 65536.0); };
-    L[i] = scale * (u(0) + u(1) - 1.0) * 2.449489742783178;
-    if (i + 1 < L.size()) L[i + 1] = scale * (u(2) + u(3) - 1.0) * 2.449489742783178;
-  }
-  if (pick < 0.3) {  // near-permutation
-    const double big = rng.uniform(5, 80);
-    int perm[64];
-    for (int j = 0; j < n; ++j) perm[j] = j;
-    for (int j = n - 1; j > 0; --j) std::swap(perm[j], perm[rng.integer(0, j)]);
-    for (int j = 0; j < n; ++j) L[std::size_t(j * n + perm[j])] += big;
-  } else if (pick < 0.5) {  // two blocks
-    const int split = rng.integer(1, std::max(1, n - 1));
-    const double gap = rng.uniform(5, 60);
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k)
-        if ((j < split) != (k < split)) L[std::size_t(j * n + k)] -= gap;
-  } else if (pick < 0.6) {  // rank one plus noise
-    std::vector<double> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
-    for (auto& v : a) v = bell(rng) * 20;
-    for (auto& v : b) v = bell(rng) * 20;
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k) L[std::size_t(j * n + k)] = a[std::size_t(j)] + b[std::size_t(k)] + 0.1 * L[std::size_t(j * n + k)];
-  }
-}
-
-// Keep the simplest logits that still give >= 90% of the residual: whole numbers, then zeros.
-void shrink(const ref::Config& c, Finding& f) {
-  std::vector<double> C(f.logits.size());
-  const double target = 0.9 * f.row;
-  for (auto round_to : {1.0, 0.1}) {
-    auto L = f.logits;
-    for (auto& v : L) v = std::round(v / round_to) * round_to;
-    const Eval e = residuals(c, L, C);
-    if (e.row >= target) {
-      f.logits = L;
-      f.row = e.row;
-      f.col = e.col;
-      break;
-    }
-  }
-  for (std::size_t i = 0; i < f.logits.size(); ++i) {
-    auto L = f.logits;
-    L[i] = 0;
-    const Eval e = residuals(c, L, C);
-    if (e.row >= target) {
-      f.logits = L;
-      f.row = e.row;
-      f.col = e.col;
-    }
-  }
-}
-
-oracles::OpCase split_case(const ref::Config& c, const std::vector<double>& L, std::uint64_t seed) {
-  auto oc = oracles::generate_case(oracles::Op::split_sinkhorn, c, 1, seed, "fp32");
-  auto& mix = oc.inputs["mixes"].data;
-  std::fill(mix.begin(), mix.end(), 0.0f);
-  for (std::size_t i = 0; i < L.size(); ++i) mix[std::size_t(2 * c.n) + i] = float(L[i]);
-  oc.params["hc_scale"].data = {1.0f, 1.0f, 1.0f};
-  std::fill(oc.params["hc_base"].data.begin(), oc.params["hc_base"].data.end(), 0.0f);
-  return oc;
-}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -136,14 +21,9 @@ int env_int(const char* name, int fallback) {
 }  // namespace
 
 Run add_fuzz(CLI::App& app) {
-  struct State {
+  struct State : runner::FuzzSpec {
     std::string target;
-    std::uint64_t cases = 200000, seed = 1;
-    double seconds = 0, eps = 1e-6;
-    int iters = 20, n = 4, keep = 5, kernel_every = 64;
-    std::string save = "mhc-failures";
     reports::Outputs out;
-    std::vector<std::string> kernels{"cpu", "cpu-fused"};
   };
   auto st = std::make_shared<State>();
   app.add_option("target", st->target, "what to fuzz: sinkhorn")->required()->check(CLI::IsMember({"sinkhorn"}));
@@ -177,187 +57,15 @@ Run add_fuzz(CLI::App& app) {
       "space without overlap and their reports merge. Every worst case is shrunk (whole or\n"
       "one-decimal logits, zeros) while it keeps 90% of its residual. Exit 0 when the fp32\n"
       "kernels agreed with the oracle on every case tried, 1 when a counterexample was found.");
-  return [st]() -> int {
-    const int shards = std::max(1, env_int("TEST_TOTAL_SHARDS", 1));
-    const int shard = env_int("TEST_SHARD_INDEX", 0);
-    if (shard < 0 || shard >= shards) throw std::invalid_argument("TEST_SHARD_INDEX out of range");
-    if (const char* status = std::getenv("TEST_SHARD_STATUS_FILE")) std::ofstream(status).flush();
-    ref::Config c;
-    c.n = st->n;
-    c.d = 1;
-    c.iters = st->iters;
-    c.hc_eps = double(float(st->eps));  // the kernels use the fp32 value
-    if (const auto why = ref::validate(c); !why.empty()) throw std::invalid_argument(why);
-    const std::size_t nn = std::size_t(c.n) * std::size_t(c.n);
-    std::vector<double> L(nn), C(nn);
-    std::vector<Finding> worst_row, worst_col;
-    auto keep_worst = [&](std::vector<Finding>& list, const Finding& f, bool by_row) {
-      list.push_back(f);
-      std::sort(list.begin(), list.end(), [&](const Finding& a, const Finding& b) {
-        return by_row ? a.row > b.row : a.col > b.col;
-      });
-      if (list.size() > std::size_t(st->keep)) list.pop_back();
-    };
-    Session session(st->out, 1);
-    reports::Entry& entry = session.report.entry("fuzz sinkhorn shard " + std::to_string(shard) +
-                                                 " of " + std::to_string(shards));
-    entry.kind = "fuzz";
-    entry.op = "split_sinkhorn";
-    entry.precision = "fp32";
-    entry.error_model = "standard";
-    char eps_text[32];
-    std::snprintf(eps_text, sizeof eps_text, "%.9g", c.hc_eps);
-    entry.settings = {{"n", std::to_string(c.n)}, {"iters", std::to_string(c.iters)},
-                      {"hc_eps", eps_text}, {"seed", std::to_string(st->seed)},
-                      {"shard", std::to_string(shard)}, {"shards", std::to_string(shards)}};
-    Progress progress("fuzz sinkhorn", st->seconds > 0 ? 0 : long(st->cases));
-    const auto t0 = std::chrono::steady_clock::now();
-    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    std::uint64_t tried = 0, kernel_cases = 0;
-    int disagreements = 0;
-    // kW cases at a time through the reference in lanes::Lanes (one case a lane).
-    constexpr int kW = 8;
-    std::vector<std::vector<double>> Ls(kW, std::vector<double>(nn));
-    std::vector<lanes::Lanes<kW>> L4(nn), C4(nn);
-    std::uint64_t next = std::uint64_t(shard);
-    oracles::Rng search(st->seed ^ 0x5DEECE66Dull ^ std::uint64_t(shard));
-    while ((st->seconds > 0 ? elapsed() < st->seconds : tried < st->cases) && !session.stop()) {
-      const int lanes_used = st->seconds > 0 ? kW : int(std::min<std::uint64_t>(kW, st->cases - tried));
-      std::uint64_t idx[kW];
-      for (int l = 0; l < kW; ++l) {
-        idx[l] = next;
-        if (l < lanes_used) next += std::uint64_t(shards);
-        oracles::Rng rng(st->seed * 0x9E3779B97F4A7C15ull ^ (idx[l] * 0xD1B54A32D192ED03ull + 1));
-        logits_of(rng, c.n, Ls[std::size_t(l)]);
-        for (std::size_t e = 0; e < nn; ++e) L4[e].set(l, Ls[std::size_t(l)][e]);
-      }
-      ref::sinkhorn(c, L4.data(), C4.data());
-      for (int l = 0; l < lanes_used; ++l) {
-        const std::uint64_t i = idx[l];
-        Eval e;
-        for (int j = 0; j < c.n; ++j) {
-          double r = 0, cs = 0;
-          for (int k = 0; k < c.n; ++k) {
-            r += C4[std::size_t(j * c.n + k)][l];
-            cs += C4[std::size_t(k * c.n + j)][l];
-          }
-          e.row = std::max(e.row, std::fabs(r - 1));
-          e.col = std::max(e.col, std::fabs(cs - 1));
-        }
-        ++tried;
-        const auto& lane_logits = Ls[std::size_t(l)];
-        if (worst_row.size() < std::size_t(st->keep) || e.row > worst_row.back().row)
-          keep_worst(worst_row, Finding{i, lane_logits, e.row, e.col}, true);
-        if (worst_col.size() < std::size_t(st->keep) || e.col > worst_col.back().col)
-          keep_worst(worst_col, Finding{i, lane_logits, e.row, e.col}, false);
-        if (i % std::uint64_t(st->kernel_every) == 0) {  // the same cases however it is sharded
-          ++kernel_cases;
-          const auto oc = split_case(c, lane_logits, st->seed + i);
-          for (const auto& kname : st->kernels) {
-            const impl::Backend* b = impl::find_backend(kname);
-            const auto got = driver::run_kernel(*b, oc, 1);
-            const auto v = oracles::compare(got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
-            if (v.state != oracles::State::fail) continue;
-            ++disagreements;
-            std::filesystem::create_directories(st->save);
-            const std::string path = st->save + "/fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i) + ".h5";
-            fixtures::write_fixture(path, oc, got, "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) + ", case " + std::to_string(i));
-            progress.done();
-            std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s): saved %s\n",
-                        b->name.c_str(), static_cast<unsigned long long>(i), v.first_divergent.c_str(), path.c_str());
-            reports::CaseRecord rec;
-            rec.index = std::size_t(i);
-            rec.seed = st->seed;
-            rec.label = b->name + " on case " + std::to_string(i);
-            rec.verdict = v;
-            rec.saved = path;
-            rec.repro = "mhc-verify compare " + path;
-            entry.add_case(std::move(rec));
-            session.update();
-          }
-        }
-      }
-      // Local search around the worst row residual every 4096 cases (in double).
-      if (tried % 4096 < std::uint64_t(kW) && !worst_row.empty()) {
-        Finding best = worst_row.front();
-        for (int t = 0; t < 64; ++t) {
-          auto P = best.logits;
-          const double step = search.log_uniform(1e-3, 1.0);
-          for (auto& v : P) v += step * (std::fabs(v) + 1) * search.normal();
-          const Eval pe = residuals(c, P, C);
-          if (pe.row > best.row) best = Finding{best.index, P, pe.row, pe.col};
-        }
-        if (best.row > worst_row.front().row) worst_row.front() = best;
-      }
-      if (tried % 65536 < std::uint64_t(kW)) {
-        char status[96];
-        std::snprintf(status, sizeof status, "%.0f/s, worst row residual %.3g", double(tried) / elapsed(),
-                      worst_row.empty() ? 0.0 : worst_row.front().row);
-        progress.step(long(tried), status);
-      }
-    }
-    const double secs = elapsed();
-    progress.done();
-    // Reported residuals come from the double oracle (the lanes' sums are plain).
-    for (auto& f : worst_row) {
-      const Eval e = residuals(c, f.logits, C);
-      f.row = e.row;
-      f.col = e.col;
-      shrink(c, f);
-    }
-    std::sort(worst_row.begin(), worst_row.end(), [](const Finding& a, const Finding& b) { return a.row > b.row; });
 
-    std::printf("fuzz sinkhorn: n=%d iters=%d eps=%g seed %llu, shard %d of %d: %llu cases in %.2f s "
-                "(%.0f cases/s, one thread, eight cases per evaluation), fp32 kernels checked on %llu\n",
-                c.n, c.iters, c.hc_eps, static_cast<unsigned long long>(st->seed), shard, shards,
-                static_cast<unsigned long long>(tried), secs, double(tried) / secs,
-                static_cast<unsigned long long>(kernel_cases));
-    auto kappa_of = [&](const std::vector<double>& logits) {
-      ref::SinkhornTrace<double> tr;
-      ref::sinkhorn(c, logits.data(), C.data(), &tr);
-      return std::make_pair(oracles::birkhoff_kappa(tr.steps[0].matrix, c.n), tr);
-    };
-    char rate[32];
-    std::snprintf(rate, sizeof rate, "%.0f", double(tried) / secs);
-    entry.facts = {{"cases", std::to_string(tried)}, {"cases_per_s", rate},
-                   {"kernel_cases", std::to_string(kernel_cases)},
-                   {"counterexamples", std::to_string(disagreements)}};
-    std::printf("\nworst row residuals max_j |sum_k C[j,k] - 1| after %d rounds (shrunk):\n", c.iters);
-    std::printf("%4s %12s %12s %10s  %s\n", "case", "row", "column", "kappa", "logits (row-major)");
-    for (std::size_t w = 0; w < worst_row.size(); ++w) {
-      const auto& f = worst_row[w];
-      const auto [kappa, tr] = kappa_of(f.logits);
-      std::string logits;
-      for (double v : f.logits) {
-        char b[32];
-        std::snprintf(b, sizeof b, "%s%.4g", logits.empty() ? "" : " ", v);
-        logits += b;
-      }
-      std::printf("%4llu %12.4g %12.4g %10.6f  [%s]\n", static_cast<unsigned long long>(f.index), f.row,
-                  f.col, kappa, logits.c_str());
-      char b[160];
-      std::snprintf(b, sizeof b, "case %llu: row %.17g, column %.17g, kappa %.17g, logits [",
-                    static_cast<unsigned long long>(f.index), f.row, f.col, kappa);
-      entry.facts.push_back({"worst_row_" + std::to_string(w + 1), b + logits + "]"});
-    }
-    if (!worst_row.empty()) {
-      const auto [kappa, tr] = kappa_of(worst_row.front().logits);
-      entry.sinkhorn.push_back(
-          reports::sinkhorn_curve(tr, c.n, "worst case " + std::to_string(worst_row.front().index)));
-      std::printf("\nthe worst case's row residual after each round (kappa = %.6f, kappa^2 = %.6f):\n", kappa, kappa * kappa);
-      int round = 0;
-      for (const auto& s : tr.steps) {
-        if (s.step != ref::SinkhornTrace<double>::Step::column) continue;
-        double r = 0;
-        for (double v : s.row_sums) r = std::max(r, std::fabs(v - 1));
-        std::printf("  round %2d  %.4g\n", ++round, r);
-      }
-    }
-    if (!worst_col.empty())
-      std::printf("\nworst column residual: %.4g (case %llu); columns end at S/(S+eps), so ~eps\n",
-                  worst_col.front().col, static_cast<unsigned long long>(worst_col.front().index));
-    std::printf("\nfuzz: %d counterexamples (fp32 kernel outside its bound)\n", disagreements);
-    return session.finish(disagreements ? 1 : 0);
+  return [st]() -> int {
+    st->shards = std::max(1, env_int("TEST_TOTAL_SHARDS", 1));
+    st->shard = env_int("TEST_SHARD_INDEX", 0);
+    if (st->shard < 0 || st->shard >= st->shards)
+      throw std::invalid_argument("TEST_SHARD_INDEX out of range");
+    if (const char* status = std::getenv("TEST_SHARD_STATUS_FILE")) std::ofstream(status).flush();
+    runner::Session session(st->out, 1);
+    return session.finish(runner::run_fuzz(*st, session));
   };
 }
 

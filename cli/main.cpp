@@ -5,57 +5,13 @@
 #include <string>
 
 #include "commands.hpp"
-#include "driver.hpp"
-#include "session.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/session.hpp"
 
-namespace mhc::cli {
-
-bool ConfigFlags::given() const {
-  for (auto* o : {n, dim, iters, hc_eps, norm_eps})
-    if (o && o->count() > 0) return true;
-  return false;
-}
-
-void add_config_options(CLI::App& app, ConfigFlags& f) {
-  f.n = app.add_option("--n", f.cfg.n, "parallel residual streams (hc_mult), >= 1")
-            ->capture_default_str();
-  f.dim = app.add_option("--dim", f.cfg.d, "hidden width d, >= 1")->capture_default_str();
-  f.iters = app.add_option("--iters", f.cfg.iters, "Sinkhorn rounds (column divisions), >= 1")
-                ->capture_default_str();
-  f.hc_eps = app.add_option("--hc-eps", f.cfg.hc_eps, "eps of pre and of Sinkhorn, >= 0")
-                 ->capture_default_str();
-  f.norm_eps = app.add_option("--norm-eps", f.cfg.norm_eps, "eps of the RMS statistics, >= 0")
-                   ->capture_default_str();
-}
-
-void add_block_options(CLI::App& app, ref::BlockConfig& b, std::size_t& batch) {
-  app.add_option("--batch", batch, "block, stack: sequences per case (--tokens positions each)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
-  auto count = [&app](const char* name, int& v, const char* help, int most) {
-    app.add_option(name, v, help)->capture_default_str()->check(CLI::Range(1, most));
-  };
-  count("--layers", b.layers, "stack: Blocks in the stack", 64);
-  count("--heads", b.heads, "block, stack: attention heads", 1024);
-  count("--head-dim", b.head_dim, "block, stack: head width", 4096);
-  count("--experts", b.experts, "block, stack: routed experts", 4096);
-  count("--top-k", b.top_k, "block, stack: experts chosen per token", 4096);
-  count("--inter", b.inter, "block, stack: expert hidden width", 1 << 20);
-  app.add_option("--route-scale", b.route_scale, "block, stack: routing weight scale")
-      ->capture_default_str();
-}
-
-std::string kernel_names() {
-  return "cpu, cpu-fused, cuda, cuda-fused (with a CUDA device), plugin:PATH.so (your kernels, "
-         "impl/plugin/README.md), or a mutation self-test kernel variant:NAME / mutant:NAME "
-         "(mhc-verify mutants --list)";
-}
-
-}  // namespace mhc::cli
 
 int main(int argc, char** argv) {
-  mhc::driver::keep_freed_memory();
-  mhc::cli::set_command_line(argc, argv);
+  mhc::runner::keep_freed_memory();
+  mhc::runner::set_command_line(argc, argv);
   CLI::App app{
       "mhc-verify: differential verification of DeepSeek V4.1 multi-stream Hyper-Connection\n"
       "(mHC) kernels against a reference oracle evaluated in double and multiprecision.\n\n"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "session.hpp"
+#include "mhc/runner/session.hpp"
 
 namespace mhc::cli {
 
@@ -26,7 +26,7 @@ Run add_merge(CLI::App& app) {
   return [st]() -> int {
     std::vector<reports::Report> parts;
     for (const auto& f : st->files) parts.push_back(reports::read_report(f));
-    Session session(st->out);
+    runner::Session session(st->out);
     auto& merged = session.report;
     int code = 0;
     bool complete = true;

@@ -1,173 +1,18 @@
-// mhc-verify mutants: the mutation self-test. Every wrong kernel of the catalogue must be caught
-// (and, where its deviation is catalogued, named by the diagnosis); no legitimate one may be
-// flagged. Prints the kill table.
-#include <algorithm>
-#include <array>
-#include <cmath>
+// mhc-verify mutants: the parser of runner::run_mutants.
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <unistd.h>
-#include <vector>
 
 #include "commands.hpp"
-#include "driver.hpp"
-#include "session.hpp"
 #include "mhc/impl/variants.hpp"
-#include "mhc/oracles/diagnosis.hpp"
-#include "mhc/oracles/error_model.hpp"
-#include "mhc/oracles/verdict.hpp"
+#include "mhc/runner/mutants.hpp"
 
 namespace mhc::cli {
-namespace {
-
-struct Row {
-  const impl::Variant* v = nullptr;
-  impl::Backend backend;
-  int cases = 0, failed = 0, undecided = 0;
-  long killed_at = -1;
-  std::string stage, diagnosis, repro;
-  bool diagnosis_ok = true;
-};
-
-std::string repro_line(const std::string& kernel, const oracles::OpCase& c) {
-  char buf[400];
-  std::snprintf(buf, sizeof buf,
-                "mhc-verify check --kernel %s --op %s --seed %llu --cases 1 --tokens %zu --n %d "
-                "--dim %d --iters %d --hc-eps %.9g --norm-eps %.9g",
-                kernel.c_str(), oracles::op_name(c.op).c_str(),
-                static_cast<unsigned long long>(c.seed), c.tokens, c.cfg.n, c.cfg.d, c.cfg.iters,
-                c.cfg.hc_eps, c.cfg.norm_eps);
-  return buf;
-}
-
-// The fixed-eps sensitivity report: at the production values, is each wrong kernel's output
-// distinguishable from the legitimate kernels' at all, and does each error model catch it?
-// Deviations are measured in units of the rigorous bound of each element (a scale that follows
-// magnitude and conditioning): a wrong kernel is detectable when its worst deviation is more than
-// twice the worst of any legitimate kernel on the same cases; caught by a model when its worst
-// observed/bound ratio under that model exceeds 1.
-constexpr const char* kModelNames[] = {"rigorous", "probabilistic", "empirical", "standard"};
-
-
-int production_report(Session& session, int cases, std::uint64_t seed) {
-  using oracles::ErrorModel;
-  const ErrorModel models[] = {ErrorModel::rigorous, ErrorModel::probabilistic,
-                               ErrorModel::empirical, ErrorModel::standard};
-  std::vector<const impl::Variant*> legit, wrong;
-  std::size_t block_wrong = 0;
-  for (const auto& v : impl::variant_catalogue()) {
-    if (v.wrong && v.block.deviates())  // the mHC ops of this report run as the reference's
-      ++block_wrong;
-    else
-      (v.wrong ? wrong : legit).push_back(&v);
-  }
-  std::vector<std::array<double, 4>> wrong_ratio(wrong.size(), {0, 0, 0, 0});
-  std::array<double, 4> legit_ratio = {0, 0, 0, 0};
-  std::vector<std::string> wrong_stage(wrong.size());
-  for (int i = 0; i < cases; ++i) {
-    const oracles::Op op = i % 2 == 0 ? oracles::Op::boundary : oracles::Op::split_sinkhorn;
-    const auto c = oracles::generate_case(op, ref::v41(), 2, seed + std::uint64_t(i), "fp32");
-    std::vector<oracles::Trace<bnd::Bounded>> want;
-    for (ErrorModel m : models) want.push_back(oracles::oracle_trace(c, 0, m));
-    // max observed/bound under model m, and the stage where it is largest
-    auto ratio_of = [&](const oracles::Trace<float>& got, int m, std::string* where) {
-      double r = 0;
-      for (std::size_t s = 0; s < want[0].size(); ++s)
-        for (std::size_t e = 0; e < want[0][s].values.size(); ++e) {
-          const auto& w = want[std::size_t(m)][s].values[e];
-          const double d = std::fabs(double(got[s].values[e]) - w.v);
-          double q = std::isnan(d) ? HUGE_VAL : w.e > 0 ? d / w.e : (d > 0 ? HUGE_VAL : 0.0);
-          if (!std::isfinite(w.e)) q = 0;  // undecidable elements say nothing
-          if (q > r) {
-            r = q;
-            if (where) *where = want[0][s].name;
-          }
-        }
-      return r;
-    };
-    for (const auto* l : legit) {
-      const auto got = driver::run_kernel(impl::make_backend(*l), c, 0);
-      for (int m = 0; m < 4; ++m) legit_ratio[std::size_t(m)] = std::max(legit_ratio[std::size_t(m)], ratio_of(got, m, nullptr));
-    }
-    for (std::size_t w = 0; w < wrong.size(); ++w) {
-      const auto got = driver::run_kernel(impl::make_backend(*wrong[w]), c, 0);
-      for (int m = 0; m < 4; ++m) {
-        std::string where;
-        const double r = ratio_of(got, m, &where);
-        if (r > wrong_ratio[w][std::size_t(m)]) {
-          wrong_ratio[w][std::size_t(m)] = r;
-          if (m == 0) wrong_stage[w] = where;
-        }
-      }
-    }
-  }
-  std::printf("fixed-eps sensitivity at n=4 d=5120 iters=20 hc_eps=1e-6 norm_eps=1e-20: %d cases "
-              "(boundary and split_sinkhorn alternating, 2 tokens), %zu legitimate kernels\n",
-              cases, legit.size());
-  std::printf("per model: max observed/bound over all elements (> 1: caught). outside: the wrong\n"
-              "kernel's max under the rigorous model / the legitimate kernels' max; detectable when\n"
-              "> 2. verdict from the standard model.\n\n");
-  std::printf("%-30s %-7s %10s %-10s %10s %10s %10s %10s  %s\n", "kernel", "stage", "outside",
-              "detectable", "rigorous", "probabil.", "empirical", "standard", "verdict");
-  int bad = 0;
-  for (std::size_t w = 0; w < wrong.size(); ++w) {
-    const auto& r = wrong_ratio[w];
-    const double outside = legit_ratio[0] > 0 ? r[0] / legit_ratio[0] : HUGE_VAL;
-    const bool detectable = outside > 2, caught = r[3] > 1;
-    bad += detectable && !caught ? 1 : 0;
-    reports::Entry& e = session.report.entry("production " + impl::backend_name(*wrong[w]));
-    e.kind = "production";
-    e.kernel = impl::backend_name(*wrong[w]);
-    e.settings = {{"n", "4"}, {"d", "5120"}, {"iters", "20"}, {"hc_eps", "1e-06"},
-                  {"norm_eps", "1e-20"}, {"cases", std::to_string(cases)}};
-    char text[64];
-    for (int m = 0; m < 4; ++m) {
-      std::snprintf(text, sizeof text, "%.3g", r[std::size_t(m)]);
-      e.facts.push_back({std::string("max ratio, ") + kModelNames[m], text});
-    }
-    std::snprintf(text, sizeof text, "%.3g", outside);
-    e.facts.push_back({"outside the legitimate spread", text});
-    e.facts.push_back({"detectable", detectable ? "yes" : "no"});
-    e.facts.push_back({"verdict", caught ? "detected" : detectable ? "MISSED" : "undetectable"});
-    // Judged by the sensitivity rule, not by cases: a detectable deviation must be detected.
-    if (detectable && !caught) e.problem = "detectable at the production values but not detected";
-    std::printf("%-30s %-7s %10.3g %-10s %10.3g %10.3g %10.3g %10.3g  %s\n",
-                impl::backend_name(*wrong[w]).c_str(), wrong_stage[w].c_str(), outside,
-                detectable ? "yes" : "no", r[0], r[1], r[2], r[3],
-                caught ? "detected" : detectable ? "MISSED" : "undetectable");
-  }
-  std::printf("%-30s %-7s %10s %-10s %10.3g %10.3g %10.3g %10.3g  %s\n", "(legitimate kernels)", "-",
-              "-", "-", legit_ratio[0], legit_ratio[1], legit_ratio[2], legit_ratio[3],
-              legit_ratio[3] > 1 ? "FALSE ALARM" : "none flagged");
-  std::printf(
-      "(%zu Block-level wrong kernels are not in this report: they deviate only inside the "
-      "Block's sublayers, where `mutants` catches them on block cases)\n",
-      block_wrong);
-  reports::Entry& le = session.report.entry("production legitimate kernels");
-  le.kind = "production";
-  for (int m = 0; m < 4; ++m) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3g", legit_ratio[std::size_t(m)]);
-    le.facts.push_back({std::string("max ratio, ") + kModelNames[m], text});
-  }
-  if (legit_ratio[3] > 1) le.problem = "a legitimate kernel flagged (false alarm)";
-  const bool ok = bad == 0 && legit_ratio[3] <= 1;
-  std::printf("\nproduction: %s\n",
-              ok ? "PASS (every detectable deviation detected, no false alarm)" : "FAIL");
-  return ok ? 0 : 1;
-}
-
-}  // namespace
 
 Run add_mutants(CLI::App& app) {
-  struct State {
-    int cases = 1000, kill_budget = 300;
-    std::uint64_t seed = 1;
+  struct State : runner::MutantsSpec {
     bool list = false;
-    bool production = false;
-    int production_cases = 6;
-    std::string model = "standard";
+    std::string model_name = "standard";
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -180,10 +25,10 @@ Run add_mutants(CLI::App& app) {
       ->check(CLI::Range(1, 10000000));
   app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
   app.add_flag("--list", st->list, "list the catalogue and exit");
-  app.add_option("--error-model", st->model,
+  app.add_option("--error-model", st->model_name,
                  "error model of the bounds: rigorous, probabilistic, empirical, standard")
       ->capture_default_str()
-      ->check(CLI::IsMember({"rigorous", "probabilistic", "empirical", "standard"}));
+      ->check(CLI::IsMember(error_model_names()));
   app.add_flag("--production", st->production,
                "instead: the fixed-eps sensitivity report at the production values (n=4, d=5120, "
                "20 rounds, hc_eps=1e-6, norm_eps=1e-20)");
@@ -204,103 +49,9 @@ Run add_mutants(CLI::App& app) {
                             : "legitimate");
       return 0;
     }
-    const oracles::ErrorModel model = oracles::error_model_from_name(st->model);
-    Session session(st->out, 1);
-    if (st->production) return session.finish(production_report(session, st->production_cases, st->seed));
-    std::vector<Row> rows;
-    for (const auto& v : impl::variant_catalogue()) {
-      Row r;
-      r.v = &v;
-      r.backend = impl::make_backend(v);
-      rows.push_back(std::move(r));
-    }
-    const int total = std::max(st->cases, st->kill_budget);
-    for (auto& r : rows) {
-      reports::Entry& e = session.report.entry(r.backend.name);
-      e.kind = r.v->wrong ? "mutant" : "variant";
-      e.kernel = r.backend.name;
-      e.error_model = st->model;
-      e.expect = r.v->wrong ? "fail" : "pass";
-      e.keep_passing = false;
-      e.settings = {{"cases", std::to_string(r.v->wrong ? st->kill_budget : st->cases)},
-                    {"seed", std::to_string(st->seed)}};
-    }
-    Progress progress("mutants", total);
-    for (int i = 0; i < total && !session.stop(); ++i) {
-      const auto c = oracles::campaign_case(st->seed, std::uint64_t(i));
-      const auto want = oracles::oracle_trace(c, 1, model);
-      for (auto& r : rows) {
-        if (r.v->wrong ? (r.killed_at >= 0 || i >= st->kill_budget) : i >= st->cases) continue;
-        const auto got = driver::run_kernel(r.backend, c, 1);
-        const auto verdict = oracles::compare(got, want);
-        ++r.cases;
-        reports::Entry& e = session.report.entry(r.backend.name);
-        {
-          reports::CaseRecord rec;
-          rec.index = std::size_t(i);
-          rec.seed = st->seed + std::uint64_t(i);
-          rec.verdict = verdict;
-          if (verdict.state == oracles::State::fail) rec.repro = repro_line(r.backend.name, c);
-          e.add_case(std::move(rec));
-        }
-        if (verdict.state == oracles::State::undecidable) ++r.undecided;
-        if (verdict.state != oracles::State::fail) continue;
-        ++r.failed;
-        if (r.failed > 1) continue;
-        r.stage = verdict.first_divergent;
-        r.repro = repro_line(r.backend.name, c);
-        if (r.v->wrong) {
-          r.killed_at = i;
-          const auto names = oracles::diagnose(c, got, 1);
-          r.diagnosis = names.empty() ? "-" : names[0];
-          for (std::size_t k = 1; k < names.size(); ++k) r.diagnosis += "|" + names[k];
-          bool named = r.v->explains.empty();
-          for (const auto& nm : names) named = named || nm == r.v->explains;
-          r.diagnosis_ok = named;
-          e.cases.back().diagnosis = r.diagnosis;
-          if (!named) e.problem = "misdiagnosed: " + r.diagnosis + ", expected " + r.v->explains;
-        }
-      }
-      session.update();
-      progress.step(i + 1);
-    }
-    progress.done();
-
-    int bad = 0;
-    std::printf("%-34s %-6s %7s %8s %-9s %-28s %s\n", "kernel", "kind", "cases", "killed@", "stage",
-                "diagnosis", "verdict");
-    for (const auto& r : rows) {
-      std::string verdict;
-      if (r.v->wrong) {
-        verdict = r.killed_at < 0 ? "SURVIVED" : !r.diagnosis_ok ? "MISDIAGNOSED" : "killed";
-        if (r.killed_at >= 0 && r.v->explains.empty()) verdict = "killed (no catalogued deviation)";
-      } else {
-        verdict = r.failed ? "FLAGGED (" + std::to_string(r.failed) + " cases)" : "passed";
-      }
-      const bool ok = r.v->wrong ? r.killed_at >= 0 && r.diagnosis_ok : r.failed == 0;
-      bad += ok ? 0 : 1;
-      std::printf("%-34s %-6s %7d %8s %-9s %-28s %s\n", r.backend.name.c_str(),
-                  r.v->wrong ? "wrong" : "legit", r.cases,
-                  r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
-                  r.stage.empty() ? "-" : r.stage.c_str(),
-                  r.v->wrong ? r.diagnosis.c_str() : (r.undecided ? (std::to_string(r.undecided) + " undecidable").c_str() : "-"),
-                  verdict.c_str());
-      if (!ok && !r.repro.empty()) std::printf("  REPRO: %s\n", r.repro.c_str());
-    }
-    int wrong = 0, legit = 0;
-    for (const auto& r : rows) (r.v->wrong ? wrong : legit)++;
-    std::printf("\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
-                "%s error model: %s\n",
-                wrong, st->kill_budget, legit, st->cases, st->model.c_str(), bad ? "FAIL" : "PASS");
-    for (const auto& r : rows) {
-      reports::Entry& e = session.report.entry(r.backend.name);
-      e.facts = {{"cases", std::to_string(r.cases)},
-                 {"killed at", r.killed_at >= 0 ? std::to_string(r.killed_at) : "-"},
-                 {"stage", r.stage.empty() ? "-" : r.stage},
-                 {"diagnosis", r.diagnosis.empty() ? "-" : r.diagnosis},
-                 {"undecidable", std::to_string(r.undecided)}};
-    }
-    return session.finish(bad ? 1 : 0);
+    st->model = oracles::error_model_from_name(st->model_name);
+    runner::Session session(st->out, 1);
+    return session.finish(runner::run_mutants(*st, session));
   };
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "session.hpp"
+#include "mhc/runner/session.hpp"
 #include "mhc/oracles/selfcheck.hpp"
 
 namespace mhc::cli {
@@ -65,7 +65,7 @@ Run add_selfcheck(CLI::App& app) {
     std::printf("selfcheck: %d cases, seed %llu: the reference in double, MPFR and MPFI\n",
                 opt.cases, static_cast<unsigned long long>(opt.seed));
     std::fflush(stdout);
-    Session session(st->out, opt.threads);
+    runner::Session session(st->out, opt.threads);
     reports::Entry& entry = session.report.entry("selfcheck");
     entry.kind = "selfcheck";
     entry.settings = {{"cases", std::to_string(opt.cases)}, {"seed", std::to_string(opt.seed)}};

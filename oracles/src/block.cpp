@@ -22,7 +22,7 @@ std::string layer_prefix(const OpCase& c, int layer) {
 
 OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockConfig& block,
                            std::size_t B, std::size_t T, std::uint64_t seed,
-                           const std::string& precision) {
+                           Precision precision) {
   OpCase c = case_header(op, cfg_in, B * T, seed, precision);
   c.block = block;
   if (op == Op::block) c.block.layers = 1;
@@ -37,7 +37,7 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
     m[name] = Tensor{std::move(shape), std::move(data)};
   };
   auto x = gen::activations(rng, N, n * d, c.cfg.norm_eps > 0);
-  if (precision == "bf16") gen::to_bf16(x);
+  if (precision == Precision::bf16) gen::to_bf16(x);
   put(c.inputs, "x", {B, T, n, d}, std::move(x));
   if (op == Op::block) put(c.inputs, "pre_mix", {B, T, n}, gen::pre_weights(rng, c.cfg, N));
   const double sd = 1 / std::sqrt(double(d));

@@ -34,9 +34,14 @@ std::string error_model_name(ErrorModel m) {
   return "?";
 }
 
+const std::vector<ErrorModel>& all_error_models() {
+  static const std::vector<ErrorModel> m{ErrorModel::rigorous, ErrorModel::probabilistic,
+                                         ErrorModel::empirical, ErrorModel::standard};
+  return m;
+}
+
 ErrorModel error_model_from_name(const std::string& name) {
-  for (ErrorModel m : {ErrorModel::rigorous, ErrorModel::probabilistic, ErrorModel::empirical,
-                       ErrorModel::standard})
+  for (ErrorModel m : all_error_models())
     if (error_model_name(m) == name) return m;
   throw std::invalid_argument("unknown error model '" + name +
                               "' (rigorous, probabilistic, empirical, standard)");
@@ -70,7 +75,7 @@ void apply_empirical(const OpCase& c, Trace<bnd::Bounded>& t, unsigned threads,
                      const EmpiricalParams& p, const std::vector<bool>& stages) {
   std::vector<std::vector<double>> dev(t.size());
   for (std::size_t s = 0; s < t.size(); ++s) dev[s].assign(t[s].values.size(), 0.0);
-  const bool bf16 = c.precision == "bf16";
+  const bool bf16 = c.precision == Precision::bf16;
   for (int k = 0; k < p.samples; ++k) {
     const auto ens = evaluate_op<sr::sr32>(c, threads, [&](std::size_t blk) {
       sr::seed(c.seed * 1000003u + std::uint64_t(k) * 7919u + blk);
@@ -83,7 +88,7 @@ void apply_empirical(const OpCase& c, Trace<bnd::Bounded>& t, unsigned threads,
         dev[s][i] = std::isnan(d) ? HUGE_VAL : std::max(dev[s][i], d);
       }
   }
-  const bnd::Model m = bnd::model_by_name(c.precision);
+  const bnd::Model m = precision_model(c.precision);
   for (std::size_t s = 0; s < t.size(); ++s) {
     if (!stages[s]) continue;
     for (std::size_t i = 0; i < t[s].values.size(); ++i) {
@@ -175,14 +180,14 @@ Trace<bnd::Bounded> block_oracle(const OpCase& c, const bnd::Model& m, const Rou
 
 std::vector<std::vector<std::size_t>> undecidable_routing(const OpCase& c) {
   std::vector<ref::Routing<bnd::Bounded>> routings;
-  block_oracle(c, bnd::model_by_name(c.precision), nullptr, &routings, nullptr);
+  block_oracle(c, precision_model(c.precision), nullptr, &routings, nullptr);
   return plan_routing(c, routings, nullptr).unknown;
 }
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel model,
                                  const EmpiricalParams& params, const Trace<float>* kernel) {
   if (c.op == Op::block || c.op == Op::stack) {
-    const bnd::Model rig = bnd::model_by_name(c.precision);
+    const bnd::Model rig = precision_model(c.precision);
     bnd::Model prob = rig;
     prob.probabilistic = true;
     std::vector<ref::Routing<bnd::Bounded>> routings;
@@ -200,7 +205,7 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
     return t;
   }
   auto probabilistic = [&] {
-    bnd::Model m = bnd::model_by_name(c.precision);
+    bnd::Model m = precision_model(c.precision);
     m.probabilistic = true;
     return evaluate_op<bnd::Bounded>(c, threads, [&m](std::size_t) { return bnd::ModelScope(m); });
   };
@@ -217,7 +222,7 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
   }
   Trace<bnd::Bounded> t = oracle_trace(c, threads);
   if (model == ErrorModel::rigorous) return t;
-  if (c.precision == "tf32") return t;  // the ensemble models fp32 products only
+  if (c.precision == Precision::tf32) return t;  // the ensemble models fp32 products only
   apply_empirical(c, t, threads, params, std::vector<bool>(t.size(), true));
   return t;
 }

@@ -40,6 +40,26 @@ Op op_from_name(const std::string& name) {
                               "' (split_sinkhorn, mixes, pre, post, rmsnorm, boundary, block, stack)");
 }
 
+const std::vector<Precision>& all_precisions() {
+  static const std::vector<Precision> p{Precision::fp32, Precision::tf32, Precision::bf16};
+  return p;
+}
+
+std::string precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::tf32: return "tf32";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision precision_from_name(const std::string& name) {
+  for (Precision p : all_precisions())
+    if (precision_name(p) == name) return p;
+  throw std::invalid_argument("unknown precision '" + name + "' (fp32, tf32, bf16)");
+}
+
 const Tensor& OpCase::input(const std::string& name) const {
   auto it = inputs.find(name);
   if (it == inputs.end()) throw std::invalid_argument("case has no input '" + name + "'");

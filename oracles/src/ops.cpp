@@ -13,8 +13,7 @@
 namespace mhc::oracles {
 
 OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
-                   const std::string& precision) {
-  bnd::model_by_name(precision);  // validates the name
+                   Precision precision) {
   OpCase c;
   c.op = op;
   c.cfg = cfg;
@@ -27,13 +26,13 @@ OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint6
 }
 
 OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
-                     const std::string& precision) {
+                     Precision precision) {
   if (op == Op::block || op == Op::stack)
     return generate_block_case(op, cfg_in, ref::BlockConfig{}, 1, T, seed, precision);
   OpCase c = case_header(op, cfg_in, T, seed, precision);
   Rng rng(seed);
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), M = std::size_t(c.cfg.mix());
-  const bool bf16 = precision == "bf16";
+  const bool bf16 = precision == Precision::bf16;
   auto stream = [&](std::vector<float> v) {
     if (bf16) gen::to_bf16(v);
     return v;
@@ -123,13 +122,15 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
     b.route_scale = rng.uniform(0.5, 2.5);
     cfg.d = rng.integer(2, 32);
     const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
-    return generate_block_case(op, cfg, b, B, T, rng.next(), "fp32");
+    return generate_block_case(op, cfg, b, B, T, rng.next(), Precision::fp32);
   }
-  return generate_case(op, cfg, 2, rng.next(), "fp32");
+  return generate_case(op, cfg, 2, rng.next(), Precision::fp32);
 }
 
+bnd::Model precision_model(Precision p) { return bnd::model_by_name(precision_name(p)); }
+
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {
-  const bnd::Model model = bnd::model_by_name(c.precision);
+  const bnd::Model model = precision_model(c.precision);
   return evaluate_op<bnd::Bounded>(c, threads,
                                    [&model](std::size_t) { return bnd::ModelScope(model); });
 }

@@ -8,7 +8,8 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "driver.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/judge.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
@@ -177,13 +178,13 @@ TEST_CASE("NaN stays in its token", "[property][nan]") {
   rc::prop("a NaN in token 0 of hc_pre's streams leaves token 1 exact and within bound", [] {
     auto c = *props::config();
     c.d = std::min(c.d, 48);
-    auto oc = oracles::generate_case(oracles::Op::pre, c, 2, *rc::gen::inRange<std::uint64_t>(0, 1000000), "fp32");
+    auto oc = oracles::generate_case(oracles::Op::pre, c, 2, *rc::gen::inRange<std::uint64_t>(0, 1000000), oracles::Precision::fp32);
     auto& x = oc.inputs["x"].data;
     const std::size_t half = x.size() / 2;
     const auto v = *rc::gen::container<std::vector<float>>(half, props::activation(true));
     std::copy(v.begin(), v.end(), x.begin());
     for (const auto* b : impl::backends()) {
-      const auto got = driver::run_kernel(*b, oc, 1);
+      const auto got = runner::run_kernel(*b, oc, 1);
       const auto want = oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard);
       const std::size_t d = std::size_t(c.d);
       for (std::size_t i = d; i < 2 * d; ++i) {
@@ -204,14 +205,14 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
     const auto op = *rc::gen::element(oracles::Op::split_sinkhorn, oracles::Op::mixes, oracles::Op::pre,
                                       oracles::Op::post, oracles::Op::rmsnorm, oracles::Op::boundary);
     const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
-    const auto prec = *rc::gen::element(std::string("fp32"), std::string("tf32"), std::string("bf16"));
+    const auto prec = *rc::gen::element(oracles::Precision::fp32, oracles::Precision::tf32, oracles::Precision::bf16);
     auto oc = oracles::generate_case(op, c, 2, seed, prec);
     // Activations of every regime in place of the generated ones (bf16 streams stay bf16).
     for (const char* name : {"x", "f", "residual"}) {
       auto it = oc.inputs.find(name);
       if (it == oc.inputs.end()) continue;
       auto v = *rc::gen::container<std::vector<float>>(it->second.data.size(), props::activation());
-      if (prec == "bf16")
+      if (prec == oracles::Precision::bf16)
         for (auto& x : v) x = impl::round_bf16(x);
       // a token of all zeros with norm_eps = 0 is 0 * inf: undefined, skip it
       it->second.data = v;
@@ -235,7 +236,7 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
     if (oc.params.count("hc_base"))
       oc.params["hc_base"].data = *rc::gen::container<std::vector<float>>(oc.params["hc_base"].data.size(), props::float_in(-3, 2));
     for (const auto* b : impl::backends()) {
-      const auto got = driver::run_kernel(*b, oc, 1);
+      const auto got = runner::run_kernel(*b, oc, 1);
       const auto v = oracles::compare(got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
       if (v.state == oracles::State::fail)
         for (const auto& s : v.stages)

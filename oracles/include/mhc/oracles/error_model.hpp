@@ -17,6 +17,7 @@
 namespace mhc::oracles {
 
 enum class ErrorModel { rigorous, probabilistic, empirical, standard };
+const std::vector<ErrorModel>& all_error_models();
 std::string error_model_name(ErrorModel m);
 ErrorModel error_model_from_name(const std::string& name);  // throws std::invalid_argument
 

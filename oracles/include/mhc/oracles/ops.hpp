@@ -24,6 +24,14 @@ const std::vector<Op>& block_ops();  // the whole Block, and a stack of Blocks
 std::string op_name(Op op);
 Op op_from_name(const std::string& name);  // throws std::invalid_argument naming the choices
 
+// The precision model a kernel declares: fp32 arithmetic and storage; tf32 operands of the mixes
+// projection; bf16 storage of the stream tensors (docs/semantics.md, "Precision models").
+enum class Precision { fp32, tf32, bf16 };
+const std::vector<Precision>& all_precisions();
+std::string precision_name(Precision p);
+Precision precision_from_name(const std::string& name);  // throws std::invalid_argument
+bnd::Model precision_model(Precision p);                  // the bound-carrying type's model
+
 struct Tensor {
   std::vector<std::size_t> shape;
   std::vector<float> data;
@@ -36,10 +44,16 @@ struct OpCase {
   ref::Config cfg;
   std::size_t tokens = 1;
   std::uint64_t seed = 0;
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   ref::BlockConfig block;  // block and stack: the sublayers' shapes (and layers)
   std::size_t batch = 1;   // block and stack: tokens = batch * positions; attention within a sequence
   std::map<std::string, Tensor> inputs, params;
+  // Where the case comes from, so that it can name the command that rebuilds it: generated from
+  // the fields above (`check`), read from or saved to a fixture (`compare file`), or generated and
+  // then changed (rebuilt by nothing until it is saved).
+  enum class Origin { generated, file, derived };
+  Origin origin = Origin::generated;
+  std::string file;
   const Tensor& input(const std::string& name) const;
   const Tensor& param(const std::string& name) const;
 };
@@ -47,13 +61,13 @@ struct OpCase {
 // The outputs of an op, in the order they are computed (the stages of its Trace).
 const std::vector<std::string>& output_names(Op op);
 
-// A generated Case, deterministic in its arguments. With precision "bf16" the stream tensors
+// A generated Case, deterministic in its arguments. With precision bf16 the stream tensors
 // (x, residual, f) hold bf16 values (stored exactly in fp32). One mixes, boundary or rmsnorm
 // case in eight is uniform, as a torch.full smoke test: hc_fn one value, and every token's
 // streams constant along d, so that long reductions sum repeated terms (see
 // bnd::detail::premise_holds).
 OpCase generate_case(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
-                     const std::string& precision);
+                     Precision precision);
 
 using ref::Stage;
 template <class S>
@@ -62,14 +76,14 @@ using Trace = std::vector<Stage<S>>;
 // A Case with no tensors yet: op, configuration (eps rounded to the fp32 values a kernel
 // computes with: the case declares those), tokens, seed and precision (validated).
 OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
-                   const std::string& precision);
+                   Precision precision);
 
 // A Block (or stack) Case: B sequences of T positions, sublayers of the given shapes; params
 // named as in fixtures/README.md ("attn/wq", ...), per layer "layers/<l>/..." in a stack, plus
 // "final_norm/weight".
 OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig& block,
                            std::size_t B, std::size_t T, std::uint64_t seed,
-                           const std::string& precision);
+                           Precision precision);
 // The parameters of layer l of a block or stack Case.
 ref::BlockParams block_params(const OpCase& c, int layer);
 

@@ -1,4 +1,4 @@
-#include "session.hpp"
+#include "mhc/runner/session.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include "mhc/impl/cuda.hpp"
 #include "mhc/impl/kernels.hpp"
 
-namespace mhc::cli {
+namespace mhc::runner {
 
 namespace {
 int g_argc = 0;
@@ -17,26 +17,6 @@ const char* const* g_argv = nullptr;
 void set_command_line(int argc, const char* const* argv) {
   g_argc = argc;
   g_argv = argv;
-}
-
-void add_report_options(CLI::App& app, reports::Outputs& out) {
-  auto* g = app.add_option_group("Reports", "written as the run goes (atomically), complete at the end");
-  g->add_option("--json", out.json, "JSON report (schema mhc-report/1, reports/schema/)");
-  g->add_option("--md", out.md, "Markdown summary");
-  g->add_option("--html", out.html, "self-contained HTML page with plots");
-  g->add_option("--junit", out.junit, "JUnit XML for CI systems");
-}
-
-CLI::Validator kernel_validator() {
-  return CLI::Validator(
-      [](std::string& name) -> std::string {
-        try {
-          return impl::find_backend(name) ? "" : "unknown kernel '" + name + "'";
-        } catch (const std::exception& e) {
-          return e.what();
-        }
-      },
-      "KERNEL");
 }
 
 Session::Session(const reports::Outputs& out, unsigned threads) : writer_(out) {
@@ -123,4 +103,4 @@ void print_stage_table(const reports::Entry& e) {
               "over cases of each case's median.\n");
 }
 
-}  // namespace mhc::cli
+}  // namespace mhc::runner

@@ -1,4 +1,4 @@
-#include "driver.hpp"
+#include "mhc/runner/driver.hpp"
 
 #include <malloc.h>
 
@@ -8,7 +8,7 @@
 
 #include "mhc/oracles/verdict.hpp"
 
-namespace mhc::driver {
+namespace mhc::runner {
 
 void keep_freed_memory() {
   mallopt(M_MMAP_MAX, 0);              // large blocks from the heap, reused once freed
@@ -22,8 +22,8 @@ impl::KernelConfig kernel_config(const oracles::OpCase& c, unsigned threads) {
   k.iters = c.cfg.iters;
   k.hc_eps = float(c.cfg.hc_eps);
   k.norm_eps = float(c.cfg.norm_eps);
-  k.arith = c.precision == "tf32" ? impl::Arith::tf32 : impl::Arith::fp32;
-  k.bf16_streams = c.precision == "bf16";
+  k.arith = c.precision == oracles::Precision::tf32 ? impl::Arith::tf32 : impl::Arith::fp32;
+  k.bf16_streams = c.precision == oracles::Precision::bf16;
   k.threads = threads;
   return k;
 }
@@ -178,27 +178,4 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
   return tr;
 }
 
-Judged run_and_judge(const impl::Backend& b, const oracles::OpCase& c, oracles::ErrorModel model,
-                     unsigned threads) {
-  Judged j;
-  try {
-    j.got = run_kernel(b, c, threads);
-  } catch (const impl::NotCompiled&) {
-    throw;
-  } catch (const std::exception& e) {
-    j.got.clear();
-    j.verdict.state = oracles::State::fail;
-    j.verdict.first_divergent = "kernel";
-    oracles::StageVerdict sv;
-    sv.stage = "kernel";
-    sv.state = oracles::State::fail;
-    sv.rule = "threw";
-    sv.reason = std::string("the kernel threw: ") + e.what();
-    j.verdict.stages.push_back(sv);
-    return j;
-  }
-  j.verdict = oracles::compare(j.got, oracles::oracle_trace(c, threads, model, {}, &j.got));
-  return j;
-}
-
-}  // namespace mhc::driver
+}  // namespace mhc::runner

@@ -1,30 +1,18 @@
 // Runs a kernel backend on a Case: allocates its outputs, poisons them, calls the kernel and
-// returns its Trace. The one place where impl/ meets oracles/.
+// returns its Trace. The one place where impl/ meets oracles/; judge.hpp builds the lifecycle on it.
 #pragma once
 
 #include "mhc/impl/kernels.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/ops.hpp"
-#include "mhc/oracles/verdict.hpp"
 
-namespace mhc::driver {
+namespace mhc::runner {
 
 impl::KernelConfig kernel_config(const oracles::OpCase& c, unsigned threads);
 
 // Throws impl::NotCompiled for a backend without the op; any exception from the kernel passes.
 oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& c,
                                  unsigned threads = 0);
-
-struct Judged {
-  oracles::Trace<float> got;  // empty when the kernel threw
-  oracles::Verdict verdict;
-};
-
-// Runs the kernel on the Case and judges it against the oracle (block and stack anchored on the
-// kernel's own stages). A kernel that throws fails the case with the reason (stage "kernel",
-// rule "threw") and the caller goes on; impl::NotCompiled passes through.
-Judged run_and_judge(const impl::Backend& b, const oracles::OpCase& c, oracles::ErrorModel model,
-                     unsigned threads = 0);
 
 // Keep freed memory in the process's heap for the next case. Each case allocates and frees
 // traces of up to ~200 MB (the boundary's x at 512 tokens is 168 MB of value and bound); glibc
@@ -33,4 +21,4 @@ Judged run_and_judge(const impl::Backend& b, const oracles::OpCase& c, oracles::
 // (bench/README.md). Called once by the executables; the resident size stays at its peak.
 void keep_freed_memory();
 
-}  // namespace mhc::driver
+}  // namespace mhc::runner

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "driver.hpp"
+#include "mhc/runner/judge.hpp"
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
@@ -95,24 +95,23 @@ int main() {
   ++runs;
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::all_ops())
-      for (const char* prec : {"fp32", "bf16"})
+      for (oracles::Precision prec : {oracles::Precision::fp32, oracles::Precision::bf16})
         for (int d : {5120, 37, 130}) {  // 130: the kernels at a run-time width, several chunks
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, 33, 5 + std::uint64_t(d), prec);
-          const auto got = driver::run_kernel(*b, c, 0);
-          const auto v = oracles::compare(got, oracles::oracle_trace(c, 0, oracles::ErrorModel::standard, {}, &got));
+          const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
           ++runs;
           const bool ok = v.state != oracles::State::fail;
           failures += ok ? 0 : 1;
           std::printf("%-4s %-10s %-15s %-5s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                      oracles::op_name(op).c_str(), prec, d, oracles::state_name(v.state).c_str(),
+                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d, oracles::state_name(v.state).c_str(),
                       v.first_divergent.c_str());
         }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.
   for (const auto* b : impl::gpu_backends())
-    for (const char* prec : {"fp32", "bf16"})
+    for (oracles::Precision prec : {oracles::Precision::fp32, oracles::Precision::bf16})
       for (int d : {5120, 48}) {
         ref::Config cfg;
         cfg.d = d;
@@ -126,12 +125,12 @@ int main() {
         for (oracles::Op op : oracles::block_ops()) {
           bc.layers = op == oracles::Op::stack ? 2 : 1;
           const auto c = oracles::generate_block_case(op, cfg, bc, 2, 3, 7, prec);
-          const auto j = driver::run_and_judge(*b, c, oracles::ErrorModel::standard, 0);
+          const auto j = runner::judge(*b, c, runner::Judging{});
           ++runs;
           const bool ok = j.verdict.state != oracles::State::fail;
           failures += ok ? 0 : 1;
           std::printf("%-4s %-10s %-15s %-5s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                      oracles::op_name(op).c_str(), prec, d, oracles::state_name(j.verdict.state).c_str(),
+                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d, oracles::state_name(j.verdict.state).c_str(),
                       j.verdict.first_divergent.c_str());
           if (!ok)
             for (const auto& s : j.verdict.stages)

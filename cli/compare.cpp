@@ -1,0 +1,114 @@
+// mhc-verify compare (judge captured fixtures) and capture (write one from our kernels).
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "mhc/fixtures/fixture.hpp"
+#include "mhc/runner/check.hpp"
+#include "mhc/runner/compare.hpp"
+#include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
+
+namespace mhc::cli {
+
+Run add_compare(CLI::App& app) {
+  struct State {
+    runner::CompareSpec spec;
+    std::string model = "standard";
+    reports::Outputs out;
+  };
+  auto st = std::make_shared<State>();
+  app.add_option("files", st->spec.files, "mhc-fixture/1 HDF5 files (layout: fixtures/README.md)")
+      ->required();
+  app.add_option("--error-model", st->model, "rigorous, probabilistic, empirical or standard")
+      ->capture_default_str()
+      ->check(CLI::IsMember(error_model_names()));
+  app.add_option("--threads", st->spec.threads, "threads for the oracle (0: one per core)")
+      ->capture_default_str();
+  app.add_option("--read-timeout", st->spec.read_timeout,
+                 "seconds a file may take to read before it is declared malformed (HDF5 can loop "
+                 "forever on a corrupt file)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 86400u));
+  app.add_flag("!--no-diagnosis", st->spec.diagnose,
+               "do not look for the catalogued deviation that explains a failure");
+  add_report_options(app, st->out);
+  app.footer(
+      "Each file's Case is rebuilt from its inputs, params and config, the oracle evaluated with\n"
+      "bounds for its declared precision (root or config attribute `precision`: fp32 by default,\n"
+      "tf32, bf16; outputs stored as bf16 include that rounding), and each output and\n"
+      "/outputs/trace stage present is judged. One line per file; a failing file also gets its\n"
+      "DIAGNOSIS and REPRO lines. Exit 0: all within bounds; 1: an output is not; 2: a file is\n"
+      "unreadable or invalid (the message names the file, the dataset and what was expected).");
+  return [st]() -> int {
+    st->spec.model = oracles::error_model_from_name(st->model);
+    runner::Session session(st->out, st->spec.threads);
+    return session.finish(runner::run_compare(st->spec, session));
+  };
+}
+
+Run add_capture(CLI::App& app) {
+  struct State {
+    runner::CheckSpec spec;
+    std::string op = "boundary", out, precision = "fp32";
+    ConfigFlags cfg;
+    reports::Outputs reports;
+  };
+  auto st = std::make_shared<State>();
+  st->spec.tokens = 4;
+  app.add_option("--kernel", st->spec.kernel, "kernel whose outputs are captured: " + kernel_names())
+      ->capture_default_str()
+      ->check(kernel_validator());
+  app.add_option("--op", st->op, "operation (as for check)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(op_names()));
+  app.add_option("--out", st->out, "the fixture file to write")->required();
+  app.add_option("--seed", st->spec.seed, "seed of the generated case")->capture_default_str();
+  app.add_option("--tokens", st->spec.tokens, "tokens (block, stack: positions per sequence)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
+  app.add_option("--precision", st->precision, "fp32, tf32 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember(precision_names()));
+  add_block_options(app, st->spec.block, st->spec.batch);
+  add_config_options(app, st->cfg);
+  add_report_options(app, st->reports);
+  app.footer(
+      "Generates the case of `check --seed S --cases 1` with the same options (note the\n"
+      "default --tokens: 4 here, 16 in check), runs the kernel, and writes the\n"
+      "inputs, params, config and the kernel's outputs (and, for block and stack, every\n"
+      "stage under /outputs/trace) as an mhc-fixture/1 file.");
+  return [st]() -> int {
+    if (const auto why = ref::validate(st->cfg.cfg, st->spec.block); !why.empty())
+      throw std::invalid_argument(why);
+    runner::CheckSpec& spec = st->spec;
+    spec.cfg = st->cfg.cfg;
+    spec.op = oracles::op_from_name(st->op);
+    spec.precision = oracles::precision_from_name(st->precision);
+    const auto c = runner::check_case(spec, spec.seed);
+    runner::Session session(st->reports);
+    reports::Entry& entry = session.report.entry("capture " + st->out);
+    entry.kind = "capture";
+    entry.kernel = spec.kernel;
+    entry.op = st->op;
+    entry.precision = st->precision;
+    entry.settings = {{"seed", std::to_string(spec.seed)}, {"tokens", std::to_string(c.tokens)}};
+    entry.facts = {{"file", st->out}};
+    auto ran = runner::run(*impl::find_backend(spec.kernel), c, 0);
+    if (!ran.ran()) {
+      session.finish(2);
+      throw std::runtime_error(ran.verdict.stages.at(0).reason);
+    }
+    fixtures::write_fixture(st->out, c, ran.got,
+                            "mhc-verify capture --kernel " + runner::shell_quote(spec.kernel) +
+                                " --op " + st->op + " --seed " + std::to_string(spec.seed));
+    std::printf("capture: wrote %s (%s, %zu tokens, kernel %s)\n", st->out.c_str(), st->op.c_str(),
+                c.tokens, spec.kernel.c_str());
+    return session.finish(0);
+  };
+}
+
+}  // namespace mhc::cli

@@ -1,0 +1,92 @@
+// The options the subcommands share, and the choices of enum options from the library's lists.
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "mhc/impl/kernels.hpp"
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/ops.hpp"
+
+namespace mhc::cli {
+
+bool ConfigFlags::given() const {
+  for (auto* o : {n, dim, iters, hc_eps, norm_eps})
+    if (o && o->count() > 0) return true;
+  return false;
+}
+
+void add_config_options(CLI::App& app, ConfigFlags& f) {
+  f.n = app.add_option("--n", f.cfg.n, "parallel residual streams (hc_mult), >= 1")
+            ->capture_default_str();
+  f.dim = app.add_option("--dim", f.cfg.d, "hidden width d, >= 1")->capture_default_str();
+  f.iters = app.add_option("--iters", f.cfg.iters, "Sinkhorn rounds (column divisions), >= 1")
+                ->capture_default_str();
+  f.hc_eps = app.add_option("--hc-eps", f.cfg.hc_eps, "eps of pre and of Sinkhorn, >= 0")
+                 ->capture_default_str();
+  f.norm_eps = app.add_option("--norm-eps", f.cfg.norm_eps, "eps of the RMS statistics, >= 0")
+                   ->capture_default_str();
+}
+
+void add_block_options(CLI::App& app, ref::BlockConfig& b, std::size_t& batch) {
+  app.add_option("--batch", batch, "block, stack: sequences per case (--tokens positions each)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
+  auto count = [&app](const char* name, int& v, const char* help, int most) {
+    app.add_option(name, v, help)->capture_default_str()->check(CLI::Range(1, most));
+  };
+  count("--layers", b.layers, "stack: Blocks in the stack", 64);
+  count("--heads", b.heads, "block, stack: attention heads", 1024);
+  count("--head-dim", b.head_dim, "block, stack: head width", 4096);
+  count("--experts", b.experts, "block, stack: routed experts", 4096);
+  count("--top-k", b.top_k, "block, stack: experts chosen per token", 4096);
+  count("--inter", b.inter, "block, stack: expert hidden width", 1 << 20);
+  app.add_option("--route-scale", b.route_scale, "block, stack: routing weight scale")
+      ->capture_default_str();
+}
+
+std::string kernel_names() {
+  return "cpu, cpu-fused, cuda, cuda-fused (with a CUDA device), plugin:PATH.so (your kernels, "
+         "impl/plugin/README.md), or a mutation self-test kernel variant:NAME / mutant:NAME "
+         "(mhc-verify mutants --list)";
+}
+
+void add_report_options(CLI::App& app, reports::Outputs& out) {
+  auto* g = app.add_option_group("Reports", "written as the run goes (atomically), complete at the end");
+  g->add_option("--json", out.json, "JSON report (schema mhc-report/1, reports/schema/)");
+  g->add_option("--md", out.md, "Markdown summary");
+  g->add_option("--html", out.html, "self-contained HTML page with plots");
+  g->add_option("--junit", out.junit, "JUnit XML for CI systems");
+}
+
+CLI::Validator kernel_validator() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        try {
+          return impl::find_backend(name) ? "" : "unknown kernel '" + name + "'";
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      "KERNEL");
+}
+
+std::vector<std::string> op_names(bool with_block) {
+  std::vector<std::string> v;
+  for (oracles::Op op : oracles::all_ops()) v.push_back(oracles::op_name(op));
+  if (with_block)
+    for (oracles::Op op : oracles::block_ops()) v.push_back(oracles::op_name(op));
+  return v;
+}
+
+std::vector<std::string> precision_names() {
+  std::vector<std::string> v;
+  for (oracles::Precision p : oracles::all_precisions()) v.push_back(oracles::precision_name(p));
+  return v;
+}
+
+std::vector<std::string> error_model_names() {
+  std::vector<std::string> v;
+  for (oracles::ErrorModel m : oracles::all_error_models()) v.push_back(oracles::error_model_name(m));
+  return v;
+}
+
+}  // namespace mhc::cli

@@ -1,0 +1,24 @@
+// Captured tensors judged: mhc-fixture/1 files (fixtures/README.md), each a case with the outputs
+// some implementation produced.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/runner/session.hpp"
+
+namespace mhc::runner {
+
+struct CompareSpec {
+  std::vector<std::string> files;
+  oracles::ErrorModel model = oracles::ErrorModel::standard;
+  unsigned threads = 0, read_timeout = 60;
+  bool diagnose = true;
+};
+
+// One entry per file; prints a line per file (and FAIL, DIAGNOSIS and REPRO lines for a failing
+// one). Returns the exit code: 0 all within bounds, 1 an output is not, 2 a file is invalid.
+int run_compare(const CompareSpec& spec, Session& session);
+
+}  // namespace mhc::runner

@@ -1,0 +1,76 @@
+// The one judging lifecycle every front end calls (check, gate, compare, fuzz, mutants, the
+// property tests, the benchmarks):
+//   prepare a case -> run the kernel (or take captured outputs) -> evaluate the oracle (anchored
+//   or shared) -> judge every stage -> diagnose a failure -> a report record with its REPRO line.
+// Nothing a kernel does escapes as an exception: an exception or an error code is a failed
+// verdict with the reason, "cannot run here" (no device, an op or n the backend lacks) a skipped
+// one with the reason.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mhc/impl/kernels.hpp"
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/ops.hpp"
+#include "mhc/oracles/verdict.hpp"
+#include "mhc/reports/report.hpp"
+
+namespace mhc::runner {
+
+struct Judging {
+  oracles::ErrorModel model = oracles::ErrorModel::standard;
+  unsigned threads = 0;   // 0: one per core
+  bool diagnose = true;   // on a failure, look for the catalogued deviation that explains it
+};
+
+// The kernel's run: its outputs, or why there are none (a failed or skipped verdict).
+struct Ran {
+  oracles::Trace<float> got;
+  oracles::Verdict verdict;  // pass when the kernel ran; fail ("threw") or skipped ("cannot_run")
+  bool ran() const { return verdict.state == oracles::State::pass; }
+};
+Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads);
+
+// Where a block or stack oracle takes the stages it reads. For the mHC pieces and the boundary
+// the two are the same oracle.
+//   anchored: from the kernel's own values of the earlier stages, so that bounds do not compound
+//             through the sublayers and the first failing stage is where the fault is;
+//   shared:   evaluated once on its own, for every kernel judged on the case.
+struct SharedOracle {
+  oracles::Trace<bnd::Bounded> want;
+};
+SharedOracle shared_oracle(const oracles::OpCase& c, const Judging& j);
+
+struct Outcome {
+  oracles::Trace<float> got;  // empty when the kernel did not run
+  oracles::Verdict verdict;
+  std::string diagnosis;      // one line; empty unless the case failed and was diagnosed
+  std::vector<std::string> deviations;  // the catalogued deviations that explain the failure
+};
+
+// Runs the kernel and judges it against the anchored oracle.
+Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j);
+// Runs the kernel and judges it against an oracle shared by the kernels judged on this case.
+Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
+              const SharedOracle& shared);
+// Judges outputs an implementation produced elsewhere (a fixture's); stages listed in bf16 were
+// stored as bf16, and that rounding is added to their bounds.
+Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
+                      const std::vector<std::string>& bf16 = {});
+
+// The oracle judge_outputs compares with.
+oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
+                                            const oracles::Trace<float>& got, const Judging& j,
+                                            const std::vector<std::string>& bf16 = {});
+
+// The report record of a judged case (index in the run, its seed, its REPRO line).
+reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,
+                           std::string repro);
+
+// Saves a case and the kernel's outputs as an mhc-fixture/1 file in dir (created), named from
+// the kernel, op and seed; returns the path, or "" with a warning on stderr when it cannot.
+std::string save_case(const std::string& dir, const std::string& name, const oracles::OpCase& c,
+                      const oracles::Trace<float>& got, const std::string& producer);
+
+}  // namespace mhc::runner

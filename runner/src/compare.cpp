@@ -1,0 +1,100 @@
+#include "mhc/runner/compare.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "mhc/fixtures/fixture.hpp"
+#include "mhc/reports/curves.hpp"
+#include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
+
+namespace mhc::runner {
+
+int run_compare(const CompareSpec& spec, Session& session) {
+  Judging judging;
+  judging.model = spec.model;
+  judging.threads = spec.threads;
+  judging.diagnose = spec.diagnose;
+  Progress progress("compare", long(spec.files.size()));
+  int rc = 0;
+  for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
+    const std::string& f = spec.files[i];
+    reports::Entry& entry = session.report.entry("compare " + f);
+    entry.kind = "compare";
+    entry.error_model = oracles::error_model_name(spec.model);
+    reports::CaseRecord rec;
+    rec.index = i;
+    rec.label = f;
+    try {
+      const auto fx = fixtures::read_fixture(f, spec.read_timeout);
+      entry.op = oracles::op_name(fx.c.op);
+      entry.precision = oracles::precision_name(fx.c.precision);
+      entry.settings = {{"n", std::to_string(fx.c.cfg.n)}, {"d", std::to_string(fx.c.cfg.d)},
+                        {"iters", std::to_string(fx.c.cfg.iters)},
+                        {"tokens", std::to_string(fx.c.tokens)}};
+      if (!fx.producer.empty()) entry.facts.push_back({"producer", fx.producer});
+      for (const auto& name : fx.skipped)
+        std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", f.c_str(), name.c_str());
+      if (fx.outputs.empty()) {
+        std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", f.c_str(),
+                    entry.op.c_str(), fx.c.tokens);
+        rec.verdict.state = oracles::State::skipped;
+      } else {
+        const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.bf16);
+        const std::string line = repro(fx.c, "", spec.model);
+        const std::string label = rec.label;
+        rec = record(o, i, 0, line);
+        rec.label = label;
+        const auto& v = o.verdict;
+        double worst = 0;
+        std::string worst_stage;
+        for (const auto& s : v.stages)
+          if (s.state != oracles::State::skipped && s.ratio_max >= worst) {
+            worst = s.ratio_max;
+            worst_stage = s.stage;
+          }
+        const bool fail = v.state == oracles::State::fail;
+        if (fail) rc = std::max(rc, 1);
+        progress.done();
+        std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
+                    fail ? "FAIL" : v.state == oracles::State::pass ? "PASS" : "UNDECIDED",
+                    f.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
+                    worst_stage.c_str(), fail ? "; first divergent stage " : "",
+                    fail ? v.first_divergent.c_str() : "");
+        if (fail) {
+          if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
+          std::printf("REPRO: %s\n", rec.repro.c_str());
+        }
+        if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs)) entry.sinkhorn.push_back(*curve);
+      }
+    } catch (const fixtures::FixtureError& e) {
+      std::fprintf(stderr, "mhc-verify: error: %s\n", e.what());
+      std::printf("INVALID %s\n", f.c_str());
+      oracles::StageVerdict sv;
+      sv.stage = "file";
+      sv.state = oracles::State::fail;
+      sv.rule = "invalid";
+      sv.reason = e.what();
+      rec.verdict.state = oracles::State::fail;
+      rec.verdict.first_divergent = "file";
+      rec.verdict.stages.push_back(sv);
+      entry.facts.push_back({"error", e.what()});
+      rc = 2;
+    }
+    entry.add_case(std::move(rec));
+    session.update();
+    progress.step(long(i + 1));
+  }
+  progress.done();
+  const auto& es = session.report.entries;
+  const auto n = [&](oracles::State x) {
+    return std::count_if(es.begin(), es.end(), [&](const reports::Entry& e) { return e.count(x) > 0; });
+  };
+  std::printf("compare: %s (%zu files: %ld pass, %ld fail, %ld undecided or skipped)\n",
+              rc == 0 ? "PASS" : "FAIL", es.size(), long(n(oracles::State::pass)),
+              long(n(oracles::State::fail)),
+              long(es.size()) - long(n(oracles::State::pass)) - long(n(oracles::State::fail)));
+  return rc;
+}
+
+}  // namespace mhc::runner

@@ -1,0 +1,322 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mhc/runner/gate.hpp"
+
+#include "mhc/runner/check.hpp"
+#include "mhc/runner/repro.hpp"
+#include "mhc/reports/json_number.hpp"
+#include "mhc/impl/kernels.hpp"
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/ops.hpp"
+
+namespace mhc::runner {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr const char* kBaselineSchema = "mhc-baseline/1";
+
+// The suite file: one setting per line, `key value...`, `#` comments. Lists multiply.
+struct Suite {
+  std::vector<std::string> kernels{"cpu", "cpu-fused"};
+  std::vector<oracles::Op> ops = oracles::all_ops();
+  std::vector<oracles::Precision> precisions{oracles::Precision::fp32};
+  std::vector<double> hc_eps{1e-6};
+  ref::Config cfg = ref::v41();
+  int cases = 4;
+  std::size_t tokens = 4;
+  std::uint64_t seed = 1;
+  oracles::ErrorModel model = oracles::ErrorModel::standard;
+  double allowance = 2, floor = 0.05;  // see gate/README.md
+};
+
+[[noreturn]] void suite_error(const std::string& file, int line, const std::string& what) {
+  throw std::invalid_argument(file + ":" + std::to_string(line) + ": " + what);
+}
+
+Suite read_suite(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read suite " + path);
+  Suite s;
+  std::string text;
+  int line_no = 0;
+  while (std::getline(in, text)) {
+    ++line_no;
+    if (const auto hash = text.find('#'); hash != std::string::npos) text.resize(hash);
+    std::istringstream words(text);
+    std::string key;
+    if (!(words >> key)) continue;
+    std::vector<std::string> v;
+    for (std::string w; words >> w;) v.push_back(w);
+    if (v.empty()) suite_error(path, line_no, "'" + key + "' needs a value");
+    auto one = [&]() -> const std::string& {
+      if (v.size() != 1) suite_error(path, line_no, "'" + key + "' takes one value");
+      return v[0];
+    };
+    auto number = [&](const std::string& w) {
+      try {
+        std::size_t used = 0;
+        const double x = std::stod(w, &used);
+        if (used != w.size() || !std::isfinite(x)) throw std::invalid_argument(w);
+        return x;
+      } catch (const std::exception&) {
+        suite_error(path, line_no, "'" + key + "': '" + w + "' is not a number");
+      }
+    };
+    auto integer = [&](const std::string& w, double lo, double hi) {
+      const double x = number(w);
+      if (x != std::floor(x) || x < lo || x > hi)
+        suite_error(path, line_no, "'" + key + "': " + w + " is not an integer in [" +
+                                       std::to_string(long(lo)) + ", " + std::to_string(long(hi)) + "]");
+      return x;
+    };
+    if (key == "kernels") {
+      s.kernels = v;
+    } else if (key == "ops") {
+      s.ops.clear();
+      for (const auto& o : v) {
+        const auto& ok = oracles::all_ops();
+        const auto it = std::find_if(ok.begin(), ok.end(), [&](oracles::Op x) { return oracles::op_name(x) == o; });
+        if (it == ok.end()) {
+          std::string names;
+          for (oracles::Op x : ok) names += (names.empty() ? "" : ", ") + oracles::op_name(x);
+          suite_error(path, line_no, "op '" + o + "' (" + names + ")");
+        }
+        s.ops.push_back(*it);
+      }
+    } else if (key == "precisions") {
+      s.precisions.clear();
+      for (const auto& p : v) {
+        try {
+          s.precisions.push_back(oracles::precision_from_name(p));
+        } catch (const std::invalid_argument&) {
+          suite_error(path, line_no, "precision '" + p + "' (fp32, tf32 or bf16)");
+        }
+      }
+    } else if (key == "hc-eps") {
+      s.hc_eps.clear();
+      for (const auto& w : v) s.hc_eps.push_back(number(w));
+    } else if (key == "cases") {
+      s.cases = int(integer(one(), 1, 1e6));
+    } else if (key == "tokens") {
+      s.tokens = std::size_t(integer(one(), 1, 1 << 20));
+    } else if (key == "seed") {
+      s.seed = std::uint64_t(integer(one(), 0, 9007199254740992.0));
+    } else if (key == "n") {
+      s.cfg.n = int(integer(one(), 1, 64));
+    } else if (key == "dim") {
+      s.cfg.d = int(integer(one(), 1, 1 << 20));
+    } else if (key == "iters") {
+      s.cfg.iters = int(integer(one(), 1, 100000));
+    } else if (key == "norm-eps") {
+      s.cfg.norm_eps = number(one());
+    } else if (key == "error-model") {
+      try {
+        s.model = oracles::error_model_from_name(one());
+      } catch (const std::invalid_argument& e) {
+        suite_error(path, line_no, e.what());
+      }
+    } else if (key == "allowance") {
+      s.allowance = number(one());
+      if (s.allowance < 1) suite_error(path, line_no, "allowance must be >= 1");
+    } else if (key == "floor") {
+      s.floor = number(one());
+      if (s.floor < 0) suite_error(path, line_no, "floor must be >= 0");
+    } else {
+      suite_error(path, line_no,
+                  "unknown key '" + key + "' (kernels, ops, precisions, hc-eps, cases, tokens, "
+                  "seed, n, dim, iters, norm-eps, error-model, allowance, floor)");
+    }
+  }
+  for (double e : s.hc_eps) {
+    ref::Config c = s.cfg;
+    c.hc_eps = e;
+    if (const auto why = ref::validate(c); !why.empty()) throw std::invalid_argument(path + ": " + why);
+  }
+  return s;
+}
+
+std::string g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+json num(double x) { return reports::json_number(x); }
+double from_num(const json& j) { return reports::number_from_json(j); }
+
+json baseline_of(const reports::Report& r, const Suite& s, const std::string& suite_path) {
+  json out;
+  out["schema"] = kBaselineSchema;
+  out["suite"] = suite_path;
+  out["allowance"] = s.allowance;
+  out["floor"] = s.floor;
+  out["git_commit"] = r.meta.git_commit;
+  json entries = json::object();
+  for (const auto& e : r.entries) {
+    json stages = json::object();
+    for (const auto& a : e.stages) {
+      json states = json::object();
+      for (const auto& [k, v] : a.states) states[k] = v;
+      stages[a.stage] = {{"states", states}, {"ratio_max", num(a.ratio_max)},
+                         {"ratio_p99", num(a.ratio_p99)}};
+    }
+    entries[e.id] = {{"cases", e.cases.size()}, {"stages", stages}};
+  }
+  out["entries"] = entries;
+  return out;
+}
+
+}  // namespace
+
+struct GatePlan::Data {
+  Suite suite;
+  std::vector<std::string> kernels;
+  json base;
+};
+
+GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
+  auto d = std::make_shared<Data>();
+  const GateSpec* st = &spec_;
+  d->suite = read_suite(st->suite);
+  const Suite& suite = d->suite;
+  std::vector<std::string>& kernels = d->kernels;
+  kernels = st->kernels.empty() ? suite.kernels : st->kernels;
+  for (const auto& k : kernels)
+    if (!impl::find_backend(k)) throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
+  json& base = d->base;
+  if (!st->update) {
+    std::ifstream in(st->baseline);
+    if (!in) throw std::invalid_argument("cannot read baseline " + st->baseline + " (create it with --update)");
+    try {
+      base = json::parse(in);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(st->baseline + ": not JSON: " + e.what());
+    }
+    if (!base.is_object() || base.value("schema", "") != kBaselineSchema || !base.contains("entries"))
+      throw std::invalid_argument(st->baseline + ": not an " + std::string(kBaselineSchema) + " baseline");
+  }
+  d_ = d;
+}
+
+int GatePlan::run(Session& session) const {
+  const GateSpec* st = &spec_;
+  const Suite& suite = d_->suite;
+  const std::vector<std::string>& kernels = d_->kernels;
+  const json& base = d_->base;
+  std::vector<CheckSpec> specs;
+  for (const auto& k : kernels)
+    for (const auto& op : suite.ops)
+      for (const auto& p : suite.precisions)
+        for (double e : suite.hc_eps) {
+          CheckSpec c;
+          c.kernel = k;
+          c.op = op;
+          c.precision = p;
+          c.model = suite.model;
+          c.cfg = suite.cfg;
+          c.cfg.hc_eps = e;
+          c.tokens = suite.tokens;
+          c.cases = suite.cases;
+          c.seed = suite.seed;
+          c.threads = st->threads;
+          c.save_dir = "";
+          c.kind = "gate";
+          c.id = "gate " + k + " " + oracles::op_name(op) + " " + oracles::precision_name(p) + " hc_eps=" + g(e);
+          specs.push_back(c);
+        }
+  std::printf("gate: %zu runs (%zu kernels x %zu ops x %zu precisions x %zu hc_eps), %d cases each\n",
+              specs.size(), kernels.size(), suite.ops.size(), suite.precisions.size(),
+              suite.hc_eps.size(), suite.cases);
+  int failed = 0;
+  for (const auto& spec : specs) {
+    if (session.stop()) break;
+    failed += run_check(spec, session).failed;
+  }
+  if (session.stop()) return (1);
+
+  // Regressions against the baseline.
+  std::vector<std::string> problems;
+  std::set<std::string> fresh;  // entries not in the baseline
+  const double allowance = st->update ? suite.allowance : base.value("allowance", suite.allowance);
+  const double floor = st->update ? suite.floor : base.value("floor", suite.floor);
+  if (!st->update) {
+    const json& be = base["entries"];
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      reports::Entry& e = session.report.entry(specs[i].id);
+      if (!be.contains(e.id)) {
+        e.problem = "not in the baseline " + st->baseline + " (run with --update to record it)";
+        problems.push_back("NEW " + e.id + ": " + e.problem);
+        fresh.insert(e.id);
+        continue;
+      }
+      const json& bs = be[e.id]["stages"];
+      for (const auto& a : e.stages) {
+        if (!bs.contains(a.stage)) continue;
+        for (const char* stat : {"ratio_max", "ratio_p99"}) {
+          const double was = from_num(bs[a.stage][stat]);
+          const double now = std::string(stat) == "ratio_max" ? a.ratio_max : a.ratio_p99;
+          if (!(now > allowance * was && now > was + floor)) continue;
+          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + stat + " " + g(was) +
+                             " -> " + g(now) + " (allowance " + g(allowance) + "x, floor " + g(floor) + ")";
+          e.problem = line.substr(10);
+          problems.push_back(line + "\n  REPRO: " + repro(check_case(specs[i], specs[i].seed + a.worst_case), specs[i].kernel, specs[i].model));
+        }
+        // A stage that was decided everywhere and is not any more.
+        const auto was_states = bs[a.stage]["states"];
+        const int was_pass = was_states.value("pass", 0);
+        const auto it = a.states.find("pass");
+        const int now_pass = it == a.states.end() ? 0 : it->second;
+        if (was_pass == int(e.cases.size()) && now_pass < was_pass) {
+          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + std::to_string(now_pass) +
+                             " of " + std::to_string(e.cases.size()) + " cases pass, baseline " +
+                             std::to_string(was_pass);
+          e.problem = line.substr(10);
+          problems.push_back(line);
+        }
+      }
+    }
+  }
+  std::printf("\n%-52s %6s %5s %10s  %s\n", "entry", "cases", "fail", "max ratio", "vs baseline");
+  for (const auto& e : session.report.entries) {
+    double worst = 0;
+    for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
+    const char* status = st->update          ? "recorded"
+                         : fresh.count(e.id) ? "NEW"
+                         : e.problem.empty() ? "ok"
+                                             : "REGRESSED";
+    std::printf("%-52s %6zu %5d %10.3g  %s\n", e.id.c_str(), e.cases.size(),
+                e.count(oracles::State::fail), worst, status);
+  }
+  for (const auto& p : problems) std::printf("%s\n", p.c_str());
+  if (st->update) {
+    if (failed) {
+      std::printf("gate: FAIL (%d cases failed; the baseline is not updated with failing verdicts)\n", failed);
+      return (1);
+    }
+    Suite recorded = suite;
+    recorded.allowance = allowance;
+    recorded.floor = floor;
+    reports::write_atomic(st->baseline, baseline_of(session.report, recorded, st->suite).dump(1) + "\n");
+    std::printf("gate: baseline %s recorded (%zu entries)\n", st->baseline.c_str(),
+                session.report.entries.size());
+    return (0);
+  }
+  const bool ok = failed == 0 && problems.empty();
+  std::printf("gate: %s (%d cases failed, %zu regressions or new entries)\n", ok ? "PASS" : "FAIL",
+              failed, problems.size());
+  return (ok ? 0 : 1);
+}
+
+}  // namespace mhc::runner

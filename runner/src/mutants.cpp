@@ -1,0 +1,260 @@
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mhc/runner/mutants.hpp"
+
+#include <optional>
+
+#include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
+#include "mhc/impl/variants.hpp"
+#include "mhc/oracles/diagnosis.hpp"
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/verdict.hpp"
+
+namespace mhc::runner {
+namespace {
+
+struct Row {
+  const impl::Variant* v = nullptr;
+  impl::Backend backend;
+  int cases = 0, failed = 0, undecided = 0;
+  long killed_at = -1;
+  std::string stage, diagnosis, repro;
+  bool diagnosis_ok = true;
+};
+
+// The fixed-eps sensitivity report: at the production values, is each wrong kernel's output
+// distinguishable from the legitimate kernels' at all, and does each error model catch it?
+// Deviations are measured in units of the rigorous bound of each element (a scale that follows
+// magnitude and conditioning): a wrong kernel is detectable when its worst deviation is more than
+// twice the worst of any legitimate kernel on the same cases; caught by a model when its worst
+// observed/bound ratio under that model exceeds 1.
+constexpr const char* kModelNames[] = {"rigorous", "probabilistic", "empirical", "standard"};
+
+
+int production_report(Session& session, int cases, std::uint64_t seed) {
+  using oracles::ErrorModel;
+  const ErrorModel models[] = {ErrorModel::rigorous, ErrorModel::probabilistic,
+                               ErrorModel::empirical, ErrorModel::standard};
+  std::vector<const impl::Variant*> legit, wrong;
+  std::size_t block_wrong = 0;
+  for (const auto& v : impl::variant_catalogue()) {
+    if (v.wrong && v.block.deviates())  // the mHC ops of this report run as the reference's
+      ++block_wrong;
+    else
+      (v.wrong ? wrong : legit).push_back(&v);
+  }
+  std::vector<std::array<double, 4>> wrong_ratio(wrong.size(), {0, 0, 0, 0});
+  std::array<double, 4> legit_ratio = {0, 0, 0, 0};
+  std::vector<std::string> wrong_stage(wrong.size());
+  for (int i = 0; i < cases; ++i) {
+    const oracles::Op op = i % 2 == 0 ? oracles::Op::boundary : oracles::Op::split_sinkhorn;
+    const auto c = oracles::generate_case(op, ref::v41(), 2, seed + std::uint64_t(i), oracles::Precision::fp32);
+    std::vector<oracles::Trace<bnd::Bounded>> want;
+    for (ErrorModel m : models) want.push_back(oracles::oracle_trace(c, 0, m));
+    // max observed/bound under model m, and the stage where it is largest
+    auto ratio_of = [&](const oracles::Trace<float>& got, int m, std::string* where) {
+      double r = 0;
+      for (std::size_t s = 0; s < want[0].size(); ++s)
+        for (std::size_t e = 0; e < want[0][s].values.size(); ++e) {
+          const auto& w = want[std::size_t(m)][s].values[e];
+          const double d = std::fabs(double(got[s].values[e]) - w.v);
+          double q = std::isnan(d) ? HUGE_VAL : w.e > 0 ? d / w.e : (d > 0 ? HUGE_VAL : 0.0);
+          if (!std::isfinite(w.e)) q = 0;  // undecidable elements say nothing
+          if (q > r) {
+            r = q;
+            if (where) *where = want[0][s].name;
+          }
+        }
+      return r;
+    };
+    // Our own kernels: they run everywhere (an error would be a bug here).
+    auto run_ours = [&](const impl::Variant& v) {
+      Ran r = run(impl::make_backend(v), c, 0);
+      if (!r.ran()) throw std::logic_error(r.verdict.stages.at(0).reason);
+      return std::move(r.got);
+    };
+    for (const auto* l : legit) {
+      const auto got = run_ours(*l);
+      for (int m = 0; m < 4; ++m) legit_ratio[std::size_t(m)] = std::max(legit_ratio[std::size_t(m)], ratio_of(got, m, nullptr));
+    }
+    for (std::size_t w = 0; w < wrong.size(); ++w) {
+      const auto got = run_ours(*wrong[w]);
+      for (int m = 0; m < 4; ++m) {
+        std::string where;
+        const double r = ratio_of(got, m, &where);
+        if (r > wrong_ratio[w][std::size_t(m)]) {
+          wrong_ratio[w][std::size_t(m)] = r;
+          if (m == 0) wrong_stage[w] = where;
+        }
+      }
+    }
+  }
+  std::printf("fixed-eps sensitivity at n=4 d=5120 iters=20 hc_eps=1e-6 norm_eps=1e-20: %d cases "
+              "(boundary and split_sinkhorn alternating, 2 tokens), %zu legitimate kernels\n",
+              cases, legit.size());
+  std::printf("per model: max observed/bound over all elements (> 1: caught). outside: the wrong\n"
+              "kernel's max under the rigorous model / the legitimate kernels' max; detectable when\n"
+              "> 2. verdict from the standard model.\n\n");
+  std::printf("%-30s %-7s %10s %-10s %10s %10s %10s %10s  %s\n", "kernel", "stage", "outside",
+              "detectable", "rigorous", "probabil.", "empirical", "standard", "verdict");
+  int bad = 0;
+  for (std::size_t w = 0; w < wrong.size(); ++w) {
+    const auto& r = wrong_ratio[w];
+    const double outside = legit_ratio[0] > 0 ? r[0] / legit_ratio[0] : HUGE_VAL;
+    const bool detectable = outside > 2, caught = r[3] > 1;
+    bad += detectable && !caught ? 1 : 0;
+    reports::Entry& e = session.report.entry("production " + impl::backend_name(*wrong[w]));
+    e.kind = "production";
+    e.kernel = impl::backend_name(*wrong[w]);
+    e.settings = {{"n", "4"}, {"d", "5120"}, {"iters", "20"}, {"hc_eps", "1e-06"},
+                  {"norm_eps", "1e-20"}, {"cases", std::to_string(cases)}};
+    char text[64];
+    for (int m = 0; m < 4; ++m) {
+      std::snprintf(text, sizeof text, "%.3g", r[std::size_t(m)]);
+      e.facts.push_back({std::string("max ratio, ") + kModelNames[m], text});
+    }
+    std::snprintf(text, sizeof text, "%.3g", outside);
+    e.facts.push_back({"outside the legitimate spread", text});
+    e.facts.push_back({"detectable", detectable ? "yes" : "no"});
+    e.facts.push_back({"verdict", caught ? "detected" : detectable ? "MISSED" : "undetectable"});
+    // Judged by the sensitivity rule, not by cases: a detectable deviation must be detected.
+    if (detectable && !caught) e.problem = "detectable at the production values but not detected";
+    std::printf("%-30s %-7s %10.3g %-10s %10.3g %10.3g %10.3g %10.3g  %s\n",
+                impl::backend_name(*wrong[w]).c_str(), wrong_stage[w].c_str(), outside,
+                detectable ? "yes" : "no", r[0], r[1], r[2], r[3],
+                caught ? "detected" : detectable ? "MISSED" : "undetectable");
+  }
+  std::printf("%-30s %-7s %10s %-10s %10.3g %10.3g %10.3g %10.3g  %s\n", "(legitimate kernels)", "-",
+              "-", "-", legit_ratio[0], legit_ratio[1], legit_ratio[2], legit_ratio[3],
+              legit_ratio[3] > 1 ? "FALSE ALARM" : "none flagged");
+  std::printf(
+      "(%zu Block-level wrong kernels are not in this report: they deviate only inside the "
+      "Block's sublayers, where `mutants` catches them on block cases)\n",
+      block_wrong);
+  reports::Entry& le = session.report.entry("production legitimate kernels");
+  le.kind = "production";
+  for (int m = 0; m < 4; ++m) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", legit_ratio[std::size_t(m)]);
+    le.facts.push_back({std::string("max ratio, ") + kModelNames[m], text});
+  }
+  if (legit_ratio[3] > 1) le.problem = "a legitimate kernel flagged (false alarm)";
+  const bool ok = bad == 0 && legit_ratio[3] <= 1;
+  std::printf("\nproduction: %s\n",
+              ok ? "PASS (every detectable deviation detected, no false alarm)" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int run_mutants(const MutantsSpec& spec, Session& session) {
+  const MutantsSpec* st = &spec;
+  if (spec.production) return production_report(session, spec.production_cases, spec.seed);
+  std::vector<Row> rows;
+  for (const auto& v : impl::variant_catalogue()) {
+    Row r;
+    r.v = &v;
+    r.backend = impl::make_backend(v);
+    rows.push_back(std::move(r));
+  }
+  const int total = std::max(st->cases, st->kill_budget);
+  for (auto& r : rows) {
+    reports::Entry& e = session.report.entry(r.backend.name);
+    e.kind = r.v->wrong ? "mutant" : "variant";
+    e.kernel = r.backend.name;
+    e.error_model = oracles::error_model_name(st->model);
+    e.expect = r.v->wrong ? "fail" : "pass";
+    e.keep_passing = false;
+    e.settings = {{"cases", std::to_string(r.v->wrong ? st->kill_budget : st->cases)},
+                  {"seed", std::to_string(st->seed)}};
+  }
+  Progress progress("mutants", total);
+  Judging judging;
+  judging.model = st->model;
+  judging.threads = 1;
+  for (int i = 0; i < total && !session.stop(); ++i) {
+    const auto c = oracles::campaign_case(st->seed, std::uint64_t(i));
+    // Judged as check judges it (so that the REPRO line gives the same verdict): block cases
+    // anchored on each kernel's own stages; for the mHC pieces the anchored oracle does not
+    // depend on the kernel, so it is evaluated once for all of them.
+    const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
+    std::optional<SharedOracle> pieces;
+    if (!whole) pieces = shared_oracle(c, judging);
+    for (auto& r : rows) {
+      if (r.v->wrong ? (r.killed_at >= 0 || i >= st->kill_budget) : i >= st->cases) continue;
+      const Outcome o = whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
+      const oracles::Verdict& verdict = o.verdict;
+      ++r.cases;
+      reports::Entry& e = session.report.entry(r.backend.name);
+      reports::CaseRecord rec = record(o, std::size_t(i), st->seed + std::uint64_t(i),
+                                       repro(c, r.backend.name, st->model));
+      rec.diagnosis.clear();
+      e.add_case(std::move(rec));
+      if (verdict.state == oracles::State::undecidable) ++r.undecided;
+      if (verdict.state != oracles::State::fail) continue;
+      ++r.failed;
+      if (r.failed > 1) continue;
+      r.stage = verdict.first_divergent;
+      r.repro = e.cases.back().repro;
+      if (r.v->wrong) {
+        r.killed_at = i;
+        const auto& names = o.deviations;
+        r.diagnosis = names.empty() ? "-" : names[0];
+        for (std::size_t k = 1; k < names.size(); ++k) r.diagnosis += "|" + names[k];
+        bool named = r.v->explains.empty();
+        for (const auto& nm : names) named = named || nm == r.v->explains;
+        r.diagnosis_ok = named;
+        e.cases.back().diagnosis = r.diagnosis;
+        if (!named) e.problem = "misdiagnosed: " + r.diagnosis + ", expected " + r.v->explains;
+      }
+    }
+    session.update();
+    progress.step(i + 1);
+  }
+  progress.done();
+
+  int bad = 0;
+  std::printf("%-34s %-6s %7s %8s %-9s %-28s %s\n", "kernel", "kind", "cases", "killed@", "stage",
+              "diagnosis", "verdict");
+  for (const auto& r : rows) {
+    std::string verdict;
+    if (r.v->wrong) {
+      verdict = r.killed_at < 0 ? "SURVIVED" : !r.diagnosis_ok ? "MISDIAGNOSED" : "killed";
+      if (r.killed_at >= 0 && r.v->explains.empty()) verdict = "killed (no catalogued deviation)";
+    } else {
+      verdict = r.failed ? "FLAGGED (" + std::to_string(r.failed) + " cases)" : "passed";
+    }
+    const bool ok = r.v->wrong ? r.killed_at >= 0 && r.diagnosis_ok : r.failed == 0;
+    bad += ok ? 0 : 1;
+    std::printf("%-34s %-6s %7d %8s %-9s %-28s %s\n", r.backend.name.c_str(),
+                r.v->wrong ? "wrong" : "legit", r.cases,
+                r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
+                r.stage.empty() ? "-" : r.stage.c_str(),
+                r.v->wrong ? r.diagnosis.c_str() : (r.undecided ? (std::to_string(r.undecided) + " undecidable").c_str() : "-"),
+                verdict.c_str());
+    if (!ok && !r.repro.empty()) std::printf("  REPRO: %s\n", r.repro.c_str());
+  }
+  int wrong = 0, legit = 0;
+  for (const auto& r : rows) (r.v->wrong ? wrong : legit)++;
+  std::printf("\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
+              "%s error model: %s\n",
+              wrong, st->kill_budget, legit, st->cases, oracles::error_model_name(st->model).c_str(), bad ? "FAIL" : "PASS");
+  for (const auto& r : rows) {
+    reports::Entry& e = session.report.entry(r.backend.name);
+    e.facts = {{"cases", std::to_string(r.cases)},
+               {"killed at", r.killed_at >= 0 ? std::to_string(r.killed_at) : "-"},
+               {"stage", r.stage.empty() ? "-" : r.stage},
+               {"diagnosis", r.diagnosis.empty() ? "-" : r.diagnosis},
+               {"undecidable", std::to_string(r.undecided)}};
+  }
+  return bad ? 1 : 0;
+}
+
+}  // namespace mhc::runner
