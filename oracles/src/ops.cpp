@@ -12,13 +12,18 @@
 
 namespace mhc::oracles {
 
+double fp32_value(double x) {
+  volatile float f = float(x);
+  return double(f);
+}
+
 OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
                    Precision precision) {
   OpCase c;
   c.op = op;
   c.cfg = cfg;
-  c.cfg.hc_eps = double(float(cfg.hc_eps));
-  c.cfg.norm_eps = double(float(cfg.norm_eps));
+  c.cfg.hc_eps = fp32_value(cfg.hc_eps);
+  c.cfg.norm_eps = fp32_value(cfg.norm_eps);
   c.tokens = tokens;
   c.seed = seed;
   c.precision = precision;

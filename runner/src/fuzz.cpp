@@ -136,7 +136,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   c.n = st->n;
   c.d = 1;
   c.iters = st->iters;
-  c.hc_eps = double(float(st->eps));  // the kernels use the fp32 value
+  c.hc_eps = oracles::fp32_value(st->eps);  // the kernels use the fp32 value
   if (const auto why = ref::validate(c); !why.empty()) throw std::invalid_argument(why);
   const std::size_t nn = std::size_t(c.n) * std::size_t(c.n);
   std::vector<double> L(nn), C(nn);
@@ -224,16 +224,19 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
             std::printf("FAIL: %s on case %llu: %s\n", b->name.c_str(),
                         static_cast<unsigned long long>(i), o.verdict.stages.at(0).reason.c_str());
           } else {
-            auto saved = oc;
-            rec.saved = save_case(st->save, "fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i),
-                                  oc, o.got, "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) +
-                                                 ", case " + std::to_string(i));
-            saved.origin = oracles::OpCase::Origin::file;
-            saved.file = rec.saved;
-            if (!rec.saved.empty()) rec.repro = repro(saved, b->name, judging.model);
-            std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s): saved %s\n",
+            if (!st->save.empty()) {
+              rec.saved = save_case(st->save, "fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i),
+                                    oc, o.got, "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) +
+                                                   ", case " + std::to_string(i));
+              auto saved = oc;
+              saved.origin = oracles::OpCase::Origin::file;
+              saved.file = rec.saved;
+              if (!rec.saved.empty()) rec.repro = repro(saved, b->name, judging.model);
+            }
+            std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s)%s%s\n",
                         b->name.c_str(), static_cast<unsigned long long>(i),
-                        o.verdict.first_divergent.c_str(), rec.saved.c_str());
+                        o.verdict.first_divergent.c_str(), rec.saved.empty() ? "" : ": saved ",
+                        rec.saved.c_str());
             if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
             if (!rec.repro.empty()) std::printf("REPRO: %s\n", rec.repro.c_str());
           }

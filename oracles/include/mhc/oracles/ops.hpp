@@ -73,6 +73,12 @@ using ref::Stage;
 template <class S>
 using Trace = std::vector<Stage<S>>;
 
+// The fp32 value of x, as a kernel computes with it. Through a volatile float: GCC 12.2's SLP
+// vectorizer removes the round trip double(float(x)) when it vectorizes two of them (case_header
+// declared the double eps instead of the fp32 one, and REPRO lines printed a value that read
+// back to another case).
+double fp32_value(double x);
+
 // A Case with no tensors yet: op, configuration (eps rounded to the fp32 values a kernel
 // computes with: the case declares those), tokens, seed and precision (validated).
 OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint64_t seed,
