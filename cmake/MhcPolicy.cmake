@@ -10,9 +10,8 @@ target_compile_options(mhc_warnings INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wno-sign-conversion
     -Wno-shadow-field-in-constructor -Wno-psabi>
   # .cu files: the same warnings for the host compiler's pass (through nvcc), and nvcc's own.
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wconversion,-Wdouble-promotion,-Wshadow
-    --Wreorder --Wext-lambda-captures-this>
-  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<CUDA_COMPILER_ID:NVIDIA>>:-Xcompiler=-Wno-psabi>)
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wconversion,-Wdouble-promotion,-Wshadow,-Wno-psabi
+    --Wreorder --Wext-lambda-captures-this>)
 
 # The oracle's numbers must be the ones the source says: no contraction of a*b+c into an FMA
 # (that changes rounding), no fast-math reassociation.
