@@ -6,10 +6,12 @@
 #include <map>
 #include <utility>
 
+#include "cuda_boundary_timing.hpp"
 #include "mhc/impl/cuda.hpp"
 
 int main(int argc, char** argv) {
   using namespace mhc::impl;
+  using namespace mhc::bench;
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 50;
   if (repeats < 1) {
     std::fprintf(stderr, "mhc-bench-cuda: repeats must be a positive integer, got '%s'\n", argv[1]);
@@ -19,8 +21,10 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }
-  std::printf("device %s; boundary n=4 d=5120; CUDA events, median of %d after a warm-up; "
-              "bytes (2n+2)*d per token\n", cuda_device_name().c_str(), repeats);
+  std::printf(
+      "device %s; boundary n=4 d=5120; CUDA events, median of %d after a warm-up; "
+      "bytes (2n+2)*d per token\n",
+      cuda_device_name().c_str(), repeats);
   std::printf("%-6s %7s %10s %10s %10s %10s %9s %8s\n", "dtype", "tokens", "fused ms", "base ms",
               "fused GB/s", "copy GB/s", "fraction", "speedup");
   std::map<std::pair<bool, std::size_t>, BoundaryTiming> runs;
@@ -29,7 +33,8 @@ int main(int argc, char** argv) {
       const auto r = runs[{bf16, T}] = cuda_bench_boundary(T, bf16, repeats);
       const double gbps = r.bytes_per_token * double(T) / (r.fused_ms * 1e-3) / 1e9;
       std::printf("%-6s %7zu %10.4f %10.4f %10.1f %10.1f %9.2f %8.2f\n", bf16 ? "bf16" : "fp32", T,
-                  r.fused_ms, r.baseline_ms, gbps, r.copy_gbps, gbps / r.copy_gbps, r.baseline_ms / r.fused_ms);
+                  r.fused_ms, r.baseline_ms, gbps, r.copy_gbps, gbps / r.copy_gbps,
+                  r.baseline_ms / r.fused_ms);
     }
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
   // the table above), the shipped one first.

@@ -8,7 +8,10 @@ target_compile_options(mhc_warnings INTERFACE
   # clang (the sanitizer and fuzz builds) reads -Wconversion and -Wshadow more widely than gcc;
   # keep its warnings to what gcc's policy asks.
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wno-sign-conversion
-    -Wno-shadow-field-in-constructor -Wno-psabi>)
+    -Wno-shadow-field-in-constructor -Wno-psabi>
+  # .cu files: the same warnings for the host compiler's pass (through nvcc), and nvcc's own.
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wconversion,-Wdouble-promotion,-Wshadow,-Wno-psabi
+    --Wreorder --Wext-lambda-captures-this>)
 
 # The oracle's numbers must be the ones the source says: no contraction of a*b+c into an FMA
 # (that changes rounding), no fast-math reassociation.

@@ -6,7 +6,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "mhc/impl/kernels.hpp"
 
@@ -30,26 +29,6 @@ void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes);
 
 const Backend& cuda();        // one kernel per piece; the boundary as four launches (baseline)
 const Backend& cuda_fused();  // the boundary in one pass over the streams
-
-// Timings of the boundary on device-resident data (CUDA events, median of `repeats` after a
-// warm-up; inputs rotated over several copies when they would fit in L2).
-struct BoundaryTiming {
-  std::size_t tokens = 0;
-  bool bf16 = false;
-  double fused_ms = 0, baseline_ms = 0, copy_gbps = 0;  // copy: device-to-device, read + write
-  double bytes_per_token = 0;                           // (2n + 2) d elements
-};
-BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
-// The fused kernel's configurations (tokens a block, columns a chunk, pipeline stages, L2
-// prefetch size), the shipped one first, timed the same way on random inputs; same_bits: every
-// output equals the first configuration's, bit for bit (the arithmetic of a token does not depend
-// on them).
-struct TcTiming {
-  std::string name;
-  double ms = 0;
-  bool same_bits = false;
-};
-std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats);
 
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
 // fragment layout): a [16 x 8] and c, d [16 x 8] row-major, b [8 x 8] with b[k * 8 + j]. The

@@ -1,0 +1,232 @@
+// The CUDA boundary's timings (cuda_boundary_timing.hpp): cuda-fused's kernel in the shipped
+// configuration against the four-launch baseline, and the sweep of the kernel's configurations,
+// instantiated here from impl/cuda/boundary_tc.cuh.
+#include "cuda_boundary_timing.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/boundary_tc.cuh"
+#include "cuda/buffers.cuh"
+#include "cuda/check.cuh"
+#include "cuda/device.cuh"
+#include "cuda/pieces.cuh"
+#include "mhc/impl/cuda.hpp"
+
+namespace mhc::bench {
+namespace {
+
+using namespace mhc::impl::cuda_detail;
+
+void need_device(const char* what, int repeats) {
+  if (repeats < 1) throw std::invalid_argument(std::string(what) + ": repeats must be at least 1");
+  if (impl::cuda_device_count() == 0)
+    throw std::runtime_error(std::string(what) + ": no CUDA device");
+}
+
+// Reproducible values in [lo, hi) for the benchmark's inputs: a hash of the index and the seed.
+template <class E>
+__global__ void fill_uniform(E* p, std::size_t count, std::uint32_t seed, float lo, float hi) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  std::uint32_t v = (std::uint32_t(i) * 0x9E3779B9u) ^ std::uint32_t(i >> 32) ^ seed;
+  v ^= v >> 16;
+  v *= 0x7FEB352Du;
+  v ^= v >> 15;
+  v *= 0x846CA68Bu;
+  v ^= v >> 16;
+  st(p, i, lo + (hi - lo) * (float(v >> 8) * (1.0f / 16777216.0f)));
+}
+
+// The boundary's device data at n = 4, d = 5120 for T tokens: the stream tensors in enough
+// copies that every repetition reads data past the 60 MB L2, the rest once.
+struct BenchData {
+  static constexpr std::size_t n = 4, d = 5120, M = 24;
+  const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
+  std::size_t T, es;
+  int copies;
+  Dev<std::uint8_t> f, R, x, y;
+  Dev<float> post, comb, pm, W, s, b, mixes, pre, po, co;
+  BenchData(std::size_t tokens, bool bf16_streams)
+      : T(tokens),
+        es(bf16_streams ? 2 : 4),
+        copies(int(std::max<std::size_t>(
+            1, (256u << 20) / std::max<std::size_t>(T * (2 * n + 2) * d * es, 1)))),
+        f(T * d * es * std::size_t(copies)),
+        R(T * n * d * es * std::size_t(copies)),
+        x(R.n),
+        y(f.n),
+        post(T * n),
+        comb(T * n * n),
+        pm(T * n),
+        W(M * n * d),
+        s(3),
+        b(M),
+        mixes(T * M),
+        pre(T * n),
+        po(T * n),
+        co(T * n * n) {
+    std::uint32_t seed = 1;
+    auto fill = [&](auto* p, std::size_t count, float lo, float hi) {
+      fill_uniform<<<blocks_for(count, kThreads), kThreads>>>(p, count, seed++, lo, hi);
+      MHC_CUDA_LAUNCHED();
+    };
+    if (bf16_streams) {
+      fill(reinterpret_cast<bf16*>(f.p), f.n / 2, -1, 1);
+      fill(reinterpret_cast<bf16*>(R.p), R.n / 2, -1, 1);
+    } else {
+      fill(reinterpret_cast<float*>(f.p), f.n / 4, -1, 1);
+      fill(reinterpret_cast<float*>(R.p), R.n / 4, -1, 1);
+    }
+    fill(post.p, post.n, 0, 2);
+    fill(comb.p, comb.n, 0, 0.5f);
+    fill(pm.p, pm.n, 0, 1);
+    fill(W.p, W.n, -0.01f, 0.01f);
+    fill(s.p, s.n, 0.5f, 1.5f);
+    fill(b.p, b.n, -1, 1);
+    sync();
+  }
+  // The boundary on copy k of the streams.
+  template <class S, class Launch>
+  void run(Launch launch, int k) {
+    const std::size_t off = std::size_t(k);
+    launch(c, T, reinterpret_cast<S*>(f.p) + off * T * d,
+           reinterpret_cast<S*>(R.p) + off * T * n * d, post.p, comb.p, pm.p, W.p, s.p, b.p,
+           reinterpret_cast<S*>(x.p) + off * T * n * d, reinterpret_cast<S*>(y.p) + off * T * d,
+           mixes.p, pre.p, po.p, co.p);
+  }
+  // Every output of copy 0, as bytes.
+  std::vector<std::uint8_t> outputs() const {
+    std::vector<std::uint8_t> all;
+    auto take = [&](const void* p, std::size_t bytes) {
+      const std::size_t at = all.size();
+      all.resize(at + bytes);
+      MHC_CUDA_CHECK(cudaMemcpy(all.data() + at, p, bytes, cudaMemcpyDeviceToHost));
+    };
+    take(x.p, T * n * d * es);
+    take(y.p, T * d * es);
+    for (const auto* v : {&mixes, &pre, &po, &co}) take(v->p, v->n * 4);
+    return all;
+  }
+};
+
+// Median time in ms of `repeats` calls of launch(i % copies) after a warm-up (CUDA events).
+template <class F>
+double median_ms(int repeats, int copies, F launch) {
+  cudaEvent_t e0, e1;
+  MHC_CUDA_CHECK(cudaEventCreate(&e0));
+  MHC_CUDA_CHECK(cudaEventCreate(&e1));
+  launch(0);
+  sync();
+  std::vector<float> ms;
+  for (int i = 0; i < repeats; ++i) {
+    MHC_CUDA_CHECK(cudaEventRecord(e0));
+    launch(i % copies);
+    MHC_CUDA_CHECK(cudaEventRecord(e1));
+    MHC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]);
+}
+
+// A configuration's name, as the table shows it: "tb32 cw64 s2 L2:256".
+template <class C>
+std::string tc_name() {
+  std::string s = "tb" + std::to_string(C::TB) + " cw" + std::to_string(C::CW) + " s" +
+                  std::to_string(C::STAGES);
+  if (C::PF) s += " L2:" + std::to_string(C::PF);
+  return s;
+}
+template <class S>
+struct Timed {
+  std::string name;
+  TcLaunch<S> launch;
+};
+template <class S, class C>
+Timed<S> timed() {
+  return {tc_name<C>(), tc_launch<S, 5120, C>()};
+}
+// The configurations the sweep compares: the shipped one first, the reference of the bits.
+template <class S>
+std::vector<Timed<S>> tc_configs() {
+  std::vector<Timed<S>> v{{"shipped (" + tc_name<ShippedTc<S>>() + ")", shipped_tc<S, 5120>()}};
+  if constexpr (std::is_same<S, float>::value)
+    for (auto t : {timed<S, TcConfig<32, 32, 3, 0>>(), timed<S, TcConfig<32, 32, 3, 128>>(),
+                   timed<S, TcConfig<32, 64, 2, 0>>(), timed<S, TcConfig<32, 64, 2, 256>>(),
+                   timed<S, TcConfig<64, 32, 2, 256>>()})
+      v.push_back(t);
+  else
+    for (auto t : {timed<S, TcConfig<32, 32, 2, 0>>(), timed<S, TcConfig<32, 32, 2, 128>>(),
+                   timed<S, TcConfig<32, 64, 2, 0>>(), timed<S, TcConfig<64, 32, 2, 256>>()})
+      v.push_back(t);
+  return v;
+}
+
+template <class S>
+std::vector<TcTiming> sweep(std::size_t T, int repeats) {
+  BenchData data(T, !std::is_same<S, float>::value);
+  std::vector<TcTiming> out;
+  std::vector<std::uint8_t> shipped;
+  for (const auto& cfg : tc_configs<S>()) {
+    for (auto* v : {&data.x, &data.y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
+    for (auto* v : {&data.mixes, &data.pre, &data.po, &data.co})
+      MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
+    data.run<S>(cfg.launch, 0);
+    sync();
+    const auto got = data.outputs();
+    if (shipped.empty()) shipped = got;
+    TcTiming t;
+    t.name = cfg.name;
+    t.same_bits = got == shipped;
+    t.ms = median_ms(repeats, data.copies, [&](int k) { data.run<S>(cfg.launch, k); });
+    out.push_back(t);
+  }
+  return out;
+}
+}  // namespace
+
+BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
+  need_device("cuda_bench_boundary", repeats);
+  BoundaryTiming r;
+  r.tokens = T;
+  r.bf16 = use_bf16;
+  BenchData data(T, use_bf16);
+  r.bytes_per_token = double((2 * data.n + 2) * data.d * data.es);
+  // cuda-fused's launch at d = 5120, and the baseline's four.
+  auto time = [&](TcLaunch<float> f32, TcLaunch<bf16> b16) {
+    return median_ms(repeats, data.copies, [&](int k) {
+      if (use_bf16)
+        data.run<bf16>(b16, k);
+      else
+        data.run<float>(f32, k);
+    });
+  };
+  r.fused_ms = time(shipped_tc<float, 5120>(), shipped_tc<bf16, 5120>());
+  r.baseline_ms = time(boundary_four_launches<float>, boundary_four_launches<bf16>);
+  // Device-to-device copy of 1 GiB: bytes read + written per second.
+  const std::size_t bytes = std::size_t(1) << 30;
+  Dev<std::uint8_t> a(bytes), bb(bytes);
+  const double copy_ms = median_ms(repeats, 1, [&](int) {
+    MHC_CUDA_CHECK(cudaMemcpyAsync(bb.p, a.p, bytes, cudaMemcpyDeviceToDevice));
+  });
+  r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+  return r;
+}
+
+std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats) {
+  need_device("cuda_bench_boundary_sweep", repeats);
+  return use_bf16 ? sweep<bf16>(T, repeats) : sweep<float>(T, repeats);
+}
+
+}  // namespace mhc::bench

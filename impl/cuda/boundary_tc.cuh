@@ -1,0 +1,541 @@
+// cuda-fused's boundary in one pass (boundary_tc), with the projection on the tensor cores, and
+// its launch in a configuration (launch_tc, shipped_tc). A header because the benchmark's sweep
+// (bench/cuda_boundary_timing.cu) instantiates other configurations of the same kernel.
+// Everything here has internal linkage: each .cu that launches it has its own instantiations and
+// its own packed copy of hc_fn.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <type_traits>
+
+#include "check.cuh"
+#include "device.cuh"
+
+namespace mhc::impl::cuda_detail {
+namespace {
+
+// v ~ hi + lo as tf32 operands: hi is v rounded to nearest (ties away), lo the exact remainder
+// cut to tf32: |v - hi - lo| < 2^-10 |v - hi| <= 2^-21 |v|. Integer operations (cvt.rna is an
+// instruction sequence here); v finite.
+__device__ inline void split_tf32(float v, std::uint32_t& hi, std::uint32_t& lo) {
+  hi = (__float_as_uint(v) + 0x1000u) & 0xFFFFE000u;
+  lo = __float_as_uint(v - __uint_as_float(hi)) & 0xFFFFE000u;
+}
+// c += a b on the tensor cores: a [16 x 8] row-major and b [8 x 8] column-major tf32 fragments,
+// c [16 x 8] fp32 (PTX ISA, mma.m16n8k8 .tf32).
+__device__ inline void mma_tf32(float* c, const std::uint32_t* a, const std::uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// hc_fn [24, n*d] repacked for the tensor-core single pass, one contiguous block per chunk of 32
+// columns ([chunk][stream k][...], so that a block copies a chunk with constant strides): per
+// stream, the B fragments of mma.m16n8k8 in the order the warp reads them, [kstep s][n-tile]
+// [lane][2] (lane = 4g + t holds rows 8*tile + g, columns 8s + 2t and 8s + 2t + 1 as k = t and
+// t + 4: the sum runs over the columns in any order, and this one makes a lane's two A elements
+// adjacent), zero past column d so that a chunk is always whole.
+__global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, std::size_t chunks32, const float* W,
+                               float* Wp) {
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n * chunks32 * 768) return;
+  const int q = int(e % 768), h = q % 2, lane = (q / 2) % 32, tile = (q / 64) % 3, s = q / 192;
+  const std::size_t k = (e / 768) % n, chunk = e / (768 * n);
+  const std::size_t col = chunk * 32 + std::size_t(8 * s + 2 * (lane % 4) + h);
+  const std::size_t row = std::size_t(8 * tile + lane / 4);
+  Wp[e] = col < d ? W[row * n * d + k * d + col] : 0.0f;
+}
+
+// Two adjacent columns of a stream tensor, rounded to T: one 8-byte (fp32) or 4-byte (bf16)
+// access where the width D is fixed and even, else two checked scalar ones.
+template <class T>
+struct Pair;
+template <>
+struct Pair<float> {
+  using type = float2;
+};
+template <>
+struct Pair<bf16> {
+  using type = __nv_bfloat162;
+};
+__device__ inline float2 to_float2(float2 v) {
+  return v;
+}
+__device__ inline float2 to_float2(__nv_bfloat162 v) {
+  return __bfloat1622float2(v);
+}
+__device__ inline float2 from_float2(float2 v, const float*) {
+  return v;
+}
+__device__ inline __nv_bfloat162 from_float2(float2 v, const bf16*) {
+  return __float22bfloat162_rn(v);
+}
+template <int D, class T>
+__device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v, std::size_t col,
+                                  std::size_t d) {
+  using P = typename Pair<T>::type;
+  if (D > 0 && D % 2 == 0) {
+    *reinterpret_cast<P*>(p + i) = v;
+    return;
+  }
+  if (col < d) p[i] = v.x;
+  if (col + 1 < d) p[i + 1] = v.y;
+}
+
+// The single pass with the projection on the tensor cores, in a pipeline of STAGES chunks of CW
+// columns (a multiple of 32), TB tokens a block:
+// - the pipeline (TcPipeline): each chunk of the block's tokens (f and the n residual streams, and
+//   hc_fn's columns) is copied into a stage of shared memory with cp.async, STAGES - 1 chunks
+//   ahead of the one in use;
+// - phase A (tc_phase_a): hc_post, the store of the new streams, hc_pre, the sum of squares;
+// - phase B (tc_phase_b): the projection of the new streams on hc_fn with mma.m16n8k8 on tf32
+//   parts, split so that it is fp32-accurate (the 3xTF32 scheme);
+// - the epilogue (tc_epilogue): the partial products summed, the mixes normalised, split_sinkhorn.
+// The split products and the tensor cores' accumulation (each 32 columns summed from zero, then
+// fp32 adds) stay within the fp32 model's bound of the projection: the derivation, and what
+// test_cuda checks of the tensor cores, in docs/semantics.md, "The tensor-core projection".
+// The arithmetic of a token does not depend on TB, CW, STAGES or PF: every configuration gives
+// the same bits (mhc-bench-cuda's sweep checks it).
+template <class T, int TB_, int CW_>
+struct TcLayout {
+  static constexpr int N = 4, M = 24, TB = TB_, CW = CW_, CO = N + N * N + N;
+  static constexpr int kThreads = 4 * TB;  // phase A: 8 tokens a warp; phase B: 32 tokens a warp
+  static constexpr int NW = kThreads / 32;
+  // A token's rows f, R_0..R_3 (CW each), padded so that the A fragments' rows g = 0..7 fall in
+  // distinct banks (a stride of 8 mod 32 words for fp32 pairs; 20 or 4 for bf16 pairs at
+  // CW = 32 or 64), each row 16-byte aligned.
+  static constexpr int TS = 5 * CW + 8;
+  static constexpr int kStreamBytes = TB * TS * int(sizeof(T));
+  static constexpr int kWFloats = N * CW * M;  // CW / 32 chunks of packed hc_fn
+  static constexpr int kWSub = 32 * M;         // one stream's 32 columns
+  static constexpr int kStageBytes = kStreamBytes + 4 * kWFloats;
+  static_assert(TB % 32 == 0 && CW % 32 == 0, "phase B takes 32 tokens and columns a warp");
+  // Blocks a multiprocessor holds (228 KB of shared memory, 1 KB of it reserved per block), so
+  // that registers are allotted for as many.
+  static constexpr int blocks(int stages) {
+    const int b = 233472 / (stages * kStageBytes + TB * (CO + 1) * 4 + 1024);
+    return b < 1 ? 1 : b > 8 ? 8 : b;
+  }
+  static_assert(kStreamBytes % 16 == 0, "hc_fn's part of a stage starts 16-byte aligned");
+  static_assert(kWFloats % (4 * kThreads) == 0, "hc_fn's chunk is copied in whole rounds");
+};
+
+// The block's coefficients into shared memory: post, comb, pre_mix per token (zero past the last).
+template <int TB, int CO, int N, int NT>
+__device__ __forceinline__ void tc_coefficients(float* coef, const float* post, const float* comb,
+                                                const float* pre_mix, std::size_t t0, int nt) {
+  for (int e = int(threadIdx.x); e < TB * CO; e += NT) {
+    const int tb = e / CO, i = e % CO;
+    const std::size_t t = t0 + std::size_t(tb);
+    float v = 0;
+    if (tb < nt)
+      v = i < N           ? post[t * N + std::size_t(i)]
+          : i < N + N * N ? comb[t * N * N + std::size_t(i - N)]
+                          : pre_mix[t * N + std::size_t(i - N - N * N)];
+    coef[e] = v;
+  }
+}
+
+// The copies of the block's chunks into the stages. Completion is tracked by commit groups, so
+// no thread waits on registers still in flight; a thread's copies are the same in every chunk
+// but for the column offset, so their addresses are formed once. A row of a chunk is only
+// CW * sizeof(T) bytes, and its next piece is asked for a chunk later, so DRAM would see small
+// scattered reads: PF = 128 or 256 asks L2 to fetch the aligned block of that many bytes around
+// each copy (cp.async's L2 prefetch size), so that DRAM serves a neighbouring piece of the row
+// with it. The hint is not an access: it cannot fault past an allocation.
+template <class T, int D, int STAGES, int TB, int CW, int PF>
+struct TcPipeline {
+  using L = TcLayout<T, TB, CW>;
+  static constexpr int N = L::N, TS = L::TS, NT = L::kThreads;
+  static constexpr bool kAsync = D > 0 && D % CW == 0;  // whole chunks: 16-byte copies
+  static constexpr int kVec = 16 / int(sizeof(T));      // elements per 16-byte copy
+  // The 16-byte copies of a chunk's streams: thread x takes piece x mod VPR of the rows f,
+  // R_0..R_3 of tokens x / VPR + TPS j (zero-filled past the last token).
+  static constexpr int VPR = CW / kVec, TPS = NT / VPR, SWEEPS = kAsync ? TB / TPS : 1;
+  static_assert(!kAsync || (NT % VPR == 0 && TB % TPS == 0), "the copies cover the rows once");
+  static_assert(PF == 0 || PF == 128 || PF == 256, "cp.async's L2 prefetch sizes");
+
+  unsigned char* smem;
+  const T* f;
+  const T* R;
+  const float* Wp;
+  std::size_t t0, d, chunks;
+  int nt;
+  const T* fsrc[SWEEPS];
+  const T* rsrc[SWEEPS];
+  unsigned soff[SWEEPS], sbytes[SWEEPS];
+  unsigned smem0;
+
+  __device__ __forceinline__ TcPipeline(unsigned char* smem_, const T* f_, const T* R_,
+                                        const float* Wp_, std::size_t t0_, int nt_, std::size_t d_,
+                                        std::size_t chunks_)
+      : smem(smem_), f(f_), R(R_), Wp(Wp_), t0(t0_), d(d_), chunks(chunks_), nt(nt_) {
+    if (kAsync)
+#pragma unroll
+      for (int j = 0; j < SWEEPS; ++j) {
+        const int tb = int(threadIdx.x) / VPR + TPS * j, q = int(threadIdx.x) % VPR;
+        const std::size_t t = t0 + std::size_t(min(tb, nt - 1));
+        fsrc[j] = f + t * d + std::size_t(q * kVec);
+        rsrc[j] = R + t * N * d + std::size_t(q * kVec);
+        soff[j] = unsigned((tb * TS + q * kVec) * int(sizeof(T)));
+        sbytes[j] = tb < nt ? 16u : 0u;
+      }
+    smem0 = unsigned(__cvta_generic_to_shared(smem));
+  }
+
+  __device__ __forceinline__ T* streams(int st) const {
+    return reinterpret_cast<T*>(smem + st * L::kStageBytes);
+  }
+  __device__ __forceinline__ float* w(int st) const {
+    return reinterpret_cast<float*>(smem + st * L::kStageBytes + L::kStreamBytes);
+  }
+
+  // Chunk `ch` into stage `st`: the rows of f and R (zero past the last token and column), and
+  // hc_fn's packed chunk (contiguous, always whole). One commit group per call, empty past the end.
+  __device__ __forceinline__ void fetch(std::size_t ch, int st) const {
+    if (ch < chunks) {
+      const std::size_t c0 = ch * CW;
+      const unsigned sbase = smem0 + unsigned(st * L::kStageBytes);
+      if (kAsync) {
+#pragma unroll
+        for (int j = 0; j < SWEEPS; ++j)
+#pragma unroll
+          for (int r = 0; r < 5; ++r) {
+            const T* src = (r == 0 ? fsrc[j] : rsrc[j] + std::size_t(r - 1) * d) + c0;
+            const unsigned dst = sbase + soff[j] + unsigned(r * CW * int(sizeof(T)));
+            if (PF == 256)
+              asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst),
+                           "l"(src), "r"(sbytes[j]));
+            else if (PF == 128)
+              asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst),
+                           "l"(src), "r"(sbytes[j]));
+            else
+              asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                           "r"(sbytes[j]));
+          }
+      } else {  // any width: plain loads
+        T* sx = streams(st);
+        for (int e = int(threadIdx.x); e < TB * 5 * CW; e += NT) {
+          const int tb = e / (5 * CW), r = (e / CW) % 5, l = e % CW;
+          const std::size_t t = t0 + std::size_t(tb), col = c0 + std::size_t(l);
+          T v = zero(f);
+          if (tb < nt && col < d)
+            v = r == 0 ? f[t * d + col] : R[(t * N + std::size_t(r - 1)) * d + col];
+          sx[tb * TS + r * CW + l] = v;
+        }
+      }
+      const float* wsrc = Wp + ch * std::size_t(L::kWFloats);
+#pragma unroll
+      for (int j = 0; j < L::kWFloats / (4 * NT); ++j) {
+        const int e = int(threadIdx.x) + NT * j;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         sbase + unsigned(L::kStreamBytes + 16 * e)),
+                     "l"(wsrc + 4 * e));
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  // The oldest chunk in flight has landed (for this thread: a barrier follows).
+  __device__ __forceinline__ static void wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));
+  }
+  __device__ __forceinline__ static void drain() {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+  }
+};
+
+// Phase A on the chunk in stage sx (TB / 8 warps; lane 16 h + p: columns 2p, 2p+1 of each 32 of
+// tokens warp + NW (2i + h)): hc_post, the store of the new streams to x (they also replace the
+// residual in the stage), hc_pre to y, and each token's sum of squares into ss[i].
+template <class T, int D, int TB, int CW>
+__device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y, std::size_t t0,
+                                           int nt, std::size_t ch, std::size_t d, float (&ss)[4]) {
+  using L = TcLayout<T, TB, CW>;
+  using P = typename Pair<T>::type;
+  constexpr int N = L::N, CO = L::CO, TS = L::TS, NW = L::NW;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int h = lane / 16, cp = 2 * (lane % 16);
+  const std::size_t cc0 = ch * CW + std::size_t(cp);
+  // Token warp + NW (h + 2i) of the block: its streams at xl + 2 i NW N d, its y at yl + 2 i NW d.
+  T* xl = x + (t0 + std::size_t(warp + NW * h)) * N * d + cc0;
+  T* yl = y + (t0 + std::size_t(warp + NW * h)) * d + cc0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int tb = warp + NW * (2 * i + h);
+    if (tb >= nt) continue;  // its rows in the stage are zero
+    float co[CO];
+#pragma unroll
+    for (int q = 0; q < CO / 4; ++q) {
+      const float4 v4 = reinterpret_cast<const float4*>(coef + tb * CO)[q];
+      co[4 * q] = v4.x;
+      co[4 * q + 1] = v4.y;
+      co[4 * q + 2] = v4.z;
+      co[4 * q + 3] = v4.w;
+    }
+#pragma unroll
+    for (int c32 = 0; c32 < CW; c32 += 32) {
+      const std::size_t cc = cc0 + std::size_t(c32);
+      T* row = sx + tb * TS + c32 + cp;
+      const float2 fv = to_float2(*reinterpret_cast<const P*>(row));
+      float2 rv[N];
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        rv[j] = to_float2(*reinterpret_cast<const P*>(row + (1 + j) * CW));
+      float2 yv = make_float2(0, 0);
+#pragma unroll
+      for (int kk = 0; kk < N; ++kk) {
+        float2 v = make_float2(co[kk] * fv.x, co[kk] * fv.y);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          v.x += co[N + j * N + kk] * rv[j].x;
+          v.y += co[N + j * N + kk] * rv[j].y;
+        }
+        if (!(D > 0 && D % 2 == 0)) {  // columns past d: zero in the stage and the sums
+          if (cc >= d) v.x = 0;
+          if (cc + 1 >= d) v.y = 0;
+        }
+        const P pv = from_float2(v, row);  // as stored
+        store_pair<D>(xl, std::size_t(2 * NW * i * N + kk) * d + std::size_t(c32), pv, cc, d);
+        *reinterpret_cast<P*>(row + (1 + kk) * CW) = pv;
+        v = to_float2(pv);
+        ss[i] += v.x * v.x;
+        ss[i] += v.y * v.y;
+        yv.x += co[N + N * N + kk] * v.x;
+        yv.y += co[N + N * N + kk] * v.y;
+      }
+      store_pair<D>(yl, std::size_t(2 * NW * i) * d + std::size_t(c32), from_float2(yv, row), cc,
+                    d);
+    }
+  }
+}
+
+// Phase B on the chunk's new streams in stage sx and hc_fn's chunk w: warp w multiplies the new
+// stream k = w mod 4 of 32 of the chunk's tokens, 32 columns at a time ([32 tokens x 32 columns]),
+// by hc_fn's ([32 x 24]), on tf32 parts a ~ ah + al, b ~ bh + bl (split_tf32) as
+// ah bl + al bh + ah bh; bf16 streams are tf32 values already (al = 0: two products). Each 32
+// columns are summed from zero, then added to the running sums acc in fp32.
+template <class T, int TB, int CW>
+__device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&acc)[2][3][4]) {
+  using L = TcLayout<T, TB, CW>;
+  constexpr int N = L::N, TS = L::TS;
+  constexpr bool fp32 = std::is_same<T, float>::value;  // bf16 values are tf32 values
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, tq = lane % 4;   // fragment coordinates
+  const int k = warp % N, grp = warp / N;  // stream k of tokens 32 grp ..
+#pragma unroll
+  for (int c32 = 0; c32 < CW; c32 += 32) {  // each 32 columns summed from zero
+    const T* xb = sx + 32 * grp * TS + (1 + k) * CW + c32;
+    const float* wb = w + ((c32 / 32) * N + k) * L::kWSub;
+    float part[2][3][4] = {};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      std::uint32_t bh[3][2], bl[3][2];
+#pragma unroll
+      for (int b = 0; b < 3; ++b) {
+        const float2 wv = reinterpret_cast<const float2*>(wb)[(s * 3 + b) * 32 + lane];
+        split_tf32(wv.x, bh[b][0], bl[b][0]);
+        split_tf32(wv.y, bh[b][1], bl[b][1]);
+      }
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        // a0, a2 (k = tq, tq + 4: columns 8s + 2tq, +1) of rows g and g + 8: one access each.
+        const T* xa = xb + (16 * a + g) * TS + 8 * s + 2 * tq;
+        std::uint32_t ah[4], al[4] = {0, 0, 0, 0};
+        if (fp32) {
+          const float2 r0 = *reinterpret_cast<const float2*>(xa),
+                       r1 = *reinterpret_cast<const float2*>(xa + 8 * TS);
+          split_tf32(r0.x, ah[0], al[0]);
+          split_tf32(r1.x, ah[1], al[1]);
+          split_tf32(r0.y, ah[2], al[2]);
+          split_tf32(r1.y, ah[3], al[3]);
+        } else {  // bf16 pairs: the low half is the first column
+          const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(xa);
+          const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(xa + 8 * TS);
+          ah[0] = w0 << 16;
+          ah[1] = w1 << 16;
+          ah[2] = w0 & 0xFFFF0000u;
+          ah[3] = w1 & 0xFFFF0000u;
+        }
+#pragma unroll
+        for (int b = 0; b < 3; ++b) {  // the small products first
+          mma_tf32(part[a][b], ah, bl[b]);
+          if (fp32) mma_tf32(part[a][b], al, bh[b]);
+          mma_tf32(part[a][b], ah, bh[b]);
+        }
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int b = 0; b < 3; ++b)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[a][b][r] += part[a][b][r];
+  }
+}
+
+// After the last chunk (the stages no longer in use): the sums of squares over each half warp,
+// the four streams' partial products through shared memory (reusing the stages), then a thread
+// per token: the mixes, normalised, and split_sinkhorn.
+template <class T, int TB, int CW>
+__device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, float* sumsq,
+                                            const float (&ss)[4], const float (&acc)[2][3][4],
+                                            std::size_t t0, int nt, std::size_t d,
+                                            const float* scale, const float* base, float* mixes,
+                                            float* pre, float* postout, float* combout) {
+  using L = TcLayout<T, TB, CW>;
+  constexpr int N = L::N, M = L::M, NW = L::NW;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, tq = lane % 4, h = lane / 16;
+  const int k = warp % N, grp = warp / N;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // over each half warp: token warp + NW (2i + h)
+    float v = ss[i];
+    for (int o = 8; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, 16);
+    if (lane % 16 == 0) sumsq[warp + NW * (2 * i + h)] = v;
+  }
+  __syncthreads();  // every warp is done with the stages
+  // [stream][token][row]; fragment r: token g (+8 for r >= 2), row 2 tq (+1 for odd r)
+  float* part = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int a = 0; a < 2; ++a)
+#pragma unroll
+    for (int b = 0; b < 3; ++b)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        part[(k * TB + 32 * grp + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] =
+            acc[a][b][r];
+  __syncthreads();
+  if (int(threadIdx.x) < nt) {
+    const int tb = int(threadIdx.x);
+    const std::size_t t = t0 + std::size_t(tb);
+    const float rr = 1.0f / sqrtf(sumsq[tb] / float(std::size_t(N) * d) + c.norm_eps);
+    float m[M];
+    for (int a = 0; a < M; ++a) {
+      const float p = ((part[(0 * TB + tb) * M + a] + part[(1 * TB + tb) * M + a]) +
+                       part[(2 * TB + tb) * M + a]) +
+                      part[(3 * TB + tb) * M + a];
+      mixes[t * M + std::size_t(a)] = m[a] = p * rr;
+    }
+    split_token<N>(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
+  }
+}
+
+template <class T, int D, int STAGES, int TB, int CW, int PF>
+__global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
+                                  TcLayout<T, TB, CW>::blocks(STAGES))
+    boundary_tc(Dims c, std::size_t tokens, const T* f, const T* R, const float* post,
+                const float* comb, const float* pre_mix, const float* Wp, const float* scale,
+                const float* base, T* x, T* y, float* mixes, float* pre, float* postout,
+                float* combout) {
+  using L = TcLayout<T, TB, CW>;
+  using Pipe = TcPipeline<T, D, STAGES, TB, CW, PF>;
+  // A fixed width stores pairs unchecked (store_pair), so it must be whole chunks.
+  static_assert(D == 0 || (Pipe::kAsync && D % 2 == 0), "a fixed width is a multiple of CW");
+  static_assert(L::N * TB * L::M * 4 <= STAGES * L::kStageBytes,
+                "the partial products reuse the stages");
+  static_assert(L::CO % 4 == 0, "coefficients are read as float4");
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(16) float coef[TB * L::CO];  // post, comb, pre_mix per token
+  __shared__ float sumsq[TB];
+  const std::size_t t0 = std::size_t(blockIdx.x) * TB;
+  const int nt = int(min(std::size_t(TB), tokens - t0));
+  const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
+  const std::size_t chunks = (d + CW - 1) / CW;
+  tc_coefficients<TB, L::CO, L::N, L::kThreads>(coef, post, comb, pre_mix, t0, nt);
+  const Pipe pipe(smem, f, R, Wp, t0, nt, d, chunks);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) pipe.fetch(std::size_t(st), st);
+  float acc[2][3][4] = {};  // [m-tile][n-tile][fragment]: the running sums, fp32 adds
+  float ss[4] = {0, 0, 0, 0};
+  for (std::size_t ch = 0; ch < chunks; ++ch) {
+    const int st = int(ch % STAGES);
+    Pipe::wait();     // chunk ch has landed
+    __syncthreads();  // ... for every thread; and the stage refilled next is no longer read
+    pipe.fetch(ch + STAGES - 1, int((ch + STAGES - 1) % STAGES));
+    tc_phase_a<T, D, TB, CW>(pipe.streams(st), coef, x, y, t0, nt, ch, d, ss);
+    __syncthreads();  // the chunk's new streams are in the stage
+    tc_phase_b<T, TB, CW>(pipe.streams(st), pipe.w(st), acc);
+    // A compiler fence: without it work of the next chunk is moved up into this one, which costs
+    // registers and spills (bench/README.md, "The boundary on the GPU").
+    asm volatile("" ::: "memory");
+  }
+  Pipe::drain();
+  tc_epilogue<T, TB, CW>(c, smem, sumsq, ss, acc, t0, nt, d, scale, base, mixes, pre, postout,
+                         combout);
+}
+
+// The single pass in one configuration: hc_fn packed for it (into a buffer kept for the process,
+// under a lock held until the launch so that concurrent callers do not repack it in between),
+// then boundary_tc.
+template <class S, int D, int STAGES, int TB, int CW, int PF>
+void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
+               const float* comb, const float* pre_mix, const float* W, const float* scale,
+               const float* base, S* x, S* y, float* mixes, float* pre, float* postout,
+               float* combout) {
+  using L = TcLayout<S, TB, CW>;
+  static std::mutex mu;
+  static float* packed = nullptr;
+  static std::size_t capacity = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::size_t chunks32 = (std::size_t(c.d) + CW - 1) / CW * (CW / 32);  // whole stages
+  const std::size_t count = std::size_t(c.n) * chunks32 * 768;
+  if (count > capacity) {
+    if (packed) MHC_CUDA_CHECK(cudaFree(packed));
+    packed = nullptr;
+    capacity = 0;
+    MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
+    capacity = count;
+  }
+  pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(std::size_t(c.n), std::size_t(c.d),
+                                                            chunks32, W, packed);
+  MHC_CUDA_LAUNCHED();
+  constexpr int bytes = STAGES * L::kStageBytes;
+  static const bool shared_set = [] {  // once: the stages exceed the default 48 KB
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(boundary_tc<S, D, STAGES, TB, CW, PF>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)shared_set;
+  boundary_tc<S, D, STAGES, TB, CW, PF><<<blocks_for(T, TB), L::kThreads, bytes>>>(
+      c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre, postout, combout);
+  MHC_CUDA_LAUNCHED();
+}
+
+template <class S>
+using TcLaunch = void (*)(const Dims&, std::size_t, const S*, const S*, const float*, const float*,
+                          const float*, const float*, const float*, const float*, S*, S*, float*,
+                          float*, float*, float*);
+
+// A configuration of boundary_tc: tokens a block, columns a chunk, pipeline stages, L2 prefetch
+// size in bytes (0: none).
+template <int TB_, int CW_, int STAGES_, int PF_>
+struct TcConfig {
+  static constexpr int TB = TB_, CW = CW_, STAGES = STAGES_, PF = PF_;
+};
+template <class S, int D, class C>
+constexpr TcLaunch<S> tc_launch() {
+  return launch_tc<S, D, C::STAGES, C::TB, C::CW, C::PF>;
+}
+
+// The configuration cuda-fused runs, per stream type: the fastest of mhc-bench-cuda's sweep on
+// the H200 (bench/README.md, "The boundary on the GPU"), which is also the sweep's reference.
+template <class S>
+struct ShippedTc;
+template <>
+struct ShippedTc<float> : TcConfig<32, 32, 3, 256> {};
+template <>
+struct ShippedTc<bf16> : TcConfig<32, 64, 2, 256> {};
+template <class S, int D>
+constexpr TcLaunch<S> shipped_tc() {
+  return tc_launch<S, D, ShippedTc<S>>();
+}
+
+}  // namespace
+}  // namespace mhc::impl::cuda_detail
