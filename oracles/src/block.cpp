@@ -1,5 +1,6 @@
 // Block and stack Cases: generation and parameter lookup.
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "mhc/oracles/generate.hpp"
@@ -29,9 +30,6 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
   c.batch = B;
   Rng rng(seed);
   const std::size_t N = B * T, n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
-  const std::size_t M = std::size_t(c.cfg.mix()), H = std::size_t(block.heads);
-  const std::size_t dh = std::size_t(block.head_dim), E = std::size_t(block.experts);
-  const std::size_t I = std::size_t(block.inter), HD = H * dh;
   auto put = [&](std::map<std::string, Tensor>& m, const std::string& name,
                  std::vector<std::size_t> shape, std::vector<float> data) {
     m[name] = Tensor{std::move(shape), std::move(data)};
@@ -40,30 +38,25 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
   if (precision == Precision::bf16) gen::to_bf16(x);
   put(c.inputs, "x", {B, T, n, d}, std::move(x));
   if (op == Op::block) put(c.inputs, "pre_mix", {B, T, n}, gen::pre_weights(rng, c.cfg, N));
-  const double sd = 1 / std::sqrt(double(d));
-  for (int l = 0; l < c.block.layers; ++l) {
-    const std::string p = layer_prefix(c, l);
-    put(c.params, p + "attn/hc_fn", {M, n * d}, gen::hc_fn(rng, c.cfg));
-    put(c.params, p + "attn/hc_base", {M}, gen::hc_base(rng, c.cfg));
-    put(c.params, p + "attn/hc_scale", {3}, gen::hc_scale(rng));
-    put(c.params, p + "ffn/hc_fn", {M, n * d}, gen::hc_fn(rng, c.cfg));
-    put(c.params, p + "ffn/hc_base", {M}, gen::hc_base(rng, c.cfg));
-    put(c.params, p + "ffn/hc_scale", {3}, gen::hc_scale(rng));
-    put(c.params, p + "attn_norm/weight", {d}, gen::norm_weight(rng, d));
-    put(c.params, p + "ffn_norm/weight", {d}, gen::norm_weight(rng, d));
-    put(c.params, p + "attn/wq", {HD, d}, gaussian(rng, HD * d, sd));
-    put(c.params, p + "attn/wk", {HD, d}, gaussian(rng, HD * d, sd));
-    put(c.params, p + "attn/wv", {HD, d}, gaussian(rng, HD * d, sd));
-    put(c.params, p + "attn/wo", {d, HD}, gaussian(rng, d * HD, 1 / std::sqrt(double(HD))));
-    put(c.params, p + "ffn/router", {E, d}, gaussian(rng, E * d, sd));
-    put(c.params, p + "ffn/router_bias", {E}, gaussian(rng, E, 0.1));
-    put(c.params, p + "ffn/w1", {E, I, d}, gaussian(rng, E * I * d, sd));
-    put(c.params, p + "ffn/w2", {E, d, I}, gaussian(rng, E * d * I, 1 / std::sqrt(double(I))));
-    put(c.params, p + "ffn/w3", {E, I, d}, gaussian(rng, E * I * d, sd));
-    put(c.params, p + "ffn/shared_w1", {I, d}, gaussian(rng, I * d, sd));
-    put(c.params, p + "ffn/shared_w2", {d, I}, gaussian(rng, d * I, 1 / std::sqrt(double(I))));
-    put(c.params, p + "ffn/shared_w3", {I, d}, gaussian(rng, I * d, sd));
-  }
+  auto draw = [&](const TensorSpec& t, const std::vector<std::size_t>& shape) {
+    std::size_t count = 1;
+    for (auto s : shape) count *= s;
+    switch (t.draw) {
+      case Draw::hc_fn: return gen::hc_fn(rng, c.cfg);
+      case Draw::hc_base: return gen::hc_base(rng, c.cfg);
+      case Draw::hc_scale: return gen::hc_scale(rng);
+      case Draw::norm_weight: return gen::norm_weight(rng, d);
+      case Draw::fan_in_gaussian: return gaussian(rng, count, 1 / std::sqrt(double(shape.back())));
+      case Draw::bias: return gaussian(rng, count, 0.1);
+      default: break;
+    }
+    throw std::logic_error("generate_block_case: no draw for " + t.name);
+  };
+  for (int l = 0; l < c.block.layers; ++l)
+    for (const auto& t : layer_params()) {
+      const auto shape = resolve(t.dims, c.cfg, c.block);
+      put(c.params, layer_prefix(c, l) + t.name, shape, draw(t, shape));
+    }
   if (op == Op::stack) put(c.params, "final_norm/weight", {d}, gen::norm_weight(rng, d));
   return c;
 }

@@ -36,7 +36,7 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
     return generate_block_case(op, cfg_in, ref::BlockConfig{}, 1, T, seed, precision);
   OpCase c = case_header(op, cfg_in, T, seed, precision);
   Rng rng(seed);
-  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), M = std::size_t(c.cfg.mix());
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
   const bool bf16 = precision == Precision::bf16;
   auto stream = [&](std::vector<float> v) {
     if (bf16) gen::to_bf16(v);
@@ -46,54 +46,46 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
                 std::vector<std::size_t> shape, std::vector<float> data) {
     m[name] = Tensor{std::move(shape), std::move(data)};
   };
-  const bool zero_ok = c.cfg.norm_eps > 0;  // a zero token with norm_eps = 0 is 0 * inf
-  switch (op) {
-    case Op::split_sinkhorn:
-      put(c.inputs, "mixes", {T, M}, gen::mixes(rng, c.cfg, T));
-      break;
-    case Op::mixes:
-      put(c.inputs, "x", {T, n, d}, stream(gen::activations(rng, T, n * d, zero_ok)));
-      put(c.params, "hc_fn", {M, n * d}, gen::hc_fn(rng, c.cfg));
-      break;
-    case Op::pre:
-      put(c.inputs, "x", {T, n, d}, stream(gen::activations(rng, T, n * d, true)));
-      put(c.inputs, "pre_mix", {T, n}, gen::pre_weights(rng, c.cfg, T));
-      break;
-    case Op::post:
-      put(c.inputs, "f", {T, d}, stream(gen::activations(rng, T, d, true)));
-      put(c.inputs, "residual", {T, n, d}, stream(gen::activations(rng, T, n * d, true)));
-      put(c.inputs, "post", {T, n}, gen::post_weights(rng, c.cfg, T));
-      put(c.inputs, "comb", {T, n, n}, gen::combs(rng, c.cfg, T));
-      break;
-    case Op::rmsnorm:
-      put(c.inputs, "x", {T, d}, stream(gen::activations(rng, T, d, zero_ok)));
-      put(c.params, "weight", {d}, gen::norm_weight(rng, d));
-      break;
-    case Op::block:
-    case Op::stack:
-      break;
-    case Op::boundary:
-      put(c.inputs, "f", {T, d}, stream(gen::activations(rng, T, d, false)));
-      put(c.inputs, "residual", {T, n, d}, stream(gen::activations(rng, T, n * d, false)));
-      put(c.inputs, "post", {T, n}, gen::post_weights(rng, c.cfg, T));
-      put(c.inputs, "comb", {T, n, n}, gen::combs(rng, c.cfg, T));
-      put(c.inputs, "pre_mix", {T, n}, gen::pre_weights(rng, c.cfg, T));
-      put(c.params, "hc_fn", {M, n * d}, gen::hc_fn(rng, c.cfg));
-      break;
-  }
-  if (op == Op::split_sinkhorn || op == Op::mixes || op == Op::boundary) {
-    put(c.params, "hc_scale", {3}, gen::hc_scale(rng));
-    put(c.params, "hc_base", {M}, gen::hc_base(rng, c.cfg));
-  }
-  // Drawn last, so that the other cases keep their tensors.
-  if ((op == Op::mixes || op == Op::boundary || op == Op::rmsnorm) && rng.uniform() < 0.125) {
-    if (c.params.count("hc_fn")) {
-      auto& w = c.params["hc_fn"].data;
-      std::fill(w.begin(), w.end(), float(rng.normal() * 0.1 / std::sqrt(double(n * d))));
+  auto draw = [&](const TensorSpec& t) -> std::vector<float> {
+    const std::vector<std::size_t> dims = resolve(t.dims, c.cfg);
+    std::size_t row = 1;
+    for (auto x : dims) row *= x;
+    switch (t.draw) {
+      case Draw::activations: return stream(gen::activations(rng, T, row, true));
+      // a zero token with norm_eps = 0 is 0 * inf
+      case Draw::activations_if_eps: return stream(gen::activations(rng, T, row, c.cfg.norm_eps > 0));
+      case Draw::activations_nonzero: return stream(gen::activations(rng, T, row, false));
+      case Draw::mixes: return gen::mixes(rng, c.cfg, T);
+      case Draw::pre_weights: return gen::pre_weights(rng, c.cfg, T);
+      case Draw::post_weights: return gen::post_weights(rng, c.cfg, T);
+      case Draw::combs: return gen::combs(rng, c.cfg, T);
+      case Draw::hc_fn: return gen::hc_fn(rng, c.cfg);
+      case Draw::hc_scale: return gen::hc_scale(rng);
+      case Draw::hc_base: return gen::hc_base(rng, c.cfg);
+      case Draw::norm_weight: return gen::norm_weight(rng, d);
+      case Draw::fan_in_gaussian:
+      case Draw::bias: break;
     }
-    for (const char* name : {"x", "f", "residual"}) {
-      if (!c.inputs.count(name)) continue;
-      Tensor& x = c.inputs[name];
+    throw std::logic_error("generate_case: no draw for " + t.name);
+  };
+  const OpSpec& spec = op_spec(op);
+  for (const auto& t : spec.inputs) {
+    std::vector<std::size_t> shape = resolve(t.dims, c.cfg);
+    shape.insert(shape.begin(), T);
+    put(c.inputs, t.name, shape, draw(t));
+  }
+  for (const auto& t : spec.params) put(c.params, t.name, resolve(t.dims, c.cfg), draw(t));
+  // Drawn last, so that the other cases keep their tensors.
+  // The ops with a long reduction (those that take an RMS) get uniform cases.
+  if (spec.reads_norm_eps && rng.uniform() < 0.125) {
+    for (const auto& t : spec.params)
+      if (t.draw == Draw::hc_fn) {
+        auto& w = c.params[t.name].data;
+        std::fill(w.begin(), w.end(), float(rng.normal() * 0.1 / std::sqrt(double(n * d))));
+      }
+    for (const auto& t : spec.inputs) {
+      if (!t.stream()) continue;
+      Tensor& x = c.inputs[t.name];
       const std::size_t row = x.shape.back();
       for (std::size_t r = 0; r < x.data.size() / row; ++r)
         std::fill_n(x.data.begin() + std::ptrdiff_t(r * row), row, x.data[r * row]);

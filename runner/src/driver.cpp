@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <stdexcept>
 #include <string>
 
 #include "mhc/oracles/verdict.hpp"
@@ -49,35 +50,49 @@ impl::BlockWeights block_weights(const oracles::OpCase& c, int layer) {
           p.w2,           p.w3,           p.shared_w1,     p.shared_w2,   p.shared_w3};
 }
 
-// One Block's stages, allocated (poisoned) in the trace under the prefix, in the oracle's order.
-impl::BlockStages block_stages(oracles::Trace<float>& tr, const std::string& prefix,
-                               const impl::KernelConfig& k, std::size_t N, std::size_t K) {
-  const std::size_t n = std::size_t(k.n), d = std::size_t(k.d), M = std::size_t(k.mix());
-  auto stage = [&](const std::string& name, std::vector<std::size_t> shape) -> float* {
+// Stages allocated (poisoned) at the end of the trace, shapes from the op table; the trace must
+// not reallocate afterwards (reserved by the caller).
+void allocate(oracles::Trace<float>& tr, const std::string& prefix,
+              const std::vector<oracles::TensorSpec>& stages, const oracles::OpCase& c) {
+  for (const auto& t : stages) {
+    std::vector<std::size_t> shape = oracles::resolve(t.dims, c.cfg, c.block);
+    shape.insert(shape.begin(), c.tokens);
     std::size_t size = 1;
-    for (auto s : shape) size *= s;
-    tr.push_back({prefix + name, std::move(shape), std::vector<float>(size, oracles::poison())});
-    return tr.back().values.data();
-  };
+    for (auto x : shape) size *= x;
+    tr.push_back({prefix + t.name, std::move(shape), std::vector<float>(size, oracles::poison())});
+  }
+}
+
+float* stage_data(oracles::Trace<float>& tr, const std::string& name) {
+  for (auto& s : tr)
+    if (s.name == name) return s.values.data();
+  throw std::logic_error("no stage " + name);
+}
+
+// One Block's stages, allocated in the trace under the prefix, in the oracle's order.
+impl::BlockStages block_stages(oracles::Trace<float>& tr, const std::string& prefix,
+                               const oracles::OpCase& c) {
+  allocate(tr, prefix, oracles::block_stages(), c);
+  auto at = [&](const char* name) { return stage_data(tr, prefix + name); };
   impl::BlockStages o{};
-  o.attn_mixes = stage("attn.mixes", {N, M});
-  o.attn_pre = stage("attn.pre", {N, n});
-  o.attn_post = stage("attn.post", {N, n});
-  o.attn_comb = stage("attn.comb", {N, n, n});
-  o.attn_in = stage("attn.in", {N, d});
-  o.attn_normed = stage("attn.normed", {N, d});
-  o.attn_out = stage("attn.out", {N, d});
-  o.x_mid = stage("x_mid", {N, n, d});
-  o.ffn_mixes = stage("ffn.mixes", {N, M});
-  o.ffn_pre = stage("ffn.pre", {N, n});
-  o.ffn_post = stage("ffn.post", {N, n});
-  o.ffn_comb = stage("ffn.comb", {N, n, n});
-  o.ffn_in = stage("ffn.in", {N, d});
-  o.ffn_normed = stage("ffn.normed", {N, d});
-  o.ffn_experts = stage("ffn.experts", {N, K});
-  o.ffn_out = stage("ffn.out", {N, d});
-  o.x_out = stage("x_out", {N, n, d});
-  o.next_pre_mix = stage("next_pre_mix", {N, n});
+  o.attn_mixes = at("attn.mixes");
+  o.attn_pre = at("attn.pre");
+  o.attn_post = at("attn.post");
+  o.attn_comb = at("attn.comb");
+  o.attn_in = at("attn.in");
+  o.attn_normed = at("attn.normed");
+  o.attn_out = at("attn.out");
+  o.x_mid = at("x_mid");
+  o.ffn_mixes = at("ffn.mixes");
+  o.ffn_pre = at("ffn.pre");
+  o.ffn_post = at("ffn.post");
+  o.ffn_comb = at("ffn.comb");
+  o.ffn_in = at("ffn.in");
+  o.ffn_normed = at("ffn.normed");
+  o.ffn_experts = at("ffn.experts");
+  o.ffn_out = at("ffn.out");
+  o.x_out = at("x_out");
+  o.next_pre_mix = at("next_pre_mix");
   return o;
 }
 
@@ -85,13 +100,13 @@ oracles::Trace<float> run_block(const impl::Backend& b, const oracles::OpCase& c
                                 const impl::KernelConfig& k) {
   if (!b.block) throw impl::NotCompiled(b.name + " has no block kernel");
   const std::size_t N = c.tokens, B = c.batch, T = N / B, n = std::size_t(k.n);
-  const std::size_t d = std::size_t(k.d), K = std::size_t(c.block.top_k);
   oracles::Trace<float> tr;
-  tr.reserve(20 * std::size_t(c.block.layers) + 2);  // stage buffers must not move
+  tr.reserve(oracles::block_stages().size() * std::size_t(c.block.layers) +
+             oracles::final_stages().size());  // stage buffers must not move
   const impl::BlockShape shape = block_shape(c);
   if (c.op == oracles::Op::block) {
     b.block(k, shape, B, T, c.input("x").data.data(), c.input("pre_mix").data.data(),
-            block_weights(c, 0), block_stages(tr, "", k, N, K));
+            block_weights(c, 0), block_stages(tr, "", c));
     return tr;
   }
   std::vector<float> pre0(N * n, 0.0f);
@@ -99,16 +114,15 @@ oracles::Trace<float> run_block(const impl::Backend& b, const oracles::OpCase& c
   const float* x = c.input("x").data.data();
   const float* pre = pre0.data();
   for (int l = 0; l < c.block.layers; ++l) {
-    const auto st = block_stages(tr, "L" + std::to_string(l) + ".", k, N, K);
+    const auto st = block_stages(tr, "L" + std::to_string(l) + ".", c);
     b.block(k, shape, B, T, x, pre, block_weights(c, l), st);
     x = st.x_out;
     pre = st.next_pre_mix;
   }
-  tr.push_back({"final.collapse", {N, d}, std::vector<float>(N * d, oracles::poison())});
-  b.hc_pre(k, N, x, pre, tr.back().values.data());
-  const float* collapsed = tr.back().values.data();
-  tr.push_back({"final.norm", {N, d}, std::vector<float>(N * d, oracles::poison())});
-  b.rmsnorm(k, N, collapsed, c.param("final_norm/weight").data.data(), tr.back().values.data());
+  allocate(tr, "", oracles::final_stages(), c);
+  b.hc_pre(k, N, x, pre, stage_data(tr, "final.collapse"));
+  b.rmsnorm(k, N, stage_data(tr, "final.collapse"), c.param("final_norm/weight").data.data(),
+            stage_data(tr, "final.norm"));
   return tr;
 }
 
@@ -119,59 +133,41 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
   using oracles::Op;
   if (c.op == Op::block || c.op == Op::stack) return run_block(b, c, kernel_config(c, threads));
   const impl::KernelConfig k = kernel_config(c, threads);
-  const std::size_t T = c.tokens, n = std::size_t(k.n), d = std::size_t(k.d);
-  const std::size_t M = std::size_t(k.mix());
+  const std::size_t T = c.tokens;
   oracles::Trace<float> tr;
-  auto stage = [&](const std::string& name, std::vector<std::size_t> shape) -> float* {
-    std::size_t size = 1;
-    for (auto s : shape) size *= s;
-    tr.push_back({name, std::move(shape), std::vector<float>(size, oracles::poison())});
-    return tr.back().values.data();
-  };
+  // Outputs are allocated first (the Trace does not move afterwards), then the kernel runs.
+  tr.reserve(oracles::op_spec(c.op).outputs.size());
+  allocate(tr, "", oracles::op_spec(c.op).outputs, c);
   auto in = [&](const std::string& name) { return c.input(name).data.data(); };
   auto par = [&](const std::string& name) { return c.param(name).data.data(); };
-  // Outputs are allocated first (the Trace does not move afterwards), then the kernel runs.
-  tr.reserve(8);
+  auto out = [&](const std::string& name) { return stage_data(tr, name); };
   switch (c.op) {
-    case Op::split_sinkhorn: {
-      float* pre = stage("pre", {T, n});
-      float* post = stage("post", {T, n});
-      float* comb = stage("comb", {T, n, n});
-      b.split_sinkhorn(k, T, in("mixes"), par("hc_scale"), par("hc_base"), pre, post, comb);
+    case Op::split_sinkhorn:
+      b.split_sinkhorn(k, T, in("mixes"), par("hc_scale"), par("hc_base"), out("pre"), out("post"),
+                       out("comb"));
       break;
-    }
-    case Op::mixes: {
-      float* mix = stage("mixes", {T, M});
-      float* pre = stage("pre", {T, n});
-      float* post = stage("post", {T, n});
-      float* comb = stage("comb", {T, n, n});
-      b.mixes(k, T, in("x"), par("hc_fn"), mix);
-      b.split_sinkhorn(k, T, mix, par("hc_scale"), par("hc_base"), pre, post, comb);
+    case Op::mixes:
+      b.mixes(k, T, in("x"), par("hc_fn"), out("mixes"));
+      b.split_sinkhorn(k, T, out("mixes"), par("hc_scale"), par("hc_base"), out("pre"),
+                       out("post"), out("comb"));
       break;
-    }
     case Op::pre:
-      b.hc_pre(k, T, in("x"), in("pre_mix"), stage("y", {T, d}));
+      b.hc_pre(k, T, in("x"), in("pre_mix"), out("y"));
       break;
     case Op::post:
-      b.hc_post(k, T, in("f"), in("residual"), in("post"), in("comb"), stage("y", {T, n, d}));
+      b.hc_post(k, T, in("f"), in("residual"), in("post"), in("comb"), out("y"));
       break;
     case Op::rmsnorm:
-      b.rmsnorm(k, T, in("x"), par("weight"), stage("y", {T, d}));
+      b.rmsnorm(k, T, in("x"), par("weight"), out("y"));
       break;
     case Op::block:
     case Op::stack:
       break;
     case Op::boundary: {
-      impl::BoundaryOut out{};
-      out.x = stage("x", {T, n, d});
-      out.mixes = stage("mixes", {T, M});
-      out.pre = stage("pre", {T, n});
-      out.post = stage("post", {T, n});
-      out.comb = stage("comb", {T, n, n});
-      out.y = stage("y", {T, d});
+      const impl::BoundaryOut o{out("x"), out("y"), out("mixes"), out("pre"), out("post"), out("comb")};
       const impl::BoundaryIn bin{in("f"),       in("residual"), in("post"),      in("comb"),
                                  in("pre_mix"), par("hc_fn"),   par("hc_scale"), par("hc_base")};
-      b.boundary(k, T, bin, out);
+      b.boundary(k, T, bin, o);
       break;
     }
   }

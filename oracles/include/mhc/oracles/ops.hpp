@@ -24,6 +24,47 @@ const std::vector<Op>& block_ops();  // the whole Block, and a stack of Blocks
 std::string op_name(Op op);
 Op op_from_name(const std::string& name);  // throws std::invalid_argument naming the choices
 
+// The op table: every op described once, its inputs, params and outputs with their shapes (the
+// names and layouts of fixtures/README.md). Case generation, the oracle's and the driver's stage
+// allocation, the fixture reader's schema and the CLI's lists are derived from it; adding an op
+// touches the reference, this table and each backend (README, "Layout").
+//
+// Shapes are symbols resolved against a case: the trailing dimensions after the tokens ([T], or
+// [B, T] for block and stack inputs and outputs); a param's whole shape.
+enum class Dim { n, d, nd, M, three, heads_x_head_dim, experts, inter, top_k };
+// How generate_case draws a tensor (oracles/include/mhc/oracles/generate.hpp).
+enum class Draw {
+  activations,            // gen::activations, a zero token now and then
+  activations_if_eps,     // ... zero tokens only with norm_eps > 0 (the op takes an RMS of them)
+  activations_nonzero,    // ... never a zero token
+  mixes, pre_weights, post_weights, combs, hc_fn, hc_scale, hc_base, norm_weight,
+  fan_in_gaussian,        // block weights: N(0, 1/last dimension)
+  bias,                   // block biases: N(0, 0.01)
+};
+struct TensorSpec {
+  std::string name;
+  std::vector<Dim> dims;
+  Draw draw = Draw::activations;
+  bool stream() const;  // an activation: stored as bf16 under the bf16 precision model
+};
+struct OpSpec {
+  Op op;
+  std::string name;
+  std::vector<TensorSpec> inputs, params;  // in the order generate_case draws them
+  std::vector<TensorSpec> outputs;         // in the order the op computes them (its Trace)
+  bool whole = false;  // block, stack: inputs and outputs [B, T, ...]; params of each layer
+  bool reads_iters = false, reads_hc_eps = false, reads_norm_eps = false;  // the config it reads
+};
+const std::vector<OpSpec>& op_table();  // all_ops(), then block_ops()
+const OpSpec& op_spec(Op op);
+std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config& c,
+                                 const ref::BlockConfig& b = {});
+// The stages of one Block in the order the reference computes them (a stack prefixes "L<l>."
+// and ends with final_stages()); the params of one layer ("layers/<l>/" in a stack).
+const std::vector<TensorSpec>& block_stages();
+const std::vector<TensorSpec>& final_stages();
+const std::vector<TensorSpec>& layer_params();
+
 // The precision model a kernel declares: fp32 arithmetic and storage; tf32 operands of the mixes
 // projection; bf16 storage of the stream tensors (docs/semantics.md, "Precision models").
 enum class Precision { fp32, tf32, bf16 };
@@ -150,16 +191,13 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
   const ref::Config& k = c.cfg;
   const std::size_t T = c.tokens, n = std::size_t(k.n), d = std::size_t(k.d);
   const std::size_t M = std::size_t(k.mix()), nd = n * d;
-  std::map<std::string, std::vector<std::size_t>> shapes{
-      {"x", {T, n, d}},   {"y", {T, d}},    {"mixes", {T, M}},
-      {"pre", {T, n}},    {"post", {T, n}}, {"comb", {T, n, n}}};
-  if (c.op == Op::post) shapes["y"] = {T, n, d};
   Trace<B> trace;
-  for (const auto& name : output_names(c.op)) {
-    const auto& shape = shapes.at(name);
+  for (const auto& t : op_spec(c.op).outputs) {
+    std::vector<std::size_t> shape = resolve(t.dims, k);
+    shape.insert(shape.begin(), T);
     std::size_t size = 1;
     for (auto s : shape) size *= s;
-    trace.push_back({name, shape, std::vector<B>(size)});
+    trace.push_back({t.name, shape, std::vector<B>(size)});
   }
   auto out = [&](const std::string& name) -> std::vector<B>& {
     for (auto& s : trace)

@@ -1,0 +1,198 @@
+// The ops' names and outputs, and a Case's named tensors: what readers of fixtures need, kept
+// apart from the oracle (the fixture reader's fuzz target links this file alone).
+#include <map>
+#include <stdexcept>
+
+#include "mhc/oracles/ops.hpp"
+
+namespace mhc::oracles {
+
+const std::vector<Op>& all_ops() {
+  static const std::vector<Op> ops{Op::split_sinkhorn, Op::mixes,   Op::pre,
+                                   Op::post,           Op::rmsnorm, Op::boundary};
+  return ops;
+}
+
+const std::vector<Op>& block_ops() {
+  static const std::vector<Op> ops{Op::block, Op::stack};
+  return ops;
+}
+
+bool TensorSpec::stream() const {
+  return draw == Draw::activations || draw == Draw::activations_if_eps ||
+         draw == Draw::activations_nonzero;
+}
+
+namespace {
+
+using D = Dim;
+const TensorSpec kX{"x", {D::n, D::d}, Draw::activations};
+const TensorSpec kF{"f", {D::d}, Draw::activations};
+const TensorSpec kResidual{"residual", {D::n, D::d}, Draw::activations};
+const TensorSpec kPreMix{"pre_mix", {D::n}, Draw::pre_weights};
+const TensorSpec kPostIn{"post", {D::n}, Draw::post_weights};
+const TensorSpec kCombIn{"comb", {D::n, D::n}, Draw::combs};
+const TensorSpec kHcFn{"hc_fn", {D::M, D::nd}, Draw::hc_fn};
+const TensorSpec kHcScale{"hc_scale", {D::three}, Draw::hc_scale};
+const TensorSpec kHcBase{"hc_base", {D::M}, Draw::hc_base};
+const TensorSpec kMixes{"mixes", {D::M}, Draw::mixes};
+const TensorSpec kPre{"pre", {D::n}}, kPost{"post", {D::n}}, kComb{"comb", {D::n, D::n}};
+
+TensorSpec with(TensorSpec t, Draw draw) {
+  t.draw = draw;
+  return t;
+}
+
+}  // namespace
+
+const std::vector<OpSpec>& op_table() {
+  static const std::vector<OpSpec> table{
+      {Op::split_sinkhorn, "split_sinkhorn", {kMixes}, {kHcScale, kHcBase}, {kPre, kPost, kComb},
+       false, true, true, false},
+      {Op::mixes, "mixes", {with(kX, Draw::activations_if_eps)}, {kHcFn, kHcScale, kHcBase},
+       {{"mixes", {D::M}}, kPre, kPost, kComb}, false, true, true, true},
+      {Op::pre, "pre", {kX, kPreMix}, {}, {{"y", {D::d}}}, false, false, false, false},
+      {Op::post, "post", {kF, kResidual, kPostIn, kCombIn}, {}, {{"y", {D::n, D::d}}}, false,
+       false, false, false},
+      {Op::rmsnorm, "rmsnorm", {{"x", {D::d}, Draw::activations_if_eps}},
+       {{"weight", {D::d}, Draw::norm_weight}}, {{"y", {D::d}}}, false, false, false, true},
+      {Op::boundary, "boundary",
+       {with(kF, Draw::activations_nonzero), with(kResidual, Draw::activations_nonzero), kPostIn,
+        kCombIn, kPreMix},
+       {kHcFn, kHcScale, kHcBase},
+       {{"x", {D::n, D::d}}, {"mixes", {D::M}}, kPre, kPost, kComb, {"y", {D::d}}}, false, true,
+       true, true},
+      {Op::block, "block", {with(kX, Draw::activations_if_eps), kPreMix}, layer_params(),
+       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}}, true, true, true, true},
+      {Op::stack, "stack", {with(kX, Draw::activations_if_eps)}, layer_params(),
+       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}}, true, true, true, true},
+  };
+  return table;
+}
+
+const OpSpec& op_spec(Op op) {
+  for (const auto& s : op_table())
+    if (s.op == op) return s;
+  throw std::logic_error("op missing from the op table");
+}
+
+std::string op_name(Op op) { return op_spec(op).name; }
+
+Op op_from_name(const std::string& name) {
+  std::string names;
+  for (const auto& s : op_table()) {
+    if (s.name == name) return s.op;
+    names += (names.empty() ? "" : ", ") + s.name;
+  }
+  throw std::invalid_argument("unknown op '" + name + "' (" + names + ")");
+}
+
+std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config& c,
+                                 const ref::BlockConfig& b) {
+  std::vector<std::size_t> out;
+  for (Dim x : dims) {
+    int v = 0;
+    switch (x) {
+      case Dim::n: v = c.n; break;
+      case Dim::d: v = c.d; break;
+      case Dim::nd: out.push_back(c.stream_size()); continue;
+      case Dim::M: v = c.mix(); break;
+      case Dim::three: v = 3; break;
+      case Dim::heads_x_head_dim: out.push_back(std::size_t(b.heads) * std::size_t(b.head_dim)); continue;
+      case Dim::experts: v = b.experts; break;
+      case Dim::inter: v = b.inter; break;
+      case Dim::top_k: v = b.top_k; break;
+    }
+    out.push_back(std::size_t(v));
+  }
+  return out;
+}
+
+const std::vector<TensorSpec>& block_stages() {
+  static const std::vector<TensorSpec> s{
+      {"attn.mixes", {D::M}},      {"attn.pre", {D::n}},        {"attn.post", {D::n}},
+      {"attn.comb", {D::n, D::n}}, {"attn.in", {D::d}},         {"attn.normed", {D::d}},
+      {"attn.out", {D::d}},        {"x_mid", {D::n, D::d}},     {"ffn.mixes", {D::M}},
+      {"ffn.pre", {D::n}},         {"ffn.post", {D::n}},        {"ffn.comb", {D::n, D::n}},
+      {"ffn.in", {D::d}},          {"ffn.normed", {D::d}},      {"ffn.experts", {D::top_k}},
+      {"ffn.out", {D::d}},         {"x_out", {D::n, D::d}},     {"next_pre_mix", {D::n}}};
+  return s;
+}
+
+const std::vector<TensorSpec>& final_stages() {
+  static const std::vector<TensorSpec> s{{"final.collapse", {D::d}}, {"final.norm", {D::d}}};
+  return s;
+}
+
+const std::vector<TensorSpec>& layer_params() {
+  using W = Draw;
+  static const std::vector<TensorSpec> p{
+      {"attn/hc_fn", {D::M, D::nd}, W::hc_fn},
+      {"attn/hc_base", {D::M}, W::hc_base},
+      {"attn/hc_scale", {D::three}, W::hc_scale},
+      {"ffn/hc_fn", {D::M, D::nd}, W::hc_fn},
+      {"ffn/hc_base", {D::M}, W::hc_base},
+      {"ffn/hc_scale", {D::three}, W::hc_scale},
+      {"attn_norm/weight", {D::d}, W::norm_weight},
+      {"ffn_norm/weight", {D::d}, W::norm_weight},
+      {"attn/wq", {D::heads_x_head_dim, D::d}, W::fan_in_gaussian},
+      {"attn/wk", {D::heads_x_head_dim, D::d}, W::fan_in_gaussian},
+      {"attn/wv", {D::heads_x_head_dim, D::d}, W::fan_in_gaussian},
+      {"attn/wo", {D::d, D::heads_x_head_dim}, W::fan_in_gaussian},
+      {"ffn/router", {D::experts, D::d}, W::fan_in_gaussian},
+      {"ffn/router_bias", {D::experts}, W::bias},
+      {"ffn/w1", {D::experts, D::inter, D::d}, W::fan_in_gaussian},
+      {"ffn/w2", {D::experts, D::d, D::inter}, W::fan_in_gaussian},
+      {"ffn/w3", {D::experts, D::inter, D::d}, W::fan_in_gaussian},
+      {"ffn/shared_w1", {D::inter, D::d}, W::fan_in_gaussian},
+      {"ffn/shared_w2", {D::d, D::inter}, W::fan_in_gaussian},
+      {"ffn/shared_w3", {D::inter, D::d}, W::fan_in_gaussian}};
+  return p;
+}
+
+const std::vector<Precision>& all_precisions() {
+  static const std::vector<Precision> p{Precision::fp32, Precision::tf32, Precision::bf16};
+  return p;
+}
+
+std::string precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::tf32: return "tf32";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision precision_from_name(const std::string& name) {
+  for (Precision p : all_precisions())
+    if (precision_name(p) == name) return p;
+  throw std::invalid_argument("unknown precision '" + name + "' (fp32, tf32, bf16)");
+}
+
+const Tensor& OpCase::input(const std::string& name) const {
+  auto it = inputs.find(name);
+  if (it == inputs.end()) throw std::invalid_argument("case has no input '" + name + "'");
+  return it->second;
+}
+const Tensor& OpCase::param(const std::string& name) const {
+  auto it = params.find(name);
+  if (it == params.end()) throw std::invalid_argument("case has no param '" + name + "'");
+  return it->second;
+}
+
+const std::vector<std::string>& output_names(Op op) {
+  // block and stack: named by the Trace itself (block_stages(), final_stages())
+  static const std::map<Op, std::vector<std::string>> names = [] {
+    std::map<Op, std::vector<std::string>> m;
+    for (const auto& s : op_table()) {
+      auto& v = m[s.op];
+      if (!s.whole)
+        for (const auto& t : s.outputs) v.push_back(t.name);
+    }
+    return m;
+  }();
+  return names.at(op);
+}
+
+}  // namespace mhc::oracles

@@ -1,0 +1,96 @@
+// The op table against what the reference and the generator really produce: names, order and
+// shapes of every op's inputs, params and outputs, and of the Block's stages.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "mhc/oracles/ops.hpp"
+
+using namespace mhc;
+using oracles::Op;
+
+namespace {
+
+std::vector<std::size_t> with_tokens(std::vector<std::size_t> lead, std::vector<std::size_t> dims) {
+  lead.insert(lead.end(), dims.begin(), dims.end());
+  return lead;
+}
+
+ref::Config small() {
+  ref::Config c;
+  c.n = 3;
+  c.d = 10;
+  c.iters = 4;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("op table: every op once, names round trip", "[op_table]") {
+  std::vector<Op> ops = oracles::all_ops();
+  for (Op op : oracles::block_ops()) ops.push_back(op);
+  REQUIRE(oracles::op_table().size() == ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    CHECK(oracles::op_table()[i].op == ops[i]);
+    CHECK(oracles::op_from_name(oracles::op_name(ops[i])) == ops[i]);
+  }
+  CHECK_THROWS_WITH(oracles::op_from_name("attention"), Catch::Contains("boundary, block, stack"));
+}
+
+TEST_CASE("op table: generated cases and the reference's outputs follow it", "[op_table]") {
+  const ref::Config cfg = small();
+  for (Op op : oracles::all_ops()) {
+    CAPTURE(oracles::op_name(op));
+    const auto& spec = oracles::op_spec(op);
+    const auto c = oracles::generate_case(op, cfg, 3, 7, oracles::Precision::fp32);
+    REQUIRE(c.inputs.size() == spec.inputs.size());
+    for (const auto& t : spec.inputs)
+      CHECK(c.input(t.name).shape == with_tokens({3}, oracles::resolve(t.dims, c.cfg)));
+    REQUIRE(c.params.size() == spec.params.size());
+    for (const auto& t : spec.params) CHECK(c.param(t.name).shape == oracles::resolve(t.dims, c.cfg));
+    const auto trace = oracles::evaluate_op<double>(c, 1);
+    REQUIRE(trace.size() == spec.outputs.size());
+    for (std::size_t s = 0; s < trace.size(); ++s) {
+      CHECK(trace[s].name == spec.outputs[s].name);
+      CHECK(trace[s].shape == with_tokens({3}, oracles::resolve(spec.outputs[s].dims, c.cfg)));
+    }
+  }
+}
+
+TEST_CASE("op table: the Block's and a stack's stages are the reference's", "[op_table]") {
+  ref::BlockConfig b;
+  b.heads = 2;
+  b.head_dim = 3;
+  b.experts = 3;
+  b.top_k = 2;
+  b.inter = 5;
+  b.layers = 2;
+  for (Op op : oracles::block_ops()) {
+    CAPTURE(oracles::op_name(op));
+    const auto c = oracles::generate_block_case(op, small(), b, 2, 2, 3, oracles::Precision::fp32);
+    const auto& spec = oracles::op_spec(op);
+    for (const auto& t : spec.inputs)
+      CHECK(c.input(t.name).shape == with_tokens({2, 2}, oracles::resolve(t.dims, c.cfg, c.block)));
+    const std::size_t layers = op == Op::stack ? 2 : 1;
+    CHECK(c.params.size() == layers * oracles::layer_params().size() + (op == Op::stack ? 1 : 0));
+    std::vector<std::string> names;
+    std::vector<std::vector<std::size_t>> shapes;
+    for (std::size_t l = 0; l < layers; ++l)
+      for (const auto& t : oracles::block_stages()) {
+        names.push_back((op == Op::stack ? "L" + std::to_string(l) + "." : "") + t.name);
+        shapes.push_back(with_tokens({4}, oracles::resolve(t.dims, c.cfg, c.block)));
+      }
+    if (op == Op::stack)
+      for (const auto& t : oracles::final_stages()) {
+        names.push_back(t.name);
+        shapes.push_back(with_tokens({4}, oracles::resolve(t.dims, c.cfg, c.block)));
+      }
+    const auto trace = oracles::evaluate_op<double>(c, 1);
+    REQUIRE(trace.size() == names.size());
+    for (std::size_t s = 0; s < trace.size(); ++s) {
+      CHECK(trace[s].name == names[s]);
+      CHECK(trace[s].shape == shapes[s]);
+    }
+  }
+}
