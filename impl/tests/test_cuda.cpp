@@ -16,7 +16,7 @@ using namespace mhc;
 
 namespace {
 
-// What cuda-fused's bound assumes of the tensor cores (impl/cuda/backend.cu, boundary_tc): one
+// What cuda-fused's bound assumes of the tensor cores (impl/cuda/boundary_tc.cuh): one
 // mma.m16n8k8 on tf32 values multiplies exactly and forms c + the 8 products within
 // 9 * 2^-23 (|c| + sum |products|). Checked on exact single products, on random operands spread
 // over 2^-20..2^20 with fp32 accumulators, and on sums a truncating accumulator cuts; against
