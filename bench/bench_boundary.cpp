@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "mhc/oracles/ops.hpp"
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
-#include "mhc/oracles/ops.hpp"
 #include "timing.hpp"
 
 using namespace mhc;

@@ -8,9 +8,9 @@
 #include <map>
 #include <vector>
 
+#include "mhc/oracles/error_model.hpp"
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
-#include "mhc/oracles/error_model.hpp"
 
 using namespace mhc;
 
@@ -19,19 +19,20 @@ int main(int argc, char** argv) {
   const std::size_t tokens = argc > 2 ? std::size_t(std::atol(argv[2])) : 4;
   ref::Config cfg = ref::v41();
   if (argc > 3) cfg.d = std::atoi(argv[3]);
-  std::printf("tightness of the bounds on kernel cpu: n=%d d=%d iters=%d hc_eps=%g norm_eps=%g, "
-              "%d cases x %zu tokens per op, fp32\n", cfg.n, cfg.d, cfg.iters, cfg.hc_eps,
-              cfg.norm_eps, cases, tokens);
+  std::printf(
+      "tightness of the bounds on kernel cpu: n=%d d=%d iters=%d hc_eps=%g norm_eps=%g, "
+      "%d cases x %zu tokens per op, fp32\n",
+      cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cfg.norm_eps, cases, tokens);
   std::printf("%-15s %-7s %-14s %12s %12s %12s\n", "op", "stage", "model", "median", "p99", "max");
-  const oracles::ErrorModel models[] = {oracles::ErrorModel::rigorous,
-                                        oracles::ErrorModel::probabilistic,
-                                        oracles::ErrorModel::empirical,
-                                        oracles::ErrorModel::standard};
+  const oracles::ErrorModel models[] = {
+      oracles::ErrorModel::rigorous, oracles::ErrorModel::probabilistic,
+      oracles::ErrorModel::empirical, oracles::ErrorModel::standard};
   for (oracles::Op op : oracles::all_ops()) {
     std::map<std::pair<std::string, int>, std::vector<double>> ratios;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
-      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), oracles::Precision::fp32);
+      const auto c =
+          oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), oracles::Precision::fp32);
       const auto got = runner::run_kernel(impl::cpu(), c, 0);
       for (int m = 0; m < 4; ++m) {
         const auto want = oracles::oracle_trace(c, 0, models[m]);

@@ -64,7 +64,8 @@ Run add_check(CLI::App& app) {
   app.add_flag("--list-kernels", st->list_kernels,
                "print the kernels that can run on this machine (CPU ones; CUDA ones when a device "
                "is present) and exit");
-  app.add_flag("--rules", st->list_rules, "print the verdict rules with their justification and exit");
+  app.add_flag("--rules", st->list_rules,
+               "print the verdict rules with their justification and exit");
   add_config_options(app, st->cfg);
   add_report_options(app, st->out);
   app.footer(
@@ -96,11 +97,12 @@ Run add_check(CLI::App& app) {
     spec.model = oracles::error_model_from_name(st->model);
     const ref::Config& cfg = spec.cfg;
     std::printf("check: error model %s\n", st->model.c_str());
-    std::printf("check: kernel %s, op %s, precision %s, n=%d d=%d iters=%d hc_eps=%g norm_eps=%g,"
-                " %d cases x %zu tokens, seed %llu\n",
-                spec.kernel.c_str(), st->op.c_str(), st->precision.c_str(), cfg.n, cfg.d,
-                cfg.iters, cfg.hc_eps, cfg.norm_eps, spec.cases, spec.tokens,
-                static_cast<unsigned long long>(spec.seed));
+    std::printf(
+        "check: kernel %s, op %s, precision %s, n=%d d=%d iters=%d hc_eps=%g norm_eps=%g,"
+        " %d cases x %zu tokens, seed %llu\n",
+        spec.kernel.c_str(), st->op.c_str(), st->precision.c_str(), cfg.n, cfg.d, cfg.iters,
+        cfg.hc_eps, cfg.norm_eps, spec.cases, spec.tokens,
+        static_cast<unsigned long long>(spec.seed));
     std::fflush(stdout);
     runner::Session session(st->out, spec.threads);
     const runner::CheckTally tally = runner::run_check(spec, session);
@@ -111,7 +113,8 @@ Run add_check(CLI::App& app) {
     runner::print_stage_table(session.report.entries.back());
     std::string extra;
     if (tally.undecided) extra += ", " + std::to_string(tally.undecided) + " not decided";
-    if (tally.skipped) extra += ", " + std::to_string(tally.skipped) + " skipped: " + tally.skip_reason;
+    if (tally.skipped)
+      extra += ", " + std::to_string(tally.skipped) + " skipped: " + tally.skip_reason;
     std::printf("check: %s (%d of %d cases failed%s)\n", tally.failed ? "FAIL" : "PASS",
                 tally.failed, tally.done, extra.c_str());
     return session.finish(tally.failed ? 1 : 0);

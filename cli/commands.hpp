@@ -22,7 +22,8 @@ using Run = std::function<int()>;
 struct ConfigFlags {
   ref::Config cfg = ref::v41();
   bool given() const;
-  CLI::Option *n = nullptr, *dim = nullptr, *iters = nullptr, *hc_eps = nullptr, *norm_eps = nullptr;
+  CLI::Option *n = nullptr, *dim = nullptr, *iters = nullptr, *hc_eps = nullptr,
+              *norm_eps = nullptr;
 };
 void add_config_options(CLI::App& app, ConfigFlags& flags);
 // Adds --batch and the Block's shape (--layers --heads --head-dim --experts --top-k --inter

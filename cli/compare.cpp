@@ -59,7 +59,8 @@ Run add_capture(CLI::App& app) {
   };
   auto st = std::make_shared<State>();
   st->spec.tokens = 4;
-  app.add_option("--kernel", st->spec.kernel, "kernel whose outputs are captured: " + kernel_names())
+  app.add_option("--kernel", st->spec.kernel,
+                 "kernel whose outputs are captured: " + kernel_names())
       ->capture_default_str()
       ->check(kernel_validator());
   app.add_option("--op", st->op, "operation (as for check)")

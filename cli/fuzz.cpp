@@ -26,8 +26,11 @@ Run add_fuzz(CLI::App& app) {
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
-  app.add_option("target", st->target, "what to fuzz: sinkhorn")->required()->check(CLI::IsMember({"sinkhorn"}));
-  auto* cases = app.add_option("--cases", st->cases, "cases to try (this shard's share of them)")->capture_default_str();
+  app.add_option("target", st->target, "what to fuzz: sinkhorn")
+      ->required()
+      ->check(CLI::IsMember({"sinkhorn"}));
+  auto* cases = app.add_option("--cases", st->cases, "cases to try (this shard's share of them)")
+                    ->capture_default_str();
   app.add_option("--seconds", st->seconds, "run for this long instead of a case count")
       ->excludes(cases)
       ->check(CLI::Validator(
@@ -37,10 +40,16 @@ Run add_fuzz(CLI::App& app) {
           },
           "SECONDS > 0"));
   app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
-  app.add_option("--iters", st->iters, "Sinkhorn rounds")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--iters", st->iters, "Sinkhorn rounds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   app.add_option("--eps", st->eps, "hc_eps, finite and >= 0")->capture_default_str();
-  app.add_option("--n", st->n, "streams (the comb is n x n)")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--keep", st->keep, "worst cases to report")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--n", st->n, "streams (the comb is n x n)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--keep", st->keep, "worst cases to report")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--kernel-every", st->kernel_every,
                  "run the fp32 kernels against the oracle on every k-th case of the seed space "
                  "(cases 0, k, 2k, ...: the same ones however the run is sharded)")
@@ -49,7 +58,8 @@ Run add_fuzz(CLI::App& app) {
   app.add_option("--kernel", st->kernels, "fp32 kernels checked against the oracle (repeatable)")
       ->capture_default_str()
       ->check(kernel_validator());
-  app.add_option("--save-failures", st->save, "directory for counterexample fixtures")->capture_default_str();
+  app.add_option("--save-failures", st->save, "directory for counterexample fixtures")
+      ->capture_default_str();
   add_report_options(app, st->out);
   app.footer(
       "Case i draws its logits from seed and i alone; with TEST_TOTAL_SHARDS and TEST_SHARD_INDEX\n"

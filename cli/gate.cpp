@@ -16,7 +16,8 @@ Run add_gate(CLI::App& app) {
   app.add_option("--suite", st->suite, "the suite file (see below; e.g. gate/default.suite)")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--baseline", st->baseline, "the stored baseline (JSON, mhc-baseline/1)")->required();
+  app.add_option("--baseline", st->baseline, "the stored baseline (JSON, mhc-baseline/1)")
+      ->required();
   app.add_flag("--update", st->update,
                "record the current results as the baseline (refused while a verdict fails)");
   app.add_option("--kernel", st->kernels,
@@ -43,4 +44,3 @@ Run add_gate(CLI::App& app) {
 }
 
 }  // namespace mhc::cli
-

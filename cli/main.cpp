@@ -8,7 +8,6 @@
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/session.hpp"
 
-
 int main(int argc, char** argv) {
   mhc::runner::keep_freed_memory();
   mhc::runner::set_command_line(argc, argv);

@@ -36,9 +36,12 @@ Run add_merge(CLI::App& app) {
       if (!parts[i].complete) {
         complete = false;
         std::printf("INCOMPLETE %s%s\n", st->files[i].c_str(),
-                    parts[i].interrupted.empty() ? "" : (" (interrupted by " + parts[i].interrupted + ")").c_str());
+                    parts[i].interrupted.empty()
+                        ? ""
+                        : (" (interrupted by " + parts[i].interrupted + ")").c_str());
       }
-      if (merged.meta.device == "none" && parts[i].meta.device != "none") merged.meta.device = parts[i].meta.device;
+      if (merged.meta.device == "none" && parts[i].meta.device != "none")
+        merged.meta.device = parts[i].meta.device;
       for (auto& e : parts[i].entries) {
         if (!ids.insert(e.id).second) {
           e.id += " (" + st->files[i] + ")";
@@ -48,7 +51,8 @@ Run add_merge(CLI::App& app) {
       }
     }
     int ok = 0;
-    std::printf("%-58s %6s %5s %6s %10s  %s\n", "entry", "cases", "fail", "undec", "max ratio", "result");
+    std::printf("%-58s %6s %5s %6s %10s  %s\n", "entry", "cases", "fail", "undec", "max ratio",
+                "result");
     for (const auto& e : merged.entries) {
       double worst = 0;
       for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
@@ -59,8 +63,9 @@ Run add_merge(CLI::App& app) {
                          : ("NOT OK" + (e.problem.empty() ? "" : ": " + e.problem)).c_str());
     }
     const bool pass = ok == int(merged.entries.size()) && complete && code == 0;
-    std::printf("\nmerge: %s: %d of %zu entries as expected, from %zu reports%s\n", pass ? "PASS" : "FAIL",
-                ok, merged.entries.size(), parts.size(), complete ? "" : "; some incomplete");
+    std::printf("\nmerge: %s: %d of %zu entries as expected, from %zu reports%s\n",
+                pass ? "PASS" : "FAIL", ok, merged.entries.size(), parts.size(),
+                complete ? "" : "; some incomplete");
     const int rc = session.finish(pass ? 0 : 1);
     merged.exit_code = rc;
     return rc;

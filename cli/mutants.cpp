@@ -44,9 +44,11 @@ Run add_mutants(CLI::App& app) {
   return [st]() -> int {
     if (st->list) {
       for (const auto& v : impl::variant_catalogue())
-        std::printf("%-34s %s\n", impl::backend_name(v).c_str(),
-                    v.wrong ? ("wrong; diagnosis: " + (v.explains.empty() ? "none catalogued" : v.explains)).c_str()
-                            : "legitimate");
+        std::printf(
+            "%-34s %s\n", impl::backend_name(v).c_str(),
+            v.wrong ? ("wrong; diagnosis: " + (v.explains.empty() ? "none catalogued" : v.explains))
+                          .c_str()
+                    : "legitimate");
       return 0;
     }
     st->model = oracles::error_model_from_name(st->model_name);

@@ -50,7 +50,8 @@ std::string kernel_names() {
 }
 
 void add_report_options(CLI::App& app, reports::Outputs& out) {
-  auto* g = app.add_option_group("Reports", "written as the run goes (atomically), complete at the end");
+  auto* g =
+      app.add_option_group("Reports", "written as the run goes (atomically), complete at the end");
   g->add_option("--json", out.json, "JSON report (schema mhc-report/1, reports/schema/)");
   g->add_option("--md", out.md, "Markdown summary");
   g->add_option("--html", out.html, "self-contained HTML page with plots");
@@ -85,7 +86,8 @@ std::vector<std::string> precision_names() {
 
 std::vector<std::string> error_model_names() {
   std::vector<std::string> v;
-  for (oracles::ErrorModel m : oracles::all_error_models()) v.push_back(oracles::error_model_name(m));
+  for (oracles::ErrorModel m : oracles::all_error_models())
+    v.push_back(oracles::error_model_name(m));
   return v;
 }
 

@@ -1,16 +1,16 @@
 // mhc-verify selfcheck: certification of the double oracle against MPFR and MPFI.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <vector>
-#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
-#include "mhc/runner/session.hpp"
 #include "mhc/oracles/selfcheck.hpp"
+#include "mhc/runner/session.hpp"
 
 namespace mhc::cli {
 namespace {
@@ -85,7 +85,8 @@ Run add_selfcheck(CLI::App& app) {
         char reason[200];
         std::snprintf(reason, sizeof reason,
                       "double rel. error %.3e (certified %.3e), margin %s, %zu not enclosed",
-                      s.max_rel_err, s.certified_rel_err, margin(s.max_rel_err).c_str(), s.not_enclosed);
+                      s.max_rel_err, s.certified_rel_err, margin(s.max_rel_err).c_str(),
+                      s.not_enclosed);
         v.reason = reason;
         v.ratio_max = v.ratio_p99 = v.ratio_p50 = s.max_rel_err / oracles::kOracleAccuracy;
         v.metrics.max_rel = s.max_rel_err;
@@ -95,7 +96,8 @@ Run add_selfcheck(CLI::App& app) {
           rec.verdict.first_divergent = v.stage;
         rec.verdict.stages.push_back(v);
       }
-      rec.verdict.state = rec.verdict.first_divergent.empty() ? oracles::State::pass : oracles::State::fail;
+      rec.verdict.state =
+          rec.verdict.first_divergent.empty() ? oracles::State::pass : oracles::State::fail;
       entry.add_case(std::move(rec));
       session.update();
       std::printf("  case %d/%d  %s  tokens=%zu seed=%llu  mixes kappa<=%.2g fallback=%zu  %.1fs\n",
@@ -128,9 +130,8 @@ Run add_selfcheck(CLI::App& app) {
         w.max_interval_width = std::max(w.max_interval_width, s.max_interval_width);
         w.not_enclosed += s.not_enclosed;
       }
-    std::printf(
-        "\nMPFR %u bits, MPFI %u bits. Required: double rel. error <= 2^-24/1e6 = %.2e\n",
-        res.mpfr_bits, res.mpfi_bits, oracles::kOracleAccuracy);
+    std::printf("\nMPFR %u bits, MPFI %u bits. Required: double rel. error <= 2^-24/1e6 = %.2e\n",
+                res.mpfr_bits, res.mpfi_bits, oracles::kOracleAccuracy);
     std::printf("%-8s %10s %14s %14s %10s %12s %10s  %s\n", "output", "elements", "rel.err(dbl)",
                 "certified", "margin", "MPFI width", "enclosed", "verdict");
     for (const auto& name : order) {

@@ -18,12 +18,15 @@ void matvec(const KernelConfig& c, const float* W, std::size_t rows, std::size_t
             float* out) {
   for (std::size_t r = 0; r < rows; ++r) {
     float acc = 0;
-    for (std::size_t i = 0; i < m; ++i) acc += tf32_operand(c, W[r * m + i]) * tf32_operand(c, x[i]);
+    for (std::size_t i = 0; i < m; ++i)
+      acc += tf32_operand(c, W[r * m + i]) * tf32_operand(c, x[i]);
     out[r] = acc;
   }
 }
 
-float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+float sigmoid(float z) {
+  return 1.0f / (1.0f + std::exp(-z));
+}
 
 void attention(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn, std::size_t T,
                const float* h, const BlockWeights& w, float* out) {
@@ -42,7 +45,8 @@ void attention(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn,
       float mx = -INFINITY;
       for (std::size_t u = 0; u < upto; ++u) {
         float acc = 0;
-        for (std::size_t i = 0; i < dh; ++i) acc += q[t * HD + hd * dh + i] * k[u * HD + hd * dh + i];
+        for (std::size_t i = 0; i < dh; ++i)
+          acc += q[t * HD + hd * dh + i] * k[u * HD + hd * dh + i];
         p[u] = acc / scale;
         mx = std::max(mx, p[u]);
       }
@@ -84,7 +88,8 @@ void moe(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn, std::
       sel[e] = score[e] + w.router_bias[e];
     }
     std::iota(order.begin(), order.end(), std::size_t(0));
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return sel[x] > sel[y]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return sel[x] > sel[y]; });
     float total = 0;
     for (std::size_t j = 0; j < K; ++j) total += score[order[j]];
     expert(c, s, ht, w.shared_w1, w.shared_w2, w.shared_w3, shared.data());
@@ -93,7 +98,8 @@ void moe(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn, std::
     for (std::size_t j = 0; j < K; ++j) {
       const std::size_t e = order[j];
       experts_out[t * K + j] = float(e);
-      const float we = kn.normalise_routing ? s.route_scale * score[e] / total : s.route_scale * score[e];
+      const float we =
+          kn.normalise_routing ? s.route_scale * score[e] / total : s.route_scale * score[e];
       expert(c, s, ht, w.w1 + e * I * d, w.w2 + e * d * I, w.w3 + e * I * d, res.data());
       for (std::size_t i = 0; i < d; ++i) o[i] += we * res[i];
     }
@@ -132,7 +138,8 @@ std::function<void(const KernelConfig&, const BlockShape&, std::size_t, std::siz
 make_block(const Backend& pieces, const BlockKnobs& kn, Sublayers sub) {
   auto pc = std::make_shared<Backend>(pieces);
   return [pc, kn, sub](const KernelConfig& c, const BlockShape& s, std::size_t B, std::size_t T,
-                  const float* x, const float* pre_mix, const BlockWeights& w, const BlockStages& o) {
+                       const float* x, const float* pre_mix, const BlockWeights& w,
+                       const BlockStages& o) {
     const Backend& p = *pc;
     const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
     p.mixes(c, N, x, w.attn_hc_fn, o.attn_mixes);
@@ -148,8 +155,8 @@ make_block(const Backend& pieces, const BlockKnobs& kn, Sublayers sub) {
         kn.comb_transposed_site == 0 ? transposed(c, N, o.attn_comb)
                                      : std::vector<float>(o.attn_comb, o.attn_comb + N * n * n);
     if (kn.fused_boundary && kn.shifted_pre) {
-      const BoundaryIn in{o.attn_out, x, o.attn_post, comb_a.data(), o.attn_pre,
-                          w.ffn_hc_fn, w.ffn_hc_scale, w.ffn_hc_base};
+      const BoundaryIn in{o.attn_out, x,           o.attn_post,    comb_a.data(),
+                          o.attn_pre, w.ffn_hc_fn, w.ffn_hc_scale, w.ffn_hc_base};
       const BoundaryOut out{o.x_mid, o.ffn_in, o.ffn_mixes, o.ffn_pre, o.ffn_post, o.ffn_comb};
       p.boundary(c, N, in, out);
     } else {
@@ -164,9 +171,9 @@ make_block(const Backend& pieces, const BlockKnobs& kn, Sublayers sub) {
     else
       std::copy(o.ffn_in, o.ffn_in + N * d, o.ffn_normed);
     sub.moe(c, s, kn, N, o.ffn_normed, w, o.ffn_out, o.ffn_experts);
-    const std::vector<float> comb_f =
-        kn.comb_transposed_site == 1 ? transposed(c, N, o.ffn_comb)
-                                     : std::vector<float>(o.ffn_comb, o.ffn_comb + N * n * n);
+    const std::vector<float> comb_f = kn.comb_transposed_site == 1
+                                          ? transposed(c, N, o.ffn_comb)
+                                          : std::vector<float>(o.ffn_comb, o.ffn_comb + N * n * n);
     p.hc_post(c, N, o.ffn_out, o.x_mid, o.ffn_post, comb_f.data(), o.x_out);
     std::copy(o.ffn_pre, o.ffn_pre + N * n, o.next_pre_mix);
   };

@@ -12,7 +12,9 @@
 
 namespace mhc::impl::cpu_detail {
 
-inline float store(const KernelConfig& c, float v) { return c.bf16_streams ? round_bf16(v) : v; }
+inline float store(const KernelConfig& c, float v) {
+  return c.bf16_streams ? round_bf16(v) : v;
+}
 inline float tf32_operand(const KernelConfig& c, float v) {
   return c.arith == Arith::tf32 ? round_tf32(v) : v;
 }

@@ -29,9 +29,8 @@ constexpr std::size_t TB = 8;
 // y_out[b] = sum_k pre_mix[b][k] * x_k (if any), the sum of squares and the M projections;
 // mix_out[b] gets the finished mixes.
 template <bool TF32, class Load>
-void block_pass(const KernelConfig& c, const float* W, std::size_t nt,
-                const float* const* pre_mix, Load load, float* const* x_out, float* const* y_out,
-                float* const* mix_out) {
+void block_pass(const KernelConfig& c, const float* W, std::size_t nt, const float* const* pre_mix,
+                Load load, float* const* x_out, float* const* y_out, float* const* mix_out) {
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
   const std::size_t M = std::size_t(c.mix());
   std::vector<float> acc(TB * M * L, 0.0f);
@@ -54,7 +53,8 @@ void block_pass(const KernelConfig& c, const float* W, std::size_t nt,
       const float* Wk = W + k * d + c0;
       for (std::size_t a = 0; a < M; ++a) {
         const float* w = Wk + a * nd;
-        for (std::size_t l = 0; l < L; ++l) wl[l] = l < len ? (TF32 ? round_tf32(w[l]) : w[l]) : 0.0f;
+        for (std::size_t l = 0; l < L; ++l)
+          wl[l] = l < len ? (TF32 ? round_tf32(w[l]) : w[l]) : 0.0f;
         for (std::size_t b = 0; b < nt; ++b) {
           float* __restrict A = &acc[(b * M + a) * L];
           const float* __restrict xb = xk[b];
@@ -193,9 +193,11 @@ void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const 
 
 const Backend& cpu_fused() {
   static const Backend b = [] {
-    Backend k{"cpu-fused",
-                         "fp32 CPU, vectorisable and threaded over tokens; single-pass boundary",
-                         mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary, {}};
+    Backend k{"cpu-fused", "fp32 CPU, vectorisable and threaded over tokens; single-pass boundary",
+              mixes,       split_sinkhorn,
+              hc_pre,      hc_post,
+              rmsnorm,     boundary,
+              {}};
     BlockKnobs knobs;
     knobs.fused_boundary = true;
     k.block = make_block(k, knobs);

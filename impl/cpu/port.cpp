@@ -73,9 +73,11 @@ void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const 
 
 const Backend& cpu() {
   static const Backend b = [] {
-    Backend k{"cpu",
-                         "fp32 CPU, straightforward port: one plain pass per piece, one thread",
-                         mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary, {}};
+    Backend k{"cpu",   "fp32 CPU, straightforward port: one plain pass per piece, one thread",
+              mixes,   split_sinkhorn,
+              hc_pre,  hc_post,
+              rmsnorm, boundary,
+              {}};
     BlockKnobs knobs;
     knobs.fused_boundary = false;
     k.block = make_block(k, knobs);

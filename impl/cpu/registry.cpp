@@ -47,7 +47,11 @@ float round_bits(float x, int drop) {
 }
 }  // namespace
 
-float round_bf16(float x) { return round_bits(x, 16); }
-float round_tf32(float x) { return round_bits(x, 13); }
+float round_bf16(float x) {
+  return round_bits(x, 16);
+}
+float round_tf32(float x) {
+  return round_bits(x, 13);
+}
 
 }  // namespace mhc::impl

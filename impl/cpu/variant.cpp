@@ -129,15 +129,20 @@ struct Kernel {
     return sum(t);
   }
   float div(float a, float b) const { return v.reciprocal ? a * (1.0f / b) : a / b; }
-  float exp(float x) const { return v.exp2_exp ? std::exp2(x * 1.44269504088896341f) : std::exp(x); }
+  float exp(float x) const {
+    return v.exp2_exp ? std::exp2(x * 1.44269504088896341f) : std::exp(x);
+  }
   float sigmoid(float z) const {
     return v.tanh_sigmoid ? 0.5f * (1.0f + std::tanh(0.5f * z)) : div(1.0f, 1.0f + exp(-z));
   }
   float normalise(float x, float s, Variant::Eps mode, float eps) const {
     switch (mode) {
-      case Variant::Eps::in_sum: return div(x, s + eps);
-      case Variant::Eps::after: return div(x, s) + eps;
-      case Variant::Eps::none: break;
+      case Variant::Eps::in_sum:
+        return div(x, s + eps);
+      case Variant::Eps::after:
+        return div(x, s) + eps;
+      case Variant::Eps::none:
+        break;
     }
     return div(x, s);
   }
@@ -172,8 +177,8 @@ struct Kernel {
           w[i] = round_tf32(w[i]);
           xs[i] = round_tf32(xs[i]);
         }
-      const float p = v.tensor_core ? tc_dot(w.data(), xs.data(), n, d)
-                                    : dot(w.data(), xs.data(), nd, 1, true);
+      const float p =
+          v.tensor_core ? tc_dot(w.data(), xs.data(), n, d) : dot(w.data(), xs.data(), nd, 1, true);
       out[a] = v.scale_first ? p : p * r;
     }
   }
@@ -193,9 +198,12 @@ struct Kernel {
     std::vector<float> t(static_cast<std::size_t>(n));
     for (int j = 0; j < n; ++j) {
       float mx = -INFINITY;
-      for (int k = 0; k < n; ++k) mx = std::max(mx, m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k]);
+      for (int k = 0; k < n; ++k)
+        mx = std::max(mx, m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k]);
       if (v.no_max_subtraction) mx = 0;
-      for (int k = 0; k < n; ++k) t[std::size_t(k)] = C[j * n + k] = exp(m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k] - mx);
+      for (int k = 0; k < n; ++k)
+        t[std::size_t(k)] = C[j * n + k] =
+            exp(m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k] - mx);
       const float rs = sum(t);
       for (int k = 0; k < n; ++k) C[j * n + k] = normalise(C[j * n + k], rs, v.softmax_eps, eps);
     }
@@ -232,7 +240,8 @@ struct Kernel {
     std::vector<float> w(n + 1), col(n + 1);
     for (std::size_t k = 0; k < n; ++k) {
       w[0] = post[k];
-      for (std::size_t j = 0; j < n; ++j) w[j + 1] = v.comb_transposed ? comb[k * n + j] : comb[j * n + k];
+      for (std::size_t j = 0; j < n; ++j)
+        w[j + 1] = v.comb_transposed ? comb[k * n + j] : comb[j * n + k];
       for (std::size_t cc = 0; cc < d; ++cc) {
         col[0] = f[cc];
         for (std::size_t j = 0; j < n; ++j) col[j + 1] = R[j * d + cc];
@@ -250,13 +259,16 @@ struct Kernel {
 
 }  // namespace
 
-std::string backend_name(const Variant& v) { return (v.wrong ? "mutant:" : "variant:") + v.name; }
+std::string backend_name(const Variant& v) {
+  return (v.wrong ? "mutant:" : "variant:") + v.name;
+}
 
 Backend make_backend(const Variant& v) {
   auto k = std::make_shared<Kernel>(Kernel{v});
   Backend b;
   b.name = backend_name(v);
-  b.description = v.wrong ? "mutation self-test: a wrong kernel" : "mutation self-test: a legitimate kernel";
+  b.description =
+      v.wrong ? "mutation self-test: a wrong kernel" : "mutation self-test: a legitimate kernel";
   b.mixes = [k](const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
     const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
     for (std::size_t t = 0; t < T; ++t) k->mixes_token(c, x + t * nd, W, out + t * M);
@@ -281,7 +293,8 @@ Backend make_backend(const Variant& v) {
     const std::size_t d = std::size_t(c.d);
     for (std::size_t t = 0; t < T; ++t) k->rmsnorm_token(c, x + t * d, g, y + t * d);
   };
-  b.boundary = [b](const KernelConfig& c, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
+  b.boundary = [b](const KernelConfig& c, std::size_t T, const BoundaryIn& in,
+                   const BoundaryOut& out) {
     b.hc_post(c, T, in.f, in.residual, in.post, in.comb, out.x);
     b.mixes(c, T, out.x, in.hc_fn, out.mixes);
     b.split_sinkhorn(c, T, out.mixes, in.hc_scale, in.hc_base, out.pre, out.post, out.comb);
@@ -313,16 +326,21 @@ const std::vector<Variant>& variant_catalogue() {
     legit("pairwise_sums", [](Variant& x) { x.sum = Variant::Sum::pairwise; });
     legit("blocked_sums", [](Variant& x) { x.sum = Variant::Sum::blocked; });
     legit("fma", [](Variant& x) { x.fma = true; });
-    legit("fma_reversed", [](Variant& x) { x.fma = true; x.sum = Variant::Sum::reverse; });
+    legit("fma_reversed", [](Variant& x) {
+      x.fma = true;
+      x.sum = Variant::Sum::reverse;
+    });
     legit("reciprocal_division", [](Variant& x) { x.reciprocal = true; });
     legit("tanh_sigmoid", [](Variant& x) { x.tanh_sigmoid = true; });
     legit("exp2_exp", [](Variant& x) { x.exp2_exp = true; });
     legit("scale_before_projection", [](Variant& x) { x.scale_first = true; });
     legit("tensor_core_projection", [](Variant& x) { x.tensor_core = true; });
     legit("all_choices", [](Variant& x) {
-      x.sum = Variant::Sum::pairwise; x.reciprocal = x.tanh_sigmoid = x.exp2_exp = x.scale_first = true;
+      x.sum = Variant::Sum::pairwise;
+      x.reciprocal = x.tanh_sigmoid = x.exp2_exp = x.scale_first = true;
     });
-    wrong("softmax_eps_inside", "softmax_eps_in_sum", [](Variant& x) { x.softmax_eps = E::in_sum; });
+    wrong("softmax_eps_inside", "softmax_eps_in_sum",
+          [](Variant& x) { x.softmax_eps = E::in_sum; });
     wrong("softmax_without_eps", "softmax_eps_none", [](Variant& x) { x.softmax_eps = E::none; });
     wrong("col_eps_outside", "col_eps_after", [](Variant& x) { x.col_eps = E::after; });
     wrong("row_eps_outside", "row_eps_after", [](Variant& x) { x.row_eps = E::after; });
@@ -332,19 +350,25 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("one_more_iteration", "iters+1", [](Variant& x) { x.iters_delta = 1; });
     wrong("one_less_iteration", "iters-1", [](Variant& x) { x.iters_delta = -1; });
     wrong("comb_transposed", "comb_transposed", [](Variant& x) { x.comb_transposed = true; });
-    wrong("post_without_factor2", "post_without_factor2", [](Variant& x) { x.post_factor2 = false; });
+    wrong("post_without_factor2", "post_without_factor2",
+          [](Variant& x) { x.post_factor2 = false; });
     wrong("post_with_eps", "post_with_eps", [](Variant& x) { x.post_eps = true; });
     wrong("pre_without_eps", "pre_without_eps", [](Variant& x) { x.pre_eps = false; });
     wrong("scales_swapped", "scales_swapped", [](Variant& x) { x.scales_swapped = true; });
-    wrong("rms_per_stream", "rms_per_stream", [](Variant& x) { x.rms = Variant::Rms::stream_mean; });
+    wrong("rms_per_stream", "rms_per_stream",
+          [](Variant& x) { x.rms = Variant::Rms::stream_mean; });
     wrong("rms_of_sum", "rms_of_sum", [](Variant& x) { x.rms = Variant::Rms::token_sum; });
     wrong("d_major_flattening", "d_major_flattening", [](Variant& x) { x.d_major = true; });
     wrong("hc_eps_x10", "hc_eps_x10", [](Variant& x) { x.hc_eps_scale = 10; });
-    wrong("no_max_subtraction", "no_max_subtraction", [](Variant& x) { x.no_max_subtraction = true; });
+    wrong("no_max_subtraction", "no_max_subtraction",
+          [](Variant& x) { x.no_max_subtraction = true; });
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
-    wrong("block_pre_not_shifted", "pre_not_shifted", [](Variant& x) { x.block.shifted_pre = false; });
-    wrong("block_attention_not_causal", "attention_not_causal", [](Variant& x) { x.block.causal = false; });
-    wrong("block_attn_norm_skipped", "attn_norm_skipped", [](Variant& x) { x.block.attn_norm = false; });
+    wrong("block_pre_not_shifted", "pre_not_shifted",
+          [](Variant& x) { x.block.shifted_pre = false; });
+    wrong("block_attention_not_causal", "attention_not_causal",
+          [](Variant& x) { x.block.causal = false; });
+    wrong("block_attn_norm_skipped", "attn_norm_skipped",
+          [](Variant& x) { x.block.attn_norm = false; });
     wrong("block_routing_not_normalised", "routing_not_normalised",
           [](Variant& x) { x.block.normalise_routing = false; });
     wrong("block_comb_transposed_at_ffn", "comb_transposed_at_ffn",

@@ -21,7 +21,6 @@
 namespace mhc::impl {
 namespace {
 
-
 // The few cuBLAS entry points used, resolved once from libcublas.
 struct Cublas {
   using Create = cublasStatus_t (*)(cublasHandle_t*);
@@ -40,7 +39,8 @@ struct Cublas {
       void* h = nullptr;
       for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
         if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-      if (!h) throw NotCompiled("the GPU Block needs cuBLAS, and libcublas.so cannot be loaded here");
+      if (!h)
+        throw NotCompiled("the GPU Block needs cuBLAS, and libcublas.so cannot be loaded here");
       k.create = reinterpret_cast<Create>(dlsym(h, "cublasCreate_v2"));
       k.set_math = reinterpret_cast<SetMath>(dlsym(h, "cublasSetMathMode"));
       k.sgemm = reinterpret_cast<Sgemm>(dlsym(h, "cublasSgemm_v2"));
@@ -83,7 +83,8 @@ void linear(const float* W, std::size_t rows, std::size_t m, const float* in, st
   // Column-major view: out^T (rows x tokens) = W (rows x m, stored as m x rows) * in^T.
   const cublasStatus_t s = cb.sgemm(cb.handle, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(tokens),
                                     int(m), &one, W, int(m), in, int(m), &zero, out, int(rows));
-  if (s != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasSgemm failed (status " + std::to_string(int(s)) + ")");
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw CudaError("cublasSgemm failed (status " + std::to_string(int(s)) + ")");
 }
 
 // One block per (query t, head, sequence): scores against the keys u <= t (all u when not
@@ -123,7 +124,8 @@ __global__ void attention_kernel(int T, int H, int dh, int causal, const float* 
   den = red[0];
   for (int i = threadIdx.x; i < dh; i += blockDim.x) {
     float acc = 0;
-    for (int u = 0; u < upto; ++u) acc += (p[u] / den) * v[(std::size_t(b) * T + u) * HD + h * dh + i];
+    for (int u = 0; u < upto; ++u)
+      acc += (p[u] / den) * v[(std::size_t(b) * T + u) * HD + h * dh + i];
     o[(std::size_t(b) * T + t) * HD + h * dh + i] = acc;
   }
 }
@@ -145,7 +147,9 @@ __global__ void combine_kernel(std::size_t N, int d, int K, const int* expert, c
   out[i] = acc + shared[i];
 }
 
-float stored(const KernelConfig& c, float v) { return c.bf16_streams ? round_bf16(v) : v; }
+float stored(const KernelConfig& c, float v) {
+  return c.bf16_streams ? round_bf16(v) : v;
+}
 
 void need(const KernelConfig& c) {
   if (cuda_device_count() == 0) throw NotCompiled("no CUDA device");
@@ -181,7 +185,8 @@ Sublayers cuda_sublayers() {
     const unsigned threads = 128;
     const std::size_t smem = (T + threads) * sizeof(float);
     if (smem > 48 * 1024)
-      MHC_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      MHC_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     attention_kernel<<<dim3(unsigned(T), unsigned(sh.heads), unsigned(B)), threads, smem>>>(
         int(T), sh.heads, sh.head_dim, kn.causal ? 1 : 0, q.p, k.p, v.p, o.p);
     MHC_CUDA_LAUNCHED();
@@ -209,14 +214,16 @@ Sublayers cuda_sublayers() {
         sel[e] = score[e] + w.router_bias[e];
       }
       std::iota(order.begin(), order.end(), std::size_t(0));
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return sel[x] > sel[y]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t x, std::size_t y) { return sel[x] > sel[y]; });
       float total = 0;
       for (std::size_t j = 0; j < K; ++j) total += score[order[j]];
       for (std::size_t j = 0; j < K; ++j) {
         const std::size_t e = order[j];
         chosen[t * K + j] = int(e);
         experts_out[t * K + j] = float(e);
-        weight[t * K + j] = kn.normalise_routing ? sh.route_scale * score[e] / total : sh.route_scale * score[e];
+        weight[t * K + j] =
+            kn.normalise_routing ? sh.route_scale * score[e] / total : sh.route_scale * score[e];
       }
     }
     Buf a(N * I), g(N * I), shared(N * d), res(E * N * d), y(N * d), wt(weight.data(), N * K);
@@ -238,7 +245,8 @@ Sublayers cuda_sublayers() {
       expert(c, sh, N, hd.p, w1.p, w2.p, w3.p, a, g, res.p + e * N * d);
     }
     const std::size_t count = N * d;
-    combine_kernel<<<unsigned((count + 255) / 256), 256>>>(N, int(d), int(K), ex, wt.p, res.p, shared.p, y.p);
+    combine_kernel<<<unsigned((count + 255) / 256), 256>>>(N, int(d), int(K), ex, wt.p, res.p,
+                                                           shared.p, y.p);
     MHC_CUDA_LAUNCHED();
     y.to_host(out);
     for (std::size_t i = 0; i < count; ++i) out[i] = stored(c, out[i]);

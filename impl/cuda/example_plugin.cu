@@ -43,7 +43,9 @@ int finish(char* err, size_t size) {
   return 1;
 }
 
-unsigned blocks(unsigned long long count) { return unsigned((count + 255) / 256); }
+unsigned blocks(unsigned long long count) {
+  return unsigned((count + 255) / 256);
+}
 
 int hc_pre(const mhc_config* c, const float* x, const float* p, float* y, char* err, size_t size) {
   const unsigned long long count = c->tokens * unsigned(c->d);
@@ -54,15 +56,24 @@ int hc_pre(const mhc_config* c, const float* x, const float* p, float* y, char* 
 int hc_post(const mhc_config* c, const float* f, const float* r, const float* post,
             const float* comb, float* y, char* err, size_t size) {
   const unsigned long long count = c->tokens * unsigned(c->n) * unsigned(c->d);
-  if (count) post_kernel<<<blocks(count), 256>>>(c->n, c->d, c->tokens, f, r, post, comb, y, c->bf16_streams);
+  if (count)
+    post_kernel<<<blocks(count), 256>>>(c->n, c->d, c->tokens, f, r, post, comb, y,
+                                        c->bf16_streams);
   return finish(err, size);
 }
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const mhc_plugin* mhc_plugin_v1(void) {
-  static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION, "example-cuda",
-                                   "hc_pre and hc_post in CUDA, device memory", MHC_MEMORY_DEVICE,
-                                   nullptr, nullptr, hc_pre, hc_post, nullptr, nullptr};
+  static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
+                                   "example-cuda",
+                                   "hc_pre and hc_post in CUDA, device memory",
+                                   MHC_MEMORY_DEVICE,
+                                   nullptr,
+                                   nullptr,
+                                   hc_pre,
+                                   hc_post,
+                                   nullptr,
+                                   nullptr};
   return &table;
 }

@@ -38,7 +38,9 @@ class Memory {
   ~Memory() {
     for (auto& b : bufs_) cuda_free(b.dev);
   }
-  const float* in(const float* host, std::size_t count) { return place(const_cast<float*>(host), count, false); }
+  const float* in(const float* host, std::size_t count) {
+    return place(const_cast<float*>(host), count, false);
+  }
   float* out(float* host, std::size_t count) { return place(host, count, true); }
   void finish() {
     for (auto& b : bufs_)
@@ -93,7 +95,8 @@ Backend wrap(const Loaded& L) {
   Backend b;
   b.name = L.backend.name;
   b.description = L.backend.description;
-  b.mixes = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn, float* out) {
+  b.mixes = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn,
+                   float* out) {
     const std::size_t nd = std::size_t(k.n) * std::size_t(k.d), M = std::size_t(k.mix());
     call(*p, "mixes", t->mixes, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
@@ -101,15 +104,18 @@ Backend wrap(const Loaded& L) {
     });
   };
   b.split_sinkhorn = [p, t](const KernelConfig& k, std::size_t T, const float* mixes,
-                            const float* scale, const float* base, float* pre, float* post, float* comb) {
+                            const float* scale, const float* base, float* pre, float* post,
+                            float* comb) {
     const std::size_t n_ = std::size_t(k.n), M = std::size_t(k.mix());
     call(*p, "split_sinkhorn", t->split_sinkhorn, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->split_sinkhorn(&c, m.in(mixes, T * M), m.in(scale, 3), m.in(base, M),
-                               m.out(pre, T * n_), m.out(post, T * n_), m.out(comb, T * n_ * n_), err, n);
+                               m.out(pre, T * n_), m.out(post, T * n_), m.out(comb, T * n_ * n_),
+                               err, n);
     });
   };
-  b.hc_pre = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix, float* y) {
+  b.hc_pre = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix,
+                    float* y) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
     call(*p, "hc_pre", t->hc_pre, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
@@ -125,14 +131,16 @@ Backend wrap(const Loaded& L) {
                         m.in(comb, T * n_ * n_), m.out(y, T * n_ * d), err, n);
     });
   };
-  b.rmsnorm = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* w, float* y) {
+  b.rmsnorm = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* w,
+                     float* y) {
     const std::size_t d = std::size_t(k.d);
     call(*p, "rmsnorm", t->rmsnorm, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->rmsnorm(&c, m.in(x, T * d), m.in(w, d), m.out(y, T * d), err, n);
     });
   };
-  b.boundary = [p, t](const KernelConfig& k, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
+  b.boundary = [p, t](const KernelConfig& k, std::size_t T, const BoundaryIn& in,
+                      const BoundaryOut& out) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d), M = std::size_t(k.mix());
     call(*p, "boundary", t->boundary, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
@@ -164,7 +172,9 @@ const Backend& load_plugin(const std::string& path) {
   auto entry = reinterpret_cast<Entry>(dlsym(h, "mhc_plugin_v1"));
   if (!entry) {
     dlclose(h);
-    throw PluginError("plug-in " + path + " exports no mhc_plugin_v1 (see impl/plugin/include/mhc/plugin/mhc_plugin.h)");
+    throw PluginError(
+        "plug-in " + path +
+        " exports no mhc_plugin_v1 (see impl/plugin/include/mhc/plugin/mhc_plugin.h)");
   }
   const mhc_plugin* t = entry();
   auto bad = [&](const std::string& why) {
@@ -183,8 +193,8 @@ const Backend& load_plugin(const std::string& path) {
   L->handle = h;
   L->table = t;
   L->backend.name = "plugin:" + path;
-  L->backend.description = std::string(t->name ? t->name : "?") + ": " +
-                           (t->description ? t->description : "");
+  L->backend.description =
+      std::string(t->name ? t->name : "?") + ": " + (t->description ? t->description : "");
   L->backend = wrap(*L);
   L->backend.name = "plugin:" + path;
   return (loaded[path] = std::move(L))->backend;

@@ -7,10 +7,10 @@
 #include <random>
 #include <string>
 
-#include "mhc/runner/judge.hpp"
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
+#include "mhc/runner/judge.hpp"
 
 using namespace mhc;
 
@@ -105,8 +105,8 @@ int main() {
           const bool ok = v.state != oracles::State::fail;
           failures += ok ? 0 : 1;
           std::printf("%-4s %-10s %-15s %-5s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d, oracles::state_name(v.state).c_str(),
-                      v.first_divergent.c_str());
+                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
+                      oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.
@@ -130,11 +130,13 @@ int main() {
           const bool ok = j.verdict.state != oracles::State::fail;
           failures += ok ? 0 : 1;
           std::printf("%-4s %-10s %-15s %-5s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d, oracles::state_name(j.verdict.state).c_str(),
+                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
+                      oracles::state_name(j.verdict.state).c_str(),
                       j.verdict.first_divergent.c_str());
           if (!ok)
             for (const auto& s : j.verdict.stages)
-              if (s.state == oracles::State::fail) std::printf("     %s: %s\n", s.stage.c_str(), s.reason.c_str());
+              if (s.state == oracles::State::fail)
+                std::printf("     %s: %s\n", s.stage.c_str(), s.reason.c_str());
         }
       }
   std::printf("%d runs, %d failed\n", runs, failures);

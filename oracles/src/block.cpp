@@ -22,8 +22,7 @@ std::string layer_prefix(const OpCase& c, int layer) {
 }  // namespace
 
 OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockConfig& block,
-                           std::size_t B, std::size_t T, std::uint64_t seed,
-                           Precision precision) {
+                           std::size_t B, std::size_t T, std::uint64_t seed, Precision precision) {
   OpCase c = case_header(op, cfg_in, B * T, seed, precision);
   c.block = block;
   if (op == Op::block) c.block.layers = 1;
@@ -42,13 +41,20 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
     std::size_t count = 1;
     for (auto s : shape) count *= s;
     switch (t.draw) {
-      case Draw::hc_fn: return gen::hc_fn(rng, c.cfg);
-      case Draw::hc_base: return gen::hc_base(rng, c.cfg);
-      case Draw::hc_scale: return gen::hc_scale(rng);
-      case Draw::norm_weight: return gen::norm_weight(rng, d);
-      case Draw::fan_in_gaussian: return gaussian(rng, count, 1 / std::sqrt(double(shape.back())));
-      case Draw::bias: return gaussian(rng, count, 0.1);
-      default: break;
+      case Draw::hc_fn:
+        return gen::hc_fn(rng, c.cfg);
+      case Draw::hc_base:
+        return gen::hc_base(rng, c.cfg);
+      case Draw::hc_scale:
+        return gen::hc_scale(rng);
+      case Draw::norm_weight:
+        return gen::norm_weight(rng, d);
+      case Draw::fan_in_gaussian:
+        return gaussian(rng, count, 1 / std::sqrt(double(shape.back())));
+      case Draw::bias:
+        return gaussian(rng, count, 0.1);
+      default:
+        break;
     }
     throw std::logic_error("generate_block_case: no draw for " + t.name);
   };

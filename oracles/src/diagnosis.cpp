@@ -32,7 +32,8 @@ const std::vector<ref::Semantics>& deviation_catalogue() {
     add([](ref::Semantics& s) { s.rms = ref::Semantics::Rms::token_sum; });
     add([](ref::Semantics& s) { s.d_major = true; });
     add([](ref::Semantics& s) { s.max_subtraction = false; });
-    for (double scale : {0.0, 0.1, 10.0}) add([scale](ref::Semantics& s) { s.hc_eps_scale = scale; });
+    for (double scale : {0.0, 0.1, 10.0})
+      add([scale](ref::Semantics& s) { s.hc_eps_scale = scale; });
     return v;
   }();
   return all;

@@ -19,17 +19,23 @@ inline sr32 stored_bf16(const sr32& x) {
   return sr32(f);
 }
 thread_local bool bf16_storage = false;
-inline sr32 stored(const sr32& x) { return bf16_storage ? stored_bf16(x) : x; }
+inline sr32 stored(const sr32& x) {
+  return bf16_storage ? stored_bf16(x) : x;
+}
 }  // namespace mhc::sr
 
 namespace mhc::oracles {
 
 std::string error_model_name(ErrorModel m) {
   switch (m) {
-    case ErrorModel::rigorous: return "rigorous";
-    case ErrorModel::probabilistic: return "probabilistic";
-    case ErrorModel::empirical: return "empirical";
-    case ErrorModel::standard: return "standard";
+    case ErrorModel::rigorous:
+      return "rigorous";
+    case ErrorModel::probabilistic:
+      return "probabilistic";
+    case ErrorModel::empirical:
+      return "empirical";
+    case ErrorModel::standard:
+      return "standard";
   }
   return "?";
 }
@@ -136,7 +142,8 @@ RoutingPlan plan_routing(const OpCase& c, const std::vector<ref::Routing<bnd::Bo
       for (std::size_t j = 0; j < K; ++j)
         differs = differs || int(chosen->values[t * K + j]) != routings[l].chosen[t * K + j];
       if (!differs) continue;
-      for (std::size_t j = 0; j < K; ++j) plan.forced[l][t * K + j] = int(chosen->values[t * K + j]);
+      for (std::size_t j = 0; j < K; ++j)
+        plan.forced[l][t * K + j] = int(chosen->values[t * K + j]);
       plan.any_forced = true;
     }
   }
@@ -155,14 +162,17 @@ void mark_undecidable(const OpCase& c, const RoutingPlan& plan, Trace<bnd::Bound
       for (auto& st : t) {
         const std::size_t per = st.values.size() / c.tokens;
         const std::string p = layer_prefix(c, l);
-        const bool same_layer = st.name.rfind(p, 0) == 0 && (p.empty() || st.name.find('.') == p.size() - 1);
-        if (same_layer && (st.name == p + "ffn.experts" || st.name == p + "ffn.out" || st.name == p + "x_out")) {
+        const bool same_layer =
+            st.name.rfind(p, 0) == 0 && (p.empty() || st.name.find('.') == p.size() - 1);
+        if (same_layer &&
+            (st.name == p + "ffn.experts" || st.name == p + "ffn.out" || st.name == p + "x_out")) {
           for (std::size_t i = tok * per; i < (tok + 1) * per; ++i) st.values[i].e = HUGE_VAL;
           if (st.name == p + "x_out") later = true;
           continue;
         }
         if (later)
-          for (std::size_t i = seq * T * per; i < (seq + 1) * T * per; ++i) st.values[i].e = HUGE_VAL;
+          for (std::size_t i = seq * T * per; i < (seq + 1) * T * per; ++i)
+            st.values[i].e = HUGE_VAL;
       }
     }
 }

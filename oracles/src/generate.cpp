@@ -8,7 +8,9 @@
 
 namespace mhc::oracles::gen {
 namespace {
-float f32(double v) { return static_cast<float>(v); }
+float f32(double v) {
+  return static_cast<float>(v);
+}
 }  // namespace
 
 std::vector<float> activations(Rng& rng, std::size_t T, std::size_t m, bool zero_tokens) {
@@ -19,7 +21,8 @@ std::vector<float> activations(Rng& rng, std::size_t T, std::size_t m, bool zero
     const double scale = rng.log_uniform(1e-3, 1e3);
     for (std::size_t i = 0; i < m; ++i) xt[i] = f32(scale * rng.normal());
     const int massive = rng.integer(0, 3);
-    for (int k = 0; k < massive; ++k) xt[std::size_t(rng.next() % m)] = f32(scale * rng.uniform(50, 500));
+    for (int k = 0; k < massive; ++k)
+      xt[std::size_t(rng.next() % m)] = f32(scale * rng.uniform(50, 500));
   }
   return x;
 }
@@ -71,7 +74,8 @@ std::vector<float> mixes(Rng& rng, const ref::Config& c, std::size_t T) {
   std::vector<float> m(T * std::size_t(c.mix()));
   for (std::size_t t = 0; t < T; ++t) {
     const double s = rng.log_uniform(0.1, 30);
-    for (std::size_t a = 0; a < std::size_t(c.mix()); ++a) m[t * std::size_t(c.mix()) + a] = f32(s * rng.normal());
+    for (std::size_t a = 0; a < std::size_t(c.mix()); ++a)
+      m[t * std::size_t(c.mix()) + a] = f32(s * rng.normal());
   }
   return m;
 }

@@ -47,25 +47,71 @@ TensorSpec with(TensorSpec t, Draw draw) {
 
 const std::vector<OpSpec>& op_table() {
   static const std::vector<OpSpec> table{
-      {Op::split_sinkhorn, "split_sinkhorn", {kMixes}, {kHcScale, kHcBase}, {kPre, kPost, kComb},
-       false, true, true, false},
-      {Op::mixes, "mixes", {with(kX, Draw::activations_if_eps)}, {kHcFn, kHcScale, kHcBase},
-       {{"mixes", {D::M}}, kPre, kPost, kComb}, false, true, true, true},
+      {Op::split_sinkhorn,
+       "split_sinkhorn",
+       {kMixes},
+       {kHcScale, kHcBase},
+       {kPre, kPost, kComb},
+       false,
+       true,
+       true,
+       false},
+      {Op::mixes,
+       "mixes",
+       {with(kX, Draw::activations_if_eps)},
+       {kHcFn, kHcScale, kHcBase},
+       {{"mixes", {D::M}}, kPre, kPost, kComb},
+       false,
+       true,
+       true,
+       true},
       {Op::pre, "pre", {kX, kPreMix}, {}, {{"y", {D::d}}}, false, false, false, false},
-      {Op::post, "post", {kF, kResidual, kPostIn, kCombIn}, {}, {{"y", {D::n, D::d}}}, false,
-       false, false, false},
-      {Op::rmsnorm, "rmsnorm", {{"x", {D::d}, Draw::activations_if_eps}},
-       {{"weight", {D::d}, Draw::norm_weight}}, {{"y", {D::d}}}, false, false, false, true},
-      {Op::boundary, "boundary",
+      {Op::post,
+       "post",
+       {kF, kResidual, kPostIn, kCombIn},
+       {},
+       {{"y", {D::n, D::d}}},
+       false,
+       false,
+       false,
+       false},
+      {Op::rmsnorm,
+       "rmsnorm",
+       {{"x", {D::d}, Draw::activations_if_eps}},
+       {{"weight", {D::d}, Draw::norm_weight}},
+       {{"y", {D::d}}},
+       false,
+       false,
+       false,
+       true},
+      {Op::boundary,
+       "boundary",
        {with(kF, Draw::activations_nonzero), with(kResidual, Draw::activations_nonzero), kPostIn,
         kCombIn, kPreMix},
        {kHcFn, kHcScale, kHcBase},
-       {{"x", {D::n, D::d}}, {"mixes", {D::M}}, kPre, kPost, kComb, {"y", {D::d}}}, false, true,
-       true, true},
-      {Op::block, "block", {with(kX, Draw::activations_if_eps), kPreMix}, layer_params(),
-       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}}, true, true, true, true},
-      {Op::stack, "stack", {with(kX, Draw::activations_if_eps)}, layer_params(),
-       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}}, true, true, true, true},
+       {{"x", {D::n, D::d}}, {"mixes", {D::M}}, kPre, kPost, kComb, {"y", {D::d}}},
+       false,
+       true,
+       true,
+       true},
+      {Op::block,
+       "block",
+       {with(kX, Draw::activations_if_eps), kPreMix},
+       layer_params(),
+       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}},
+       true,
+       true,
+       true,
+       true},
+      {Op::stack,
+       "stack",
+       {with(kX, Draw::activations_if_eps)},
+       layer_params(),
+       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}},
+       true,
+       true,
+       true,
+       true},
   };
   return table;
 }
@@ -76,7 +122,9 @@ const OpSpec& op_spec(Op op) {
   throw std::logic_error("op missing from the op table");
 }
 
-std::string op_name(Op op) { return op_spec(op).name; }
+std::string op_name(Op op) {
+  return op_spec(op).name;
+}
 
 Op op_from_name(const std::string& name) {
   std::string names;
@@ -93,15 +141,33 @@ std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config
   for (Dim x : dims) {
     int v = 0;
     switch (x) {
-      case Dim::n: v = c.n; break;
-      case Dim::d: v = c.d; break;
-      case Dim::nd: out.push_back(c.stream_size()); continue;
-      case Dim::M: v = c.mix(); break;
-      case Dim::three: v = 3; break;
-      case Dim::heads_x_head_dim: out.push_back(std::size_t(b.heads) * std::size_t(b.head_dim)); continue;
-      case Dim::experts: v = b.experts; break;
-      case Dim::inter: v = b.inter; break;
-      case Dim::top_k: v = b.top_k; break;
+      case Dim::n:
+        v = c.n;
+        break;
+      case Dim::d:
+        v = c.d;
+        break;
+      case Dim::nd:
+        out.push_back(c.stream_size());
+        continue;
+      case Dim::M:
+        v = c.mix();
+        break;
+      case Dim::three:
+        v = 3;
+        break;
+      case Dim::heads_x_head_dim:
+        out.push_back(std::size_t(b.heads) * std::size_t(b.head_dim));
+        continue;
+      case Dim::experts:
+        v = b.experts;
+        break;
+      case Dim::inter:
+        v = b.inter;
+        break;
+      case Dim::top_k:
+        v = b.top_k;
+        break;
     }
     out.push_back(std::size_t(v));
   }
@@ -110,12 +176,12 @@ std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config
 
 const std::vector<TensorSpec>& block_stages() {
   static const std::vector<TensorSpec> s{
-      {"attn.mixes", {D::M}},      {"attn.pre", {D::n}},        {"attn.post", {D::n}},
-      {"attn.comb", {D::n, D::n}}, {"attn.in", {D::d}},         {"attn.normed", {D::d}},
-      {"attn.out", {D::d}},        {"x_mid", {D::n, D::d}},     {"ffn.mixes", {D::M}},
-      {"ffn.pre", {D::n}},         {"ffn.post", {D::n}},        {"ffn.comb", {D::n, D::n}},
-      {"ffn.in", {D::d}},          {"ffn.normed", {D::d}},      {"ffn.experts", {D::top_k}},
-      {"ffn.out", {D::d}},         {"x_out", {D::n, D::d}},     {"next_pre_mix", {D::n}}};
+      {"attn.mixes", {D::M}},      {"attn.pre", {D::n}},    {"attn.post", {D::n}},
+      {"attn.comb", {D::n, D::n}}, {"attn.in", {D::d}},     {"attn.normed", {D::d}},
+      {"attn.out", {D::d}},        {"x_mid", {D::n, D::d}}, {"ffn.mixes", {D::M}},
+      {"ffn.pre", {D::n}},         {"ffn.post", {D::n}},    {"ffn.comb", {D::n, D::n}},
+      {"ffn.in", {D::d}},          {"ffn.normed", {D::d}},  {"ffn.experts", {D::top_k}},
+      {"ffn.out", {D::d}},         {"x_out", {D::n, D::d}}, {"next_pre_mix", {D::n}}};
   return s;
 }
 
@@ -157,9 +223,12 @@ const std::vector<Precision>& all_precisions() {
 
 std::string precision_name(Precision p) {
   switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::tf32: return "tf32";
-    case Precision::bf16: return "bf16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::tf32:
+      return "tf32";
+    case Precision::bf16:
+      return "bf16";
   }
   return "?";
 }

@@ -51,20 +51,32 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
     std::size_t row = 1;
     for (auto x : dims) row *= x;
     switch (t.draw) {
-      case Draw::activations: return stream(gen::activations(rng, T, row, true));
+      case Draw::activations:
+        return stream(gen::activations(rng, T, row, true));
       // a zero token with norm_eps = 0 is 0 * inf
-      case Draw::activations_if_eps: return stream(gen::activations(rng, T, row, c.cfg.norm_eps > 0));
-      case Draw::activations_nonzero: return stream(gen::activations(rng, T, row, false));
-      case Draw::mixes: return gen::mixes(rng, c.cfg, T);
-      case Draw::pre_weights: return gen::pre_weights(rng, c.cfg, T);
-      case Draw::post_weights: return gen::post_weights(rng, c.cfg, T);
-      case Draw::combs: return gen::combs(rng, c.cfg, T);
-      case Draw::hc_fn: return gen::hc_fn(rng, c.cfg);
-      case Draw::hc_scale: return gen::hc_scale(rng);
-      case Draw::hc_base: return gen::hc_base(rng, c.cfg);
-      case Draw::norm_weight: return gen::norm_weight(rng, d);
+      case Draw::activations_if_eps:
+        return stream(gen::activations(rng, T, row, c.cfg.norm_eps > 0));
+      case Draw::activations_nonzero:
+        return stream(gen::activations(rng, T, row, false));
+      case Draw::mixes:
+        return gen::mixes(rng, c.cfg, T);
+      case Draw::pre_weights:
+        return gen::pre_weights(rng, c.cfg, T);
+      case Draw::post_weights:
+        return gen::post_weights(rng, c.cfg, T);
+      case Draw::combs:
+        return gen::combs(rng, c.cfg, T);
+      case Draw::hc_fn:
+        return gen::hc_fn(rng, c.cfg);
+      case Draw::hc_scale:
+        return gen::hc_scale(rng);
+      case Draw::hc_base:
+        return gen::hc_base(rng, c.cfg);
+      case Draw::norm_weight:
+        return gen::norm_weight(rng, d);
       case Draw::fan_in_gaussian:
-      case Draw::bias: break;
+      case Draw::bias:
+        break;
     }
     throw std::logic_error("generate_case: no draw for " + t.name);
   };
@@ -124,7 +136,9 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
   return generate_case(op, cfg, 2, rng.next(), Precision::fp32);
 }
 
-bnd::Model precision_model(Precision p) { return bnd::model_by_name(precision_name(p)); }
+bnd::Model precision_model(Precision p) {
+  return bnd::model_by_name(precision_name(p));
+}
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {
   const bnd::Model model = precision_model(c.precision);

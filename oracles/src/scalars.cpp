@@ -6,7 +6,9 @@
 namespace mhc::num {
 namespace {
 // Boost's digits10 -> bits is d*1000/301 + 2 (detail/digits.hpp); invert it, rounding up.
-unsigned digits10_for_bits(unsigned bits) { return bits <= 2 ? 1u : ((bits - 2) * 301u + 999u) / 1000u; }
+unsigned digits10_for_bits(unsigned bits) {
+  return bits <= 2 ? 1u : ((bits - 2) * 301u + 999u) / 1000u;
+}
 }  // namespace
 
 unsigned set_mpfr_bits(unsigned bits) {
@@ -17,10 +19,16 @@ unsigned set_mpfi_bits(unsigned bits) {
   mpfi::default_precision(digits10_for_bits(bits));
   return mpfi_bits();
 }
-unsigned mpfr_bits() { return unsigned(mpfr_get_prec(mpfr().backend().data())); }
-unsigned mpfi_bits() { return unsigned(mpfi_get_prec(mpfi().backend().data())); }
+unsigned mpfr_bits() {
+  return unsigned(mpfr_get_prec(mpfr().backend().data()));
+}
+unsigned mpfi_bits() {
+  return unsigned(mpfi_get_prec(mpfi().backend().data()));
+}
 
-void release_thread_caches() { mpfr_free_cache(); }
+void release_thread_caches() {
+  mpfr_free_cache();
+}
 
 bool encloses(const mpfi& v, const mpfr& x) {
   return mpfi_is_inside_fr(x.backend().data(), v.backend().data()) > 0;

@@ -70,7 +70,8 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     is_col[s] = column;
     std::fill(sums.begin(), sums.end(), 0.0);
     for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k) sums[std::size_t(column ? k : j)] += before[std::size_t(j * n + k)];
+      for (int k = 0; k < n; ++k)
+        sums[std::size_t(column ? k : j)] += before[std::size_t(j * n + k)];
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k) {
         const std::size_t e = std::size_t(j * n + k);
@@ -109,7 +110,8 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k) rs[std::size_t(j)] += r[std::size_t(j * n + k)];
     for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k) r[std::size_t(j * n + k)] -= P[std::size_t(j * n + k)] * rs[std::size_t(j)];
+      for (int k = 0; k < n; ++k)
+        r[std::size_t(j * n + k)] -= P[std::size_t(j * n + k)] * rs[std::size_t(j)];
     local(b_exp.data());
     const double v = out[o];
     C[o] = Bounded(v, v * std::expm1(beta) + 64 * u64 * v + m.eta);

@@ -13,7 +13,9 @@ std::uint64_t next() {
 }
 }  // namespace
 
-void seed(std::uint64_t s) { state = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull; }
+void seed(std::uint64_t s) {
+  state = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+}
 
 float round(double x) {
   const float f = static_cast<float>(x);

@@ -11,12 +11,18 @@ namespace mhc::oracles {
 
 std::string state_name(State s) {
   switch (s) {
-    case State::pass: return "pass";
-    case State::fail: return "fail";
-    case State::mistrusted: return "mistrusted";
-    case State::undecidable: return "undecidable";
-    case State::skipped: return "skipped";
-    case State::not_compiled: return "not_compiled";
+    case State::pass:
+      return "pass";
+    case State::fail:
+      return "fail";
+    case State::mistrusted:
+      return "mistrusted";
+    case State::undecidable:
+      return "undecidable";
+    case State::skipped:
+      return "skipped";
+    case State::not_compiled:
+      return "not_compiled";
   }
   return "?";
 }
@@ -200,7 +206,8 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   } else if (s.undecidable > 0) {
     s.state = State::undecidable;
     s.rule = "unbounded";
-    std::snprintf(buf, sizeof buf, "%zu of %zu elements have no finite bound", s.undecidable, count);
+    std::snprintf(buf, sizeof buf, "%zu of %zu elements have no finite bound", s.undecidable,
+                  count);
     s.reason = buf;
   } else if (all_zero) {
     s.state = State::mistrusted;
@@ -232,12 +239,11 @@ Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
       sv.stage = w.name;
       sv.state = State::fail;
       sv.rule = "shape";
-      sv.reason = "the kernel produced " + std::to_string(g->values.size()) + " elements, expected " +
-                  std::to_string(w.values.size());
+      sv.reason = "the kernel produced " + std::to_string(g->values.size()) +
+                  " elements, expected " + std::to_string(w.values.size());
     } else {
-      const std::size_t per_token = w.shape.empty() || w.shape[0] == 0
-                                        ? w.values.size()
-                                        : w.values.size() / w.shape[0];
+      const std::size_t per_token =
+          w.shape.empty() || w.shape[0] == 0 ? w.values.size() : w.values.size() / w.shape[0];
       sv = judge(w.name, g->values.data(), w.values.data(), w.values.size(), per_token);
     }
     if (sv.state == State::fail && v.first_divergent.empty()) v.first_divergent = sv.stage;

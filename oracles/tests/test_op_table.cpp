@@ -48,7 +48,8 @@ TEST_CASE("op table: generated cases and the reference's outputs follow it", "[o
     for (const auto& t : spec.inputs)
       CHECK(c.input(t.name).shape == with_tokens({3}, oracles::resolve(t.dims, c.cfg)));
     REQUIRE(c.params.size() == spec.params.size());
-    for (const auto& t : spec.params) CHECK(c.param(t.name).shape == oracles::resolve(t.dims, c.cfg));
+    for (const auto& t : spec.params)
+      CHECK(c.param(t.name).shape == oracles::resolve(t.dims, c.cfg));
     const auto trace = oracles::evaluate_op<double>(c, 1);
     REQUIRE(trace.size() == spec.outputs.size());
     for (std::size_t s = 0; s < trace.size(); ++s) {

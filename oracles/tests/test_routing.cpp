@@ -59,7 +59,8 @@ TEST_CASE("routing: an exact tie broken the other way is judged with the kernel'
   const auto v = oracles::compare(got, want);
   CHECK(v.state == State::pass);
   // The oracle's own choice (expert 0) would have failed it: the forcing is what passes.
-  const auto own = oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard));
+  const auto own =
+      oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard));
   CHECK(own.state != State::pass);
 }
 
@@ -69,10 +70,11 @@ TEST_CASE("routing: a tie the kernel does not report makes the token undecidable
   auto kc = c;
   kc.params["ffn/router_bias"].data[0] -= 1e-6f;
   auto got = runner::run_kernel(impl::cpu(), kc, 1);
-  got.erase(std::remove_if(got.begin(), got.end(),
-                           [](const auto& s) { return s.name == "ffn.experts"; }),
-            got.end());
-  const auto v = oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
+  got.erase(
+      std::remove_if(got.begin(), got.end(), [](const auto& s) { return s.name == "ffn.experts"; }),
+      got.end());
+  const auto v =
+      oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
   CHECK(v.state == State::undecidable);
   for (const auto& s : v.stages) {
     CAPTURE(s.stage, s.reason);
@@ -90,8 +92,8 @@ TEST_CASE("routing: a near-tie within the bound is undecidable too", "[routing]"
   auto kc = c;
   kc.params["ffn/router_bias"].data[1] += 2e-7f;
   const auto got = runner::run_kernel(impl::cpu(), kc, 1);
-  CHECK(oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got)).state ==
-        State::pass);
+  CHECK(oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got))
+            .state == State::pass);
 }
 
 // A decidable routing chosen differently is a failure of the ffn.experts stage.
@@ -102,8 +104,8 @@ TEST_CASE("routing: a different choice with a decidable margin fails", "[routing
   auto kc = c;
   kc.params["ffn/router_bias"].data[1] += 2.0f;  // the kernel's router prefers expert 1
   const auto got = runner::run_kernel(impl::cpu(), kc, 1);
-  const auto v = oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
+  const auto v =
+      oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
   CHECK(v.state == State::fail);
   CHECK(v.first_divergent == "ffn.experts");
 }
-

@@ -97,7 +97,8 @@ TEMPLATE_TEST_CASE("scalars: every piece runs in each type", "[scalars]", float,
 #include "mhc/oracles/lanes.hpp"
 #include "mhc/oracles/random.hpp"
 
-TEST_CASE("scalars: every lane of Lanes<8> is the double reference of its own case", "[scalars][lanes]") {
+TEST_CASE("scalars: every lane of Lanes<8> is the double reference of its own case",
+          "[scalars][lanes]") {
   oracles::Rng rng(11);
   for (int trial = 0; trial < 50; ++trial) {
     ref::Config c;

@@ -1,9 +1,9 @@
 // The certification itself, on small configurations (the V4.1 sizes run in the CLI test).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include "mhc/oracles/oracle.hpp"
 #include "mhc/oracles/selfcheck.hpp"
-#include <cmath>
 
 using namespace mhc;
 
@@ -12,7 +12,9 @@ TEST_CASE("selfcheck: the double oracle is certified on small random configurati
   oracles::SelfcheckOptions opt;
   opt.cases = 6;
   opt.seed = GENERATE(1u, 2u, 3u);
-  opt.config_of = [](int i, std::uint64_t seed) { return oracles::selfcheck_config(2 * i + 1, seed); };
+  opt.config_of = [](int i, std::uint64_t seed) {
+    return oracles::selfcheck_config(2 * i + 1, seed);
+  };
   CAPTURE(opt.seed);
   const auto res = oracles::selfcheck(opt);
   REQUIRE(res.cases.size() == 6u);

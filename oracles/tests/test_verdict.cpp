@@ -86,7 +86,8 @@ TEST_CASE("verdict: an element left holding the poison payload fails as unwritte
 
 // 16 tokens of 64 elements, every element at the float nearest the oracle and well inside its
 // bound, except the very last, moved one ulp beyond its bound.
-TEST_CASE("verdict: a one-ulp-beyond-bound fault in the last element of the last token", "[verdict]") {
+TEST_CASE("verdict: a one-ulp-beyond-bound fault in the last element of the last token",
+          "[verdict]") {
   const std::size_t T = 16, per = 64, N = T * per;
   std::vector<B> want(N);
   std::vector<float> got(N);
@@ -162,9 +163,9 @@ TEST_CASE("verdict: compare names the first divergent stage in trace order", "[v
 TEST_CASE("verdict: the ulp histogram bins by powers of two and counts every decided element",
           "[verdict]") {
   CHECK(oracles::ulp_bin(0) == 0);
-  CHECK(oracles::ulp_bin(1) == 1);     // [1, 2)
-  CHECK(oracles::ulp_bin(3) == 2);     // [2, 4)
-  CHECK(oracles::ulp_bin(4) == 3);     // [4, 8)
+  CHECK(oracles::ulp_bin(1) == 1);  // [1, 2)
+  CHECK(oracles::ulp_bin(3) == 2);  // [2, 4)
+  CHECK(oracles::ulp_bin(4) == 3);  // [4, 8)
   CHECK(oracles::ulp_bin(0x1p23) == 24);
   CHECK(oracles::ulp_bin(0x1p24) == oracles::kUlpBins - 1);
   CHECK(oracles::ulp_bin(HUGE_VAL) == oracles::kUlpBins - 1);

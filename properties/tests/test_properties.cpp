@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "mhc/runner/driver.hpp"
-#include "mhc/runner/judge.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/properties/generators.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/judge.hpp"
 
 using namespace mhc;
 
@@ -23,7 +23,8 @@ void print_params() {
   if (once) return;
   once = true;
   const char* p = std::getenv("RC_PARAMS");
-  std::printf("RC_PARAMS=\"%s\" (set it to replay; a failure prints its own reproduce string)\n", p ? p : "");
+  std::printf("RC_PARAMS=\"%s\" (set it to replay; a failure prints its own reproduce string)\n",
+              p ? p : "");
 }
 constexpr double u64 = 0x1.0p-53;
 }  // namespace
@@ -40,13 +41,15 @@ TEST_CASE("properties of the Sinkhorn of the comb", "[property][sinkhorn]") {
     const int n = c.n, M = c.mix();
     std::vector<float> mix(std::size_t(M), 0.0f), scale{1, 1, 1}, base(std::size_t(M), 0.0f);
     for (std::size_t i = 0; i < L.size(); ++i) mix[std::size_t(2 * n) + i] = float(L[i]);
-    std::vector<float> pre(static_cast<std::size_t>(n)), post(static_cast<std::size_t>(n)), comb(L.size());
+    std::vector<float> pre(static_cast<std::size_t>(n)), post(static_cast<std::size_t>(n)),
+        comb(L.size());
     impl::KernelConfig k;
     k.n = c.n;
     k.iters = c.iters;
     k.hc_eps = float(c.hc_eps);
     for (const auto* b : impl::backends()) {
-      b->split_sinkhorn(k, 1, mix.data(), scale.data(), base.data(), pre.data(), post.data(), comb.data());
+      b->split_sinkhorn(k, 1, mix.data(), scale.data(), base.data(), pre.data(), post.data(),
+                        comb.data());
       for (float v : comb) RC_ASSERT(std::isfinite(v) && v >= 0);
     }
   });
@@ -72,7 +75,8 @@ TEST_CASE("properties of the Sinkhorn of the comb", "[property][sinkhorn]") {
     auto c = *props::config();
     c.hc_eps = 0;
     const auto L = *rc::gen::map(props::logits(c.n), [](std::vector<double> v) {
-      for (auto& x : v) x = std::max(-20.0, std::min(20.0, x));  // keep every entry positive in double
+      for (auto& x : v)
+        x = std::max(-20.0, std::min(20.0, x));  // keep every entry positive in double
       return v;
     });
     std::vector<double> C(L.size());
@@ -100,10 +104,14 @@ TEST_CASE("properties of the mHC pieces", "[property][pieces]") {
     const int n = c.n, M = c.mix();
     std::vector<int> p(static_cast<std::size_t>(n));
     std::iota(p.begin(), p.end(), 0);
-    const auto shuffled = *rc::gen::container<std::vector<int>>(std::size_t(n), rc::gen::inRange(0, 1 << 20));
-    std::sort(p.begin(), p.end(), [&](int a, int b) { return shuffled[std::size_t(a)] < shuffled[std::size_t(b)]; });
-    const auto mix = *rc::gen::container<std::vector<float>>(std::size_t(M), props::float_in(-2, 3));
-    const auto base = *rc::gen::container<std::vector<float>>(std::size_t(M), props::float_in(-2, 1));
+    const auto shuffled =
+        *rc::gen::container<std::vector<int>>(std::size_t(n), rc::gen::inRange(0, 1 << 20));
+    std::sort(p.begin(), p.end(),
+              [&](int a, int b) { return shuffled[std::size_t(a)] < shuffled[std::size_t(b)]; });
+    const auto mix =
+        *rc::gen::container<std::vector<float>>(std::size_t(M), props::float_in(-2, 3));
+    const auto base =
+        *rc::gen::container<std::vector<float>>(std::size_t(M), props::float_in(-2, 1));
     const std::vector<float> scale{0.5f, 1.5f, 2.0f};
     auto permute = [&](const std::vector<float>& v) {
       std::vector<float> w(v.size());
@@ -111,16 +119,21 @@ TEST_CASE("properties of the mHC pieces", "[property][pieces]") {
         w[std::size_t(j)] = v[std::size_t(p[std::size_t(j)])];
         w[std::size_t(n + j)] = v[std::size_t(n + p[std::size_t(j)])];
         for (int k = 0; k < n; ++k)
-          w[std::size_t(2 * n + j * n + k)] = v[std::size_t(2 * n + p[std::size_t(j)] * n + p[std::size_t(k)])];
+          w[std::size_t(2 * n + j * n + k)] =
+              v[std::size_t(2 * n + p[std::size_t(j)] * n + p[std::size_t(k)])];
       }
       return w;
     };
     const auto mix2 = permute(mix), base2 = permute(base);
     std::vector<double> m1(mix.begin(), mix.end()), m2(mix2.begin(), mix2.end());
-    std::vector<double> pre1(static_cast<std::size_t>(n)), post1(static_cast<std::size_t>(n)), comb1(static_cast<std::size_t>(n * n));
-    std::vector<double> pre2(static_cast<std::size_t>(n)), post2(static_cast<std::size_t>(n)), comb2(static_cast<std::size_t>(n * n));
-    ref::split_sinkhorn(c, m1.data(), scale.data(), base.data(), pre1.data(), post1.data(), comb1.data());
-    ref::split_sinkhorn(c, m2.data(), scale.data(), base2.data(), pre2.data(), post2.data(), comb2.data());
+    std::vector<double> pre1(static_cast<std::size_t>(n)), post1(static_cast<std::size_t>(n)),
+        comb1(static_cast<std::size_t>(n * n));
+    std::vector<double> pre2(static_cast<std::size_t>(n)), post2(static_cast<std::size_t>(n)),
+        comb2(static_cast<std::size_t>(n * n));
+    ref::split_sinkhorn(c, m1.data(), scale.data(), base.data(), pre1.data(), post1.data(),
+                        comb1.data());
+    ref::split_sinkhorn(c, m2.data(), scale.data(), base2.data(), pre2.data(), post2.data(),
+                        comb2.data());
     const double tol = 1e-12;
     for (int j = 0; j < n; ++j) {
       RC_ASSERT(std::fabs(pre2[std::size_t(j)] - pre1[std::size_t(p[std::size_t(j)])]) <= tol);
@@ -167,7 +180,8 @@ TEST_CASE("properties of the mHC pieces", "[property][pieces]") {
     k.d = c.d;
     for (const auto* b : impl::backends()) {
       b->hc_post(k, T, f.data(), R.data(), post.data(), comb.data(), y.data());
-      for (std::size_t i = 0; i < y.size(); ++i) RC_ASSERT(y[i] == R[i] || (y[i] == 0 && R[i] == 0));
+      for (std::size_t i = 0; i < y.size(); ++i)
+        RC_ASSERT(y[i] == R[i] || (y[i] == 0 && R[i] == 0));
     }
   });
 }
@@ -178,7 +192,9 @@ TEST_CASE("NaN stays in its token", "[property][nan]") {
   rc::prop("a NaN in token 0 of hc_pre's streams leaves token 1 exact and within bound", [] {
     auto c = *props::config();
     c.d = std::min(c.d, 48);
-    auto oc = oracles::generate_case(oracles::Op::pre, c, 2, *rc::gen::inRange<std::uint64_t>(0, 1000000), oracles::Precision::fp32);
+    auto oc =
+        oracles::generate_case(oracles::Op::pre, c, 2, *rc::gen::inRange<std::uint64_t>(0, 1000000),
+                               oracles::Precision::fp32);
     auto& x = oc.inputs["x"].data;
     const std::size_t half = x.size() / 2;
     const auto v = *rc::gen::container<std::vector<float>>(half, props::activation(true));
@@ -202,10 +218,12 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
   rc::prop("kernels agree with the oracle within bounds", [] {
     auto c = *props::config();
     if (c.d != 5120) c.d = std::min(c.d, 48);
-    const auto op = *rc::gen::element(oracles::Op::split_sinkhorn, oracles::Op::mixes, oracles::Op::pre,
-                                      oracles::Op::post, oracles::Op::rmsnorm, oracles::Op::boundary);
+    const auto op =
+        *rc::gen::element(oracles::Op::split_sinkhorn, oracles::Op::mixes, oracles::Op::pre,
+                          oracles::Op::post, oracles::Op::rmsnorm, oracles::Op::boundary);
     const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
-    const auto prec = *rc::gen::element(oracles::Precision::fp32, oracles::Precision::tf32, oracles::Precision::bf16);
+    const auto prec = *rc::gen::element(oracles::Precision::fp32, oracles::Precision::tf32,
+                                        oracles::Precision::bf16);
     auto oc = oracles::generate_case(op, c, 2, seed, prec);
     // Activations of every regime in place of the generated ones (bf16 streams stay bf16).
     for (const char* name : {"x", "f", "residual"}) {
@@ -217,13 +235,15 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
       // a token of all zeros with norm_eps = 0 is 0 * inf: undefined, skip it
       it->second.data = v;
     }
-    RC_PRE(!(c.norm_eps == 0 && (op == oracles::Op::mixes || op == oracles::Op::rmsnorm || op == oracles::Op::boundary)));
+    RC_PRE(!(c.norm_eps == 0 && (op == oracles::Op::mixes || op == oracles::Op::rmsnorm ||
+                                 op == oracles::Op::boundary)));
     // Now and then a whole token of zeros (r = 1/sqrt(norm_eps)).
     if (*rc::gen::inRange(0, 8) == 0)
       for (const char* name : {"x", "residual"}) {
         auto it = oc.inputs.find(name);
         if (it == oc.inputs.end()) continue;
-        std::fill(it->second.data.begin(), it->second.data.begin() + std::ptrdiff_t(it->second.data.size() / 2), 0.0f);
+        std::fill(it->second.data.begin(),
+                  it->second.data.begin() + std::ptrdiff_t(it->second.data.size() / 2), 0.0f);
       }
     // Parameters of every scale: hc_fn entries 1e-4..1, hc_scale and hc_base from the generators.
     if (oc.params.count("hc_fn")) {
@@ -234,13 +254,16 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
     }
     if (oc.params.count("hc_scale")) oc.params["hc_scale"].data = *props::hc_scale();
     if (oc.params.count("hc_base"))
-      oc.params["hc_base"].data = *rc::gen::container<std::vector<float>>(oc.params["hc_base"].data.size(), props::float_in(-3, 2));
+      oc.params["hc_base"].data = *rc::gen::container<std::vector<float>>(
+          oc.params["hc_base"].data.size(), props::float_in(-3, 2));
     for (const auto* b : impl::backends()) {
       const auto got = runner::run_kernel(*b, oc, 1);
-      const auto v = oracles::compare(got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
+      const auto v = oracles::compare(
+          got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
       if (v.state == oracles::State::fail)
         for (const auto& s : v.stages)
-          if (s.state == oracles::State::fail) RC_LOG() << b->name << " " << s.stage << ": " << s.reason << "\n";
+          if (s.state == oracles::State::fail)
+            RC_LOG() << b->name << " " << s.stage << ": " << s.reason << "\n";
       RC_ASSERT(v.state != oracles::State::fail);
     }
   });

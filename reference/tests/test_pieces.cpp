@@ -47,7 +47,7 @@ TEST_CASE("config: validate rejects n=0, d=0, iters=0 and negative or NaN eps", 
 // nonzero, output stream k receives C[0,k]. A transposed reading would give C[k,0].
 TEST_CASE("hc_post: C[j,k] carries j into k, post has its factor as given", "[hc_post]") {
   const Config c = small(2, 1);
-  const double comb[] = {0.5, 0.25,      // C[0,0], C[0,1]
+  const double comb[] = {0.5, 0.25,       // C[0,0], C[0,1]
                          0.125, 0.0625};  // C[1,0], C[1,1]
   const double residual[] = {1.0, 0.0};   // R[0,0] = 1, R[1,0] = 0
   const double zero_post[] = {0.0, 0.0}, f[] = {10.0};
@@ -73,8 +73,8 @@ TEST_CASE("hc_post: identity comb and zero post return the residual", "[hc_post]
 
 TEST_CASE("hc_pre: weighted sum of the streams", "[hc_pre]") {
   const Config c = small(3, 2);
-  const float x[] = {1, 2,     // stream 0
-                     10, 20,   // stream 1
+  const float x[] = {1,   2,     // stream 0
+                     10,  20,    // stream 1
                      100, 200};  // stream 2
   const float p[] = {0.5f, 0.25f, 2.0f};
   double y[2];
@@ -111,9 +111,9 @@ TEST_CASE("mixes: RMS over all n*d values, projection then scale", "[mixes]") {
   const Config c = small(2, 2);  // M = 8
   const float x[] = {2, 2, 0, 0};
   std::vector<float> W(8 * 4, 0.0f);
-  W[0] = 1;                                  // row 0: x[0]
+  W[0] = 1;                                               // row 0: x[0]
   for (int i = 0; i < 4; ++i) W[4 + std::size_t(i)] = 1;  // row 1: sum
-  W[8 + 2] = 5;                              // row 2: 5 * x[2] = 0
+  W[8 + 2] = 5;                                           // row 2: 5 * x[2] = 0
   Config c0 = c;
   c0.norm_eps = 0.0;
   std::vector<double> m(8);

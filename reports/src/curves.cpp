@@ -18,7 +18,8 @@ const oracles::Stage<float>* find(const oracles::Trace<float>& t, const std::str
 double residual(int n, const std::vector<double>& row_sums, const std::vector<double>& col_sums) {
   double r = 0;
   for (int i = 0; i < n; ++i)
-    r = std::max({r, std::fabs(row_sums[std::size_t(i)] - 1), std::fabs(col_sums[std::size_t(i)] - 1)});
+    r = std::max(
+        {r, std::fabs(row_sums[std::size_t(i)] - 1), std::fabs(col_sums[std::size_t(i)] - 1)});
   return r;
 }
 
@@ -35,7 +36,8 @@ SinkhornCurve sinkhorn_curve(const ref::SinkhornTrace<double>& trace, int n, std
 std::optional<SinkhornCurve> sinkhorn_curve(const oracles::OpCase& c,
                                             const oracles::Trace<float>& got, std::size_t token) {
   const int n = c.cfg.n, M = c.cfg.mix();
-  if (token >= c.tokens || !c.params.count("hc_scale") || !c.params.count("hc_base")) return std::nullopt;
+  if (token >= c.tokens || !c.params.count("hc_scale") || !c.params.count("hc_base"))
+    return std::nullopt;
   const oracles::Stage<float>* comb = find(got, "comb");
   if (!comb || comb->values.size() < (token + 1) * std::size_t(n * n)) return std::nullopt;
   // The logits the kernel's comb came from: the case's mixes, else the kernel's own.
@@ -44,7 +46,8 @@ std::optional<SinkhornCurve> sinkhorn_curve(const oracles::OpCase& c,
     const auto& m = c.input("mixes").data;
     std::copy(m.begin() + std::ptrdiff_t(token * std::size_t(M)),
               m.begin() + std::ptrdiff_t((token + 1) * std::size_t(M)), mix.begin());
-  } else if (const auto* m = find(got, "mixes"); m && m->values.size() >= (token + 1) * std::size_t(M)) {
+  } else if (const auto* m = find(got, "mixes");
+             m && m->values.size() >= (token + 1) * std::size_t(M)) {
     std::copy(m->values.begin() + std::ptrdiff_t(token * std::size_t(M)),
               m->values.begin() + std::ptrdiff_t((token + 1) * std::size_t(M)), mix.begin());
   } else {

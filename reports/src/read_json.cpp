@@ -13,11 +13,14 @@ namespace {
 
 using json = nlohmann::json;
 
-double num(const json& j) { return number_from_json(j); }
+double num(const json& j) {
+  return number_from_json(j);
+}
 
 oracles::State state(const std::string& s) {
-  for (auto st : {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
-                  oracles::State::undecidable, oracles::State::skipped, oracles::State::not_compiled})
+  for (auto st :
+       {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
+        oracles::State::undecidable, oracles::State::skipped, oracles::State::not_compiled})
     if (oracles::state_name(st) == s) return st;
   throw std::invalid_argument("unknown state '" + s + "'");
 }
@@ -36,7 +39,8 @@ oracles::Element element(const json& j) {
 
 std::vector<std::pair<std::string, std::string>> pairs(const json& j) {
   std::vector<std::pair<std::string, std::string>> v;
-  for (auto it = j.begin(); it != j.end(); ++it) v.emplace_back(it.key(), it.value().get<std::string>());
+  for (auto it = j.begin(); it != j.end(); ++it)
+    v.emplace_back(it.key(), it.value().get<std::string>());
   return v;
 }
 
@@ -52,8 +56,8 @@ Report read_report(const std::string& path) {
     throw std::invalid_argument(path + ": not JSON: " + e.what());
   }
   if (!j.is_object() || j.value("schema", "") != kSchema)
-    throw std::invalid_argument(path + ": not an " + std::string(kSchema) + " report (no \"schema\": \"" +
-                                kSchema + "\")");
+    throw std::invalid_argument(path + ": not an " + std::string(kSchema) +
+                                " report (no \"schema\": \"" + kSchema + "\")");
   try {
     Report r;
     const json& m = j.at("meta");
@@ -151,7 +155,8 @@ Report read_report(const std::string& path) {
     }
     return r;
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(path + ": not a valid " + std::string(kSchema) + " report: " + e.what());
+    throw std::invalid_argument(path + ": not a valid " + std::string(kSchema) +
+                                " report: " + e.what());
   }
 }
 

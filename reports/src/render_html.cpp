@@ -15,11 +15,20 @@ namespace {
 std::string esc(const std::string& s) {
   std::string o;
   for (char ch : s) switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += ch;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += ch;
     }
   return o;
 }
@@ -34,14 +43,15 @@ constexpr double W = 260, H = 190, L = 46, R = 10, T = 22, B = 34;  // plot box 
 
 std::string axes(std::ostringstream& o, const std::string& title, const std::string& xlabel,
                  const std::string& ylabel) {
-  o << "<svg class=\"plot\" viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W
-    << "\" height=\"" << H << "\" xmlns=\"http://www.w3.org/2000/svg\">"
+  o << "<svg class=\"plot\" viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\""
+    << H << "\" xmlns=\"http://www.w3.org/2000/svg\">"
     << "<text x=\"" << W / 2 << "\" y=\"14\" class=\"t\">" << esc(title) << "</text>"
     << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << W - L - R << "\" height=\""
     << H - T - B << "\" class=\"box\"/>"
     << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 4 << "\" class=\"l\">" << esc(xlabel)
-    << "</text><text x=\"11\" y=\"" << (T + H - B) / 2 << "\" class=\"l\" transform=\"rotate(-90 11 "
-    << (T + H - B) / 2 << ")\">" << esc(ylabel) << "</text>";
+    << "</text><text x=\"11\" y=\"" << (T + H - B) / 2
+    << "\" class=\"l\" transform=\"rotate(-90 11 " << (T + H - B) / 2 << ")\">" << esc(ylabel)
+    << "</text>";
   return "</svg>";
 }
 
@@ -87,19 +97,21 @@ void error_plot(std::ostringstream& o, const StageAggregate& a) {
   decade_ticks(o, lo, hi, true);
   decade_ticks(o, lo, hi, false);
   auto px = [&, lo = lo, hi = hi](double v) {
-    const double f = v > 0 && std::isfinite(v) ? (std::log10(v) - lo) / (hi - lo) : (v > 0 ? 1.0 : 0.0);
+    const double f =
+        v > 0 && std::isfinite(v) ? (std::log10(v) - lo) / (hi - lo) : (v > 0 ? 1.0 : 0.0);
     return L + std::clamp(f, 0.0, 1.0) * (W - L - R);
   };
   auto py = [&, lo = lo, hi = hi](double v) {
-    const double f = v > 0 && std::isfinite(v) ? (std::log10(v) - lo) / (hi - lo) : (v > 0 ? 1.0 : 0.0);
+    const double f =
+        v > 0 && std::isfinite(v) ? (std::log10(v) - lo) / (hi - lo) : (v > 0 ? 1.0 : 0.0);
     return H - B - std::clamp(f, 0.0, 1.0) * (H - T - B);
   };
   o << "<line x1=\"" << L << "\" y1=\"" << H - B << "\" x2=\"" << W - R << "\" y2=\"" << T
     << "\" class=\"diag\"/>";
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const bool bad = !(ys[i] <= xs[i]);
-    o << "<circle cx=\"" << g(px(xs[i]), 5) << "\" cy=\"" << g(py(ys[i]), 5) << "\" r=\"2.2\" class=\""
-      << (bad ? "bad" : "ok") << "\"/>";
+    o << "<circle cx=\"" << g(px(xs[i]), 5) << "\" cy=\"" << g(py(ys[i]), 5)
+      << "\" r=\"2.2\" class=\"" << (bad ? "bad" : "ok") << "\"/>";
   }
   o << close;
 }
@@ -115,15 +127,18 @@ void ulp_plot(std::ostringstream& o, const StageAggregate& a) {
     o << "<rect x=\"" << g(L + double(b) * bw + 0.5, 5) << "\" y=\"" << g(H - B - h, 5)
       << "\" width=\"" << g(bw - 1, 4) << "\" height=\"" << g(h, 5) << "\" class=\""
       << (b + 1 == nb ? "bar bad" : "bar") << "\"><title>"
-      << (b == 0 ? std::string("0 ulp") : b + 1 == nb ? std::string(">= 2^24 ulp or non-finite")
-                                                      : "[2^" + std::to_string(b - 1) + ", 2^" +
-                                                            std::to_string(b) + ") ulp")
+      << (b == 0        ? std::string("0 ulp")
+          : b + 1 == nb ? std::string(">= 2^24 ulp or non-finite")
+                        : "[2^" + std::to_string(b - 1) + ", 2^" + std::to_string(b) + ") ulp")
       << ": " << a.ulp_hist[b] << "</title></rect>";
   }
   for (std::size_t b : {std::size_t(0), std::size_t(9), std::size_t(17), nb - 1})
     if (b < nb)
       o << "<text x=\"" << g(L + (double(b) + 0.5) * bw, 5) << "\" y=\"" << H - B + 12
-        << "\" class=\"k\">" << (b == 0 ? "0" : b + 1 == nb ? "2^24+" : "2^" + std::to_string(b - 1))
+        << "\" class=\"k\">"
+        << (b == 0        ? "0"
+            : b + 1 == nb ? "2^24+"
+                          : "2^" + std::to_string(b - 1))
         << "</text>";
   o << "<text x=\"" << L - 3 << "\" y=\"" << T + 8 << "\" class=\"k r\">log</text>" << close;
 }
@@ -132,11 +147,13 @@ void sinkhorn_plot(std::ostringstream& o, const SinkhornCurve& c) {
   std::vector<double> all = c.residual;
   if (std::isfinite(c.kernel_residual)) all.push_back(c.kernel_residual);
   const auto [lo, hi] = decades(all);
-  const std::string close = axes(o, "Sinkhorn residual, " + c.label, "step (softmax, col, row, ...)",
-                                 "max |line sum - 1|");
+  const std::string close = axes(o, "Sinkhorn residual, " + c.label,
+                                 "step (softmax, col, row, ...)", "max |line sum - 1|");
   decade_ticks(o, lo, hi, false);
   const std::size_t n = c.residual.size();
-  auto px = [&](std::size_t i) { return L + (n > 1 ? double(i) / double(n - 1) : 0.5) * (W - L - R); };
+  auto px = [&](std::size_t i) {
+    return L + (n > 1 ? double(i) / double(n - 1) : 0.5) * (W - L - R);
+  };
   auto py = [&, lo = lo, hi = hi](double v) {
     const double f = v > 0 && std::isfinite(v) ? (std::log10(v) - lo) / (hi - lo) : 0.0;
     return H - B - std::clamp(f, 0.0, 1.0) * (H - T - B);
@@ -146,9 +163,9 @@ void sinkhorn_plot(std::ostringstream& o, const SinkhornCurve& c) {
   o << "\"/>";
   const double ky = py(c.kernel_residual);
   if (std::isfinite(c.kernel_residual))
-    o << "<line x1=\"" << L << "\" y1=\"" << g(ky, 5) << "\" x2=\"" << W - R << "\" y2=\"" << g(ky, 5)
-    << "\" class=\"kern\"/><text x=\"" << W - R - 2 << "\" y=\"" << g(ky - 3, 5)
-    << "\" class=\"k r\">kernel " << g(c.kernel_residual, 2) << "</text>";
+    o << "<line x1=\"" << L << "\" y1=\"" << g(ky, 5) << "\" x2=\"" << W - R << "\" y2=\""
+      << g(ky, 5) << "\" class=\"kern\"/><text x=\"" << W - R - 2 << "\" y=\"" << g(ky - 3, 5)
+      << "\" class=\"k r\">kernel " << g(c.kernel_residual, 2) << "</text>";
   o << "<text x=\"" << L << "\" y=\"" << H - B + 12 << "\" class=\"k\">0</text><text x=\"" << W - R
     << "\" y=\"" << H - B + 12 << "\" class=\"k r\">" << (n ? n - 1 : 0) << "</text>" << close;
 }
@@ -183,11 +200,13 @@ std::string to_html(const Report& r) {
   const Meta& m = r.meta;
   const auto [entries, ok, cases, pass] = r.summary();
   const char* word = pass ? "PASS" : "FAIL";
-  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>mhc-verify "
-    << word << ": " << esc(m.subcommand) << "</title>" << kStyle << "</head><body>\n";
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>mhc-verify " << word
+    << ": " << esc(m.subcommand) << "</title>" << kStyle << "</head><body>\n";
   o << "<h1>mhc-verify report</h1><div class=\"banner " << word << "\">" << word << ": " << ok
     << " of " << r.entries.size() << " entries as expected, " << cases << " cases"
-    << (r.complete ? "" : r.interrupted.empty() ? " (incomplete)" : " (interrupted by " + r.interrupted + ")")
+    << (r.complete              ? ""
+        : r.interrupted.empty() ? " (incomplete)"
+                                : " (interrupted by " + r.interrupted + ")")
     << "</div>\n<div class=\"meta\"><code>" << esc(m.command) << "</code><br>mhc-verify "
     << esc(m.version) << " (" << esc(m.git_commit) << "), " << esc(m.compiler) << ", "
     << esc(m.build_type) << "; " << esc(m.fp_flags) << "<br>" << esc(m.host)
@@ -218,16 +237,20 @@ std::string to_html(const Report& r) {
         o << (i ? ", " : "") << esc(e.settings[i].first) << "=" << esc(e.settings[i].second);
       o << "</p>\n";
     }
-    if (!e.problem.empty()) o << "<div class=\"fail\"><b>problem</b>: " << esc(e.problem) << "</div>\n";
+    if (!e.problem.empty())
+      o << "<div class=\"fail\"><b>problem</b>: " << esc(e.problem) << "</div>\n";
     if (!e.facts.empty()) {
       o << "<table>";
-      for (const auto& [k, v] : e.facts) o << "<tr><td>" << esc(k) << "</td><td>" << esc(v) << "</td></tr>";
+      for (const auto& [k, v] : e.facts)
+        o << "<tr><td>" << esc(k) << "</td><td>" << esc(v) << "</td></tr>";
       o << "</table>\n";
     }
     for (const auto& c : e.cases) {
       if (c.verdict.state != oracles::State::fail) continue;
       o << "<div class=\"fail\"><b>fail</b> "
-        << esc(c.label.empty() ? "case " + std::to_string(c.index) + " (seed " + std::to_string(c.seed) + ")" : c.label)
+        << esc(c.label.empty()
+                   ? "case " + std::to_string(c.index) + " (seed " + std::to_string(c.seed) + ")"
+                   : c.label)
         << ": first divergent stage <code>" << esc(c.verdict.first_divergent) << "</code>";
       for (const auto& s : c.verdict.stages)
         if (s.stage == c.verdict.first_divergent) o << ": " << esc(s.reason);

@@ -13,11 +13,14 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-json num(double x) { return json_number(x); }
+json num(double x) {
+  return json_number(x);
+}
 
 json element(const oracles::Element& e) {
-  return {{"index", e.index}, {"token", e.token}, {"got", num(e.got)}, {"want", num(e.want)},
-          {"bound", num(e.bound)}, {"ratio", num(e.ratio)}, {"rule", e.rule}};
+  return {{"index", e.index},    {"token", e.token},      {"got", num(e.got)},
+          {"want", num(e.want)}, {"bound", num(e.bound)}, {"ratio", num(e.ratio)},
+          {"rule", e.rule}};
 }
 
 json pairs(const std::vector<std::pair<std::string, std::string>>& kv) {
@@ -53,11 +56,16 @@ json aggregate(const StageAggregate& a) {
   for (const auto& [k, v] : a.states) states[k] = v;
   json worst = element(a.worst);
   worst["case"] = a.worst_case;
-  return {{"stage", a.stage},           {"states", states},
-          {"ratio_max", num(a.ratio_max)}, {"ratio_p99", num(a.ratio_p99)},
-          {"ratio_median", num(a.ratio_median)}, {"max_ulp", num(a.max_ulp)},
-          {"max_rel", num(a.max_rel)},    {"worst", worst},
-          {"ulp_hist", a.ulp_hist},       {"samples", samples}};
+  return {{"stage", a.stage},
+          {"states", states},
+          {"ratio_max", num(a.ratio_max)},
+          {"ratio_p99", num(a.ratio_p99)},
+          {"ratio_median", num(a.ratio_median)},
+          {"max_ulp", num(a.max_ulp)},
+          {"max_rel", num(a.max_rel)},
+          {"worst", worst},
+          {"ulp_hist", a.ulp_hist},
+          {"samples", samples}};
 }
 
 }  // namespace
@@ -66,11 +74,20 @@ std::string to_json(const Report& r) {
   const Meta& m = r.meta;
   json out;
   out["schema"] = kSchema;
-  out["meta"] = {{"tool", m.tool},         {"version", m.version},     {"git_commit", m.git_commit},
-                 {"command", m.command},   {"subcommand", m.subcommand}, {"compiler", m.compiler},
-                 {"build_type", m.build_type}, {"fp_flags", m.fp_flags}, {"host", m.host},
-                 {"device", m.device},     {"threads", m.threads},     {"started", m.started},
-                 {"finished", m.finished}, {"wall_s", num(m.wall_s)}};
+  out["meta"] = {{"tool", m.tool},
+                 {"version", m.version},
+                 {"git_commit", m.git_commit},
+                 {"command", m.command},
+                 {"subcommand", m.subcommand},
+                 {"compiler", m.compiler},
+                 {"build_type", m.build_type},
+                 {"fp_flags", m.fp_flags},
+                 {"host", m.host},
+                 {"device", m.device},
+                 {"threads", m.threads},
+                 {"started", m.started},
+                 {"finished", m.finished},
+                 {"wall_s", num(m.wall_s)}};
   out["complete"] = r.complete;
   out["interrupted"] = r.interrupted.empty() ? json(nullptr) : json(r.interrupted);
   out["exit_code"] = r.exit_code;
@@ -82,9 +99,9 @@ std::string to_json(const Report& r) {
   json entries = json::array();
   for (const auto& e : r.entries) {
     json counts = json::object();
-    for (auto s : {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
-                   oracles::State::undecidable, oracles::State::skipped,
-                   oracles::State::not_compiled})
+    for (auto s :
+         {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
+          oracles::State::undecidable, oracles::State::skipped, oracles::State::not_compiled})
       counts[oracles::state_name(s)] = e.count(s);
     json stages = json::array();
     for (const auto& a : e.stages) stages.push_back(aggregate(a));
@@ -92,7 +109,8 @@ std::string to_json(const Report& r) {
     for (const auto& c : e.sinkhorn) {
       json res = json::array();
       for (double x : c.residual) res.push_back(num(x));
-      curves.push_back({{"label", c.label}, {"residual", res}, {"kernel_residual", num(c.kernel_residual)}});
+      curves.push_back(
+          {{"label", c.label}, {"residual", res}, {"kernel_residual", num(c.kernel_residual)}});
     }
     json cs = json::array();
     for (const auto& c : e.cases) {

@@ -26,18 +26,29 @@ const oracles::StageVerdict* first_divergent(const CaseRecord& c) {
 }
 
 std::string case_name(const CaseRecord& c) {
-  return c.label.empty() ? "case " + std::to_string(c.index) + " (seed " + std::to_string(c.seed) + ")"
-                         : c.label;
+  return c.label.empty()
+             ? "case " + std::to_string(c.index) + " (seed " + std::to_string(c.seed) + ")"
+             : c.label;
 }
 
 std::string xml(const std::string& s) {
   std::string o;
   for (unsigned char ch : s) switch (ch) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&apos;"; break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&apos;";
+        break;
       default:
         if (ch >= 0x20 || ch == '\n' || ch == '\t') o += char(ch);  // XML 1.0 forbids the rest
     }
@@ -62,8 +73,10 @@ std::string to_markdown(const Report& r) {
     << m.build_type << "; " << m.host << "; device: " << m.device << "  \n";
   o << "started " << m.started << ", " << g(m.wall_s) << " s";
   if (!r.complete)
-    o << "; **incomplete**" << (r.interrupted.empty() ? "" : " (interrupted by " + r.interrupted + ")");
-  o << "\n\n" << r.entries.size() << " entries, " << ok << " as expected, " << cases << " cases.\n\n";
+    o << "; **incomplete**"
+      << (r.interrupted.empty() ? "" : " (interrupted by " + r.interrupted + ")");
+  o << "\n\n"
+    << r.entries.size() << " entries, " << ok << " as expected, " << cases << " cases.\n\n";
   o << "| entry | expect | cases | pass | fail | undecidable | mistrusted | max ratio | result |\n";
   o << "|---|---|--:|--:|--:|--:|--:|--:|---|\n";
   for (const auto& e : r.entries) {
@@ -85,14 +98,15 @@ std::string to_markdown(const Report& r) {
     for (const auto& [k, v] : e.facts) o << "- " << k << ": " << v << "\n";
     if (!e.facts.empty() || !e.problem.empty()) o << "\n";
     if (!e.stages.empty()) {
-      o << "| stage | pass | fail | undec | mistr | max ratio | p99 ratio | median ratio | max ulp | worst |\n";
+      o << "| stage | pass | fail | undec | mistr | max ratio | p99 ratio | median ratio | max ulp "
+           "| worst |\n";
       o << "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n";
       for (const auto& a : e.stages)
         o << "| " << a.stage << " | " << state_count(a, "pass") << " | " << state_count(a, "fail")
-          << " | " << state_count(a, "undecidable") << " | " << state_count(a, "mistrusted") << " | "
-          << g(a.ratio_max) << " | " << g(a.ratio_p99) << " | " << g(a.ratio_median) << " | "
-          << g(a.max_ulp) << " | case " << a.worst_case << " token " << a.worst.token << " elem "
-          << a.worst.index << " |\n";
+          << " | " << state_count(a, "undecidable") << " | " << state_count(a, "mistrusted")
+          << " | " << g(a.ratio_max) << " | " << g(a.ratio_p99) << " | " << g(a.ratio_median)
+          << " | " << g(a.max_ulp) << " | case " << a.worst_case << " token " << a.worst.token
+          << " elem " << a.worst.index << " |\n";
     }
     for (const auto& c : e.cases) {
       if (c.verdict.state != oracles::State::fail) continue;
@@ -119,8 +133,9 @@ std::string to_junit(const Report& r) {
       Case c{"caught", "", "", ""};
       if (!e.ok()) {
         c.kind = "failure";
-        c.message = e.problem.empty() ? "a wrong kernel passed every case: the harness did not catch it"
-                                      : e.problem;
+        c.message = e.problem.empty()
+                        ? "a wrong kernel passed every case: the harness did not catch it"
+                        : e.problem;
       }
       tc.push_back(c);
     } else {
@@ -131,7 +146,8 @@ std::string to_junit(const Report& r) {
         if (st == oracles::State::fail) {
           const auto* s = first_divergent(c);
           t.kind = "failure";
-          t.message = "first divergent stage " + c.verdict.first_divergent + (s ? ": " + s->reason : "");
+          t.message =
+              "first divergent stage " + c.verdict.first_divergent + (s ? ": " + s->reason : "");
           if (!c.diagnosis.empty()) t.body += "DIAGNOSIS: " + c.diagnosis + "\n";
           if (!c.repro.empty()) t.body += "REPRO: " + c.repro + "\n";
           if (!c.saved.empty()) t.body += "SAVED: " + c.saved + "\n";
@@ -147,7 +163,8 @@ std::string to_junit(const Report& r) {
         tc.push_back(t);
       }
     }
-    if (!r.complete && tc.empty()) tc.push_back({"finished", "skipped", "the run was interrupted", ""});
+    if (!r.complete && tc.empty())
+      tc.push_back({"finished", "skipped", "the run was interrupted", ""});
     int f = 0, sk = 0;
     for (const auto& c : tc) {
       f += c.kind == "failure";

@@ -182,9 +182,12 @@ void install_interrupt_handler() {
 
 const char* interrupted() {
   switch (g_signal.load()) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    default: return nullptr;
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return nullptr;
   }
 }
 

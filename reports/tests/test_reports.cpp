@@ -1,4 +1,5 @@
 // The report model and its renderers on hand-built verdicts.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -6,7 +7,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unistd.h>
 
 #include "mhc/reports/report.hpp"
 
@@ -125,7 +125,8 @@ TEST_CASE("reports: a wrong kernel's entry is one JUnit test that fails when it 
 }
 
 TEST_CASE("reports: writes are atomic and name the file on failure", "[reports]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("mhc-reports-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mhc-reports-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "r.json").string();
   reports::write_atomic(path, "first");

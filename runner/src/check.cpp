@@ -47,15 +47,14 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
                     {"cases", std::to_string(spec.cases)}, {"seed", std::to_string(spec.seed)}};
   if (whole) {
     const ref::BlockConfig& b = spec.block;
-    entry.settings.insert(entry.settings.end(),
-                          {{"batch", std::to_string(spec.batch)},
-                           {"layers", std::to_string(b.layers)},
-                           {"heads", std::to_string(b.heads)},
-                           {"head_dim", std::to_string(b.head_dim)},
-                           {"experts", std::to_string(b.experts)},
-                           {"top_k", std::to_string(b.top_k)},
-                           {"inter", std::to_string(b.inter)},
-                           {"route_scale", fmt(b.route_scale)}});
+    entry.settings.insert(entry.settings.end(), {{"batch", std::to_string(spec.batch)},
+                                                 {"layers", std::to_string(b.layers)},
+                                                 {"heads", std::to_string(b.heads)},
+                                                 {"head_dim", std::to_string(b.head_dim)},
+                                                 {"experts", std::to_string(b.experts)},
+                                                 {"top_k", std::to_string(b.top_k)},
+                                                 {"inter", std::to_string(b.inter)},
+                                                 {"route_scale", fmt(b.route_scale)}});
   }
   Judging judging;
   judging.model = spec.model;
@@ -79,8 +78,9 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
       if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
       std::printf("REPRO: %s\n", rec.repro.c_str());
       if (!spec.save_dir.empty() && !o.got.empty()) {
-        rec.saved = save_case(spec.save_dir, backend->name + "_" + op + "_seed" + std::to_string(seed),
-                              c, o.got, rec.repro);
+        rec.saved =
+            save_case(spec.save_dir, backend->name + "_" + op + "_seed" + std::to_string(seed), c,
+                      o.got, rec.repro);
         if (!rec.saved.empty()) std::printf("SAVED: %s\n", rec.saved.c_str());
       }
     } else if (v.state == oracles::State::skipped) {

@@ -29,12 +29,14 @@ int run_compare(const CompareSpec& spec, Session& session) {
       const auto fx = fixtures::read_fixture(f, spec.read_timeout);
       entry.op = oracles::op_name(fx.c.op);
       entry.precision = oracles::precision_name(fx.c.precision);
-      entry.settings = {{"n", std::to_string(fx.c.cfg.n)}, {"d", std::to_string(fx.c.cfg.d)},
+      entry.settings = {{"n", std::to_string(fx.c.cfg.n)},
+                        {"d", std::to_string(fx.c.cfg.d)},
                         {"iters", std::to_string(fx.c.cfg.iters)},
                         {"tokens", std::to_string(fx.c.tokens)}};
       if (!fx.producer.empty()) entry.facts.push_back({"producer", fx.producer});
       for (const auto& name : fx.skipped)
-        std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", f.c_str(), name.c_str());
+        std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", f.c_str(),
+                     name.c_str());
       if (fx.outputs.empty()) {
         std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", f.c_str(),
                     entry.op.c_str(), fx.c.tokens);
@@ -57,7 +59,9 @@ int run_compare(const CompareSpec& spec, Session& session) {
         if (fail) rc = std::max(rc, 1);
         progress.done();
         std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
-                    fail ? "FAIL" : v.state == oracles::State::pass ? "PASS" : "UNDECIDED",
+                    fail                              ? "FAIL"
+                    : v.state == oracles::State::pass ? "PASS"
+                                                      : "UNDECIDED",
                     f.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
                     worst_stage.c_str(), fail ? "; first divergent stage " : "",
                     fail ? v.first_divergent.c_str() : "");
@@ -65,7 +69,8 @@ int run_compare(const CompareSpec& spec, Session& session) {
           if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
           std::printf("REPRO: %s\n", rec.repro.c_str());
         }
-        if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs)) entry.sinkhorn.push_back(*curve);
+        if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs))
+          entry.sinkhorn.push_back(*curve);
       }
     } catch (const fixtures::FixtureError& e) {
       std::fprintf(stderr, "mhc-verify: error: %s\n", e.what());
@@ -88,7 +93,8 @@ int run_compare(const CompareSpec& spec, Session& session) {
   progress.done();
   const auto& es = session.report.entries;
   const auto n = [&](oracles::State x) {
-    return std::count_if(es.begin(), es.end(), [&](const reports::Entry& e) { return e.count(x) > 0; });
+    return std::count_if(es.begin(), es.end(),
+                         [&](const reports::Entry& e) { return e.count(x) > 0; });
   };
   std::printf("compare: %s (%zu files: %ld pass, %ld fail, %ld undecided or skipped)\n",
               rc == 0 ? "PASS" : "FAIL", es.size(), long(n(oracles::State::pass)),

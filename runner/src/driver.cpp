@@ -148,8 +148,8 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
       break;
     case Op::mixes:
       b.mixes(k, T, in("x"), par("hc_fn"), out("mixes"));
-      b.split_sinkhorn(k, T, out("mixes"), par("hc_scale"), par("hc_base"), out("pre"),
-                       out("post"), out("comb"));
+      b.split_sinkhorn(k, T, out("mixes"), par("hc_scale"), par("hc_base"), out("pre"), out("post"),
+                       out("comb"));
       break;
     case Op::pre:
       b.hc_pre(k, T, in("x"), in("pre_mix"), out("y"));
@@ -164,7 +164,8 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
     case Op::stack:
       break;
     case Op::boundary: {
-      const impl::BoundaryOut o{out("x"), out("y"), out("mixes"), out("pre"), out("post"), out("comb")};
+      const impl::BoundaryOut o{out("x"),   out("y"),    out("mixes"),
+                                out("pre"), out("post"), out("comb")};
       const impl::BoundaryIn bin{in("f"),       in("residual"), in("post"),      in("comb"),
                                  in("pre_mix"), par("hc_fn"),   par("hc_scale"), par("hc_base")};
       b.boundary(k, T, bin, o);

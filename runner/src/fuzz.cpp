@@ -11,23 +11,23 @@
 
 #include "mhc/runner/fuzz.hpp"
 
-#include "mhc/runner/judge.hpp"
-#include "mhc/runner/repro.hpp"
-#include "mhc/reports/curves.hpp"
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/lanes.hpp"
 #include "mhc/oracles/random.hpp"
 #include "mhc/oracles/verdict.hpp"
+#include "mhc/reports/curves.hpp"
+#include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
 
 namespace mhc::runner {
 namespace {
 
 struct Finding {
-  std::uint64_t index = 0;        // the case that found it (before local search)
-  std::vector<double> logits;     // [n*n]
-  double row = 0, col = 0;        // max |row sum - 1|, max |column sum - 1| after K rounds
+  std::uint64_t index = 0;     // the case that found it (before local search)
+  std::vector<double> logits;  // [n*n]
+  double row = 0, col = 0;     // max |row sum - 1|, max |column sum - 1| after K rounds
 };
 
 struct Eval {
@@ -53,7 +53,9 @@ Eval residuals(const ref::Config& c, const std::vector<double>& L, std::vector<d
 // A cheap bell-shaped variate (triangular: two uniforms, mean 0, variance 1): the search needs
 // spread, not an exact Gaussian, and the logarithms and cosines of Box-Muller cost more than the
 // Sinkhorn itself.
-double bell(oracles::Rng& rng) { return (rng.uniform() + rng.uniform() - 1.0) * 2.449489742783178; }
+double bell(oracles::Rng& rng) {
+  return (rng.uniform() + rng.uniform() - 1.0) * 2.449489742783178;
+}
 
 // Logits of case i: bell-shaped of scale 0.01..100, near-permutation patterns (one large entry
 // per row), two-block structure, or row-plus-column (rank-one) structure with noise.
@@ -84,7 +86,9 @@ void logits_of(oracles::Rng& rng, int n, std::vector<double>& L) {
     for (auto& v : a) v = bell(rng) * 20;
     for (auto& v : b) v = bell(rng) * 20;
     for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k) L[std::size_t(j * n + k)] = a[std::size_t(j)] + b[std::size_t(k)] + 0.1 * L[std::size_t(j * n + k)];
+      for (int k = 0; k < n; ++k)
+        L[std::size_t(j * n + k)] =
+            a[std::size_t(j)] + b[std::size_t(k)] + 0.1 * L[std::size_t(j * n + k)];
   }
 }
 
@@ -116,7 +120,8 @@ void shrink(const ref::Config& c, Finding& f) {
 }
 
 oracles::OpCase split_case(const ref::Config& c, const std::vector<double>& L, std::uint64_t seed) {
-  auto oc = oracles::generate_case(oracles::Op::split_sinkhorn, c, 1, seed, oracles::Precision::fp32);
+  auto oc =
+      oracles::generate_case(oracles::Op::split_sinkhorn, c, 1, seed, oracles::Precision::fp32);
   auto& mix = oc.inputs["mixes"].data;
   std::fill(mix.begin(), mix.end(), 0.0f);
   for (std::size_t i = 0; i < L.size(); ++i) mix[std::size_t(2 * c.n) + i] = float(L[i]);
@@ -131,7 +136,8 @@ oracles::OpCase split_case(const ref::Config& c, const std::vector<double>& L, s
 int run_fuzz(const FuzzSpec& spec, Session& session) {
   const FuzzSpec* st = &spec;
   const int shards = spec.shards, shard = spec.shard;
-  if (shards < 1 || shard < 0 || shard >= shards) throw std::invalid_argument("shard index out of range");
+  if (shards < 1 || shard < 0 || shard >= shards)
+    throw std::invalid_argument("shard index out of range");
   ref::Config c;
   c.n = st->n;
   c.d = 1;
@@ -159,12 +165,17 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   entry.error_model = "standard";
   char eps_text[32];
   std::snprintf(eps_text, sizeof eps_text, "%.9g", c.hc_eps);
-  entry.settings = {{"n", std::to_string(c.n)}, {"iters", std::to_string(c.iters)},
-                    {"hc_eps", eps_text}, {"seed", std::to_string(st->seed)},
-                    {"shard", std::to_string(shard)}, {"shards", std::to_string(shards)}};
+  entry.settings = {{"n", std::to_string(c.n)},
+                    {"iters", std::to_string(c.iters)},
+                    {"hc_eps", eps_text},
+                    {"seed", std::to_string(st->seed)},
+                    {"shard", std::to_string(shard)},
+                    {"shards", std::to_string(shards)}};
   Progress progress("fuzz sinkhorn", st->seconds > 0 ? 0 : long(st->cases));
   const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   std::uint64_t tried = 0, kernel_cases = 0;
   int disagreements = 0;
   // kW cases at a time through the reference in lanes::Lanes (one case a lane).
@@ -174,7 +185,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   std::uint64_t next = std::uint64_t(shard);
   oracles::Rng search(st->seed ^ 0x5DEECE66Dull ^ std::uint64_t(shard));
   while ((st->seconds > 0 ? elapsed() < st->seconds : tried < st->cases) && !session.stop()) {
-    const int lanes_used = st->seconds > 0 ? kW : int(std::min<std::uint64_t>(kW, st->cases - tried));
+    const int lanes_used =
+        st->seconds > 0 ? kW : int(std::min<std::uint64_t>(kW, st->cases - tried));
     std::uint64_t idx[kW];
     for (int l = 0; l < kW; ++l) {
       idx[l] = next;
@@ -225,9 +237,10 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
                         static_cast<unsigned long long>(i), o.verdict.stages.at(0).reason.c_str());
           } else {
             if (!st->save.empty()) {
-              rec.saved = save_case(st->save, "fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i),
-                                    oc, o.got, "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) +
-                                                   ", case " + std::to_string(i));
+              rec.saved = save_case(
+                  st->save, "fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i), oc, o.got,
+                  "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) + ", case " +
+                      std::to_string(i));
               auto saved = oc;
               saved.origin = oracles::OpCase::Origin::file;
               saved.file = rec.saved;
@@ -259,8 +272,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
     }
     if (tried % 65536 < std::uint64_t(kW)) {
       char status[96];
-      std::snprintf(status, sizeof status, "%.0f/s, worst row residual %.3g", double(tried) / elapsed(),
-                    worst_row.empty() ? 0.0 : worst_row.front().row);
+      std::snprintf(status, sizeof status, "%.0f/s, worst row residual %.3g",
+                    double(tried) / elapsed(), worst_row.empty() ? 0.0 : worst_row.front().row);
       progress.step(long(tried), status);
     }
   }
@@ -273,13 +286,15 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
     f.col = e.col;
     shrink(c, f);
   }
-  std::sort(worst_row.begin(), worst_row.end(), [](const Finding& a, const Finding& b) { return a.row > b.row; });
+  std::sort(worst_row.begin(), worst_row.end(),
+            [](const Finding& a, const Finding& b) { return a.row > b.row; });
 
-  std::printf("fuzz sinkhorn: n=%d iters=%d eps=%g seed %llu, shard %d of %d: %llu cases in %.2f s "
-              "(%.0f cases/s, one thread, eight cases per evaluation), fp32 kernels checked on %llu\n",
-              c.n, c.iters, c.hc_eps, static_cast<unsigned long long>(st->seed), shard, shards,
-              static_cast<unsigned long long>(tried), secs, double(tried) / secs,
-              static_cast<unsigned long long>(kernel_cases));
+  std::printf(
+      "fuzz sinkhorn: n=%d iters=%d eps=%g seed %llu, shard %d of %d: %llu cases in %.2f s "
+      "(%.0f cases/s, one thread, eight cases per evaluation), fp32 kernels checked on %llu\n",
+      c.n, c.iters, c.hc_eps, static_cast<unsigned long long>(st->seed), shard, shards,
+      static_cast<unsigned long long>(tried), secs, double(tried) / secs,
+      static_cast<unsigned long long>(kernel_cases));
   auto kappa_of = [&](const std::vector<double>& logits) {
     ref::SinkhornTrace<double> tr;
     ref::sinkhorn(c, logits.data(), C.data(), &tr);
@@ -287,10 +302,12 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   };
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.0f", double(tried) / secs);
-  entry.facts = {{"cases", std::to_string(tried)}, {"cases_per_s", rate},
+  entry.facts = {{"cases", std::to_string(tried)},
+                 {"cases_per_s", rate},
                  {"kernel_cases", std::to_string(kernel_cases)},
                  {"counterexamples", std::to_string(disagreements)}};
-  std::printf("\nworst row residuals max_j |sum_k C[j,k] - 1| after %d rounds (shrunk):\n", c.iters);
+  std::printf("\nworst row residuals max_j |sum_k C[j,k] - 1| after %d rounds (shrunk):\n",
+              c.iters);
   std::printf("%4s %12s %12s %10s  %s\n", "case", "row", "column", "kappa", "logits (row-major)");
   for (std::size_t w = 0; w < worst_row.size(); ++w) {
     const auto& f = worst_row[w];
@@ -301,8 +318,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
       std::snprintf(b, sizeof b, "%s%.4g", logits.empty() ? "" : " ", v);
       logits += b;
     }
-    std::printf("%4llu %12.4g %12.4g %10.6f  [%s]\n", static_cast<unsigned long long>(f.index), f.row,
-                f.col, kappa, logits.c_str());
+    std::printf("%4llu %12.4g %12.4g %10.6f  [%s]\n", static_cast<unsigned long long>(f.index),
+                f.row, f.col, kappa, logits.c_str());
     char b[160];
     std::snprintf(b, sizeof b, "case %llu: row %.17g, column %.17g, kappa %.17g, logits [",
                   static_cast<unsigned long long>(f.index), f.row, f.col, kappa);
@@ -312,7 +329,9 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
     const auto [kappa, tr] = kappa_of(worst_row.front().logits);
     entry.sinkhorn.push_back(
         reports::sinkhorn_curve(tr, c.n, "worst case " + std::to_string(worst_row.front().index)));
-    std::printf("\nthe worst case's row residual after each round (kappa = %.6f, kappa^2 = %.6f):\n", kappa, kappa * kappa);
+    std::printf(
+        "\nthe worst case's row residual after each round (kappa = %.6f, kappa^2 = %.6f):\n", kappa,
+        kappa * kappa);
     int round = 0;
     for (const auto& s : tr.steps) {
       if (s.step != ref::SinkhornTrace<double>::Step::column) continue;

@@ -13,12 +13,12 @@
 
 #include "mhc/runner/gate.hpp"
 
-#include "mhc/runner/check.hpp"
-#include "mhc/runner/repro.hpp"
-#include "mhc/reports/json_number.hpp"
 #include "mhc/impl/kernels.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/ops.hpp"
+#include "mhc/reports/json_number.hpp"
+#include "mhc/runner/check.hpp"
+#include "mhc/runner/repro.hpp"
 
 namespace mhc::runner {
 
@@ -77,8 +77,9 @@ Suite read_suite(const std::string& path) {
     auto integer = [&](const std::string& w, double lo, double hi) {
       const double x = number(w);
       if (x != std::floor(x) || x < lo || x > hi)
-        suite_error(path, line_no, "'" + key + "': " + w + " is not an integer in [" +
-                                       std::to_string(long(lo)) + ", " + std::to_string(long(hi)) + "]");
+        suite_error(path, line_no,
+                    "'" + key + "': " + w + " is not an integer in [" + std::to_string(long(lo)) +
+                        ", " + std::to_string(long(hi)) + "]");
       return x;
     };
     if (key == "kernels") {
@@ -87,7 +88,8 @@ Suite read_suite(const std::string& path) {
       s.ops.clear();
       for (const auto& o : v) {
         const auto& ok = oracles::all_ops();
-        const auto it = std::find_if(ok.begin(), ok.end(), [&](oracles::Op x) { return oracles::op_name(x) == o; });
+        const auto it = std::find_if(ok.begin(), ok.end(),
+                                     [&](oracles::Op x) { return oracles::op_name(x) == o; });
         if (it == ok.end()) {
           std::string names;
           for (oracles::Op x : ok) names += (names.empty() ? "" : ", ") + oracles::op_name(x);
@@ -135,14 +137,16 @@ Suite read_suite(const std::string& path) {
       if (s.floor < 0) suite_error(path, line_no, "floor must be >= 0");
     } else {
       suite_error(path, line_no,
-                  "unknown key '" + key + "' (kernels, ops, precisions, hc-eps, cases, tokens, "
-                  "seed, n, dim, iters, norm-eps, error-model, allowance, floor)");
+                  "unknown key '" + key +
+                      "' (kernels, ops, precisions, hc-eps, cases, tokens, "
+                      "seed, n, dim, iters, norm-eps, error-model, allowance, floor)");
     }
   }
   for (double e : s.hc_eps) {
     ref::Config c = s.cfg;
     c.hc_eps = e;
-    if (const auto why = ref::validate(c); !why.empty()) throw std::invalid_argument(path + ": " + why);
+    if (const auto why = ref::validate(c); !why.empty())
+      throw std::invalid_argument(path + ": " + why);
   }
   return s;
 }
@@ -153,8 +157,12 @@ std::string g(double x) {
   return buf;
 }
 
-json num(double x) { return reports::json_number(x); }
-double from_num(const json& j) { return reports::number_from_json(j); }
+json num(double x) {
+  return reports::json_number(x);
+}
+double from_num(const json& j) {
+  return reports::number_from_json(j);
+}
 
 json baseline_of(const reports::Report& r, const Suite& s, const std::string& suite_path) {
   json out;
@@ -169,8 +177,8 @@ json baseline_of(const reports::Report& r, const Suite& s, const std::string& su
     for (const auto& a : e.stages) {
       json states = json::object();
       for (const auto& [k, v] : a.states) states[k] = v;
-      stages[a.stage] = {{"states", states}, {"ratio_max", num(a.ratio_max)},
-                         {"ratio_p99", num(a.ratio_p99)}};
+      stages[a.stage] = {
+          {"states", states}, {"ratio_max", num(a.ratio_max)}, {"ratio_p99", num(a.ratio_p99)}};
     }
     entries[e.id] = {{"cases", e.cases.size()}, {"stages", stages}};
   }
@@ -194,18 +202,23 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
   std::vector<std::string>& kernels = d->kernels;
   kernels = st->kernels.empty() ? suite.kernels : st->kernels;
   for (const auto& k : kernels)
-    if (!impl::find_backend(k)) throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
+    if (!impl::find_backend(k))
+      throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
   json& base = d->base;
   if (!st->update) {
     std::ifstream in(st->baseline);
-    if (!in) throw std::invalid_argument("cannot read baseline " + st->baseline + " (create it with --update)");
+    if (!in)
+      throw std::invalid_argument("cannot read baseline " + st->baseline +
+                                  " (create it with --update)");
     try {
       base = json::parse(in);
     } catch (const std::exception& e) {
       throw std::invalid_argument(st->baseline + ": not JSON: " + e.what());
     }
-    if (!base.is_object() || base.value("schema", "") != kBaselineSchema || !base.contains("entries"))
-      throw std::invalid_argument(st->baseline + ": not an " + std::string(kBaselineSchema) + " baseline");
+    if (!base.is_object() || base.value("schema", "") != kBaselineSchema ||
+        !base.contains("entries"))
+      throw std::invalid_argument(st->baseline + ": not an " + std::string(kBaselineSchema) +
+                                  " baseline");
   }
   d_ = d;
 }
@@ -233,12 +246,14 @@ int GatePlan::run(Session& session) const {
           c.threads = st->threads;
           c.save_dir = "";
           c.kind = "gate";
-          c.id = "gate " + k + " " + oracles::op_name(op) + " " + oracles::precision_name(p) + " hc_eps=" + g(e);
+          c.id = "gate " + k + " " + oracles::op_name(op) + " " + oracles::precision_name(p) +
+                 " hc_eps=" + g(e);
           specs.push_back(c);
         }
-  std::printf("gate: %zu runs (%zu kernels x %zu ops x %zu precisions x %zu hc_eps), %d cases each\n",
-              specs.size(), kernels.size(), suite.ops.size(), suite.precisions.size(),
-              suite.hc_eps.size(), suite.cases);
+  std::printf(
+      "gate: %zu runs (%zu kernels x %zu ops x %zu precisions x %zu hc_eps), %d cases each\n",
+      specs.size(), kernels.size(), suite.ops.size(), suite.precisions.size(), suite.hc_eps.size(),
+      suite.cases);
   int failed = 0;
   for (const auto& spec : specs) {
     if (session.stop()) break;
@@ -268,10 +283,13 @@ int GatePlan::run(Session& session) const {
           const double was = from_num(bs[a.stage][stat]);
           const double now = std::string(stat) == "ratio_max" ? a.ratio_max : a.ratio_p99;
           if (!(now > allowance * was && now > was + floor)) continue;
-          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + stat + " " + g(was) +
-                             " -> " + g(now) + " (allowance " + g(allowance) + "x, floor " + g(floor) + ")";
+          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + stat + " " +
+                             g(was) + " -> " + g(now) + " (allowance " + g(allowance) +
+                             "x, floor " + g(floor) + ")";
           e.problem = line.substr(10);
-          problems.push_back(line + "\n  REPRO: " + repro(check_case(specs[i], specs[i].seed + a.worst_case), specs[i].kernel, specs[i].model));
+          problems.push_back(line + "\n  REPRO: " +
+                             repro(check_case(specs[i], specs[i].seed + a.worst_case),
+                                   specs[i].kernel, specs[i].model));
         }
         // A stage that was decided everywhere and is not any more.
         const auto was_states = bs[a.stage]["states"];
@@ -279,9 +297,9 @@ int GatePlan::run(Session& session) const {
         const auto it = a.states.find("pass");
         const int now_pass = it == a.states.end() ? 0 : it->second;
         if (was_pass == int(e.cases.size()) && now_pass < was_pass) {
-          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + std::to_string(now_pass) +
-                             " of " + std::to_string(e.cases.size()) + " cases pass, baseline " +
-                             std::to_string(was_pass);
+          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " +
+                             std::to_string(now_pass) + " of " + std::to_string(e.cases.size()) +
+                             " cases pass, baseline " + std::to_string(was_pass);
           e.problem = line.substr(10);
           problems.push_back(line);
         }
@@ -302,13 +320,16 @@ int GatePlan::run(Session& session) const {
   for (const auto& p : problems) std::printf("%s\n", p.c_str());
   if (st->update) {
     if (failed) {
-      std::printf("gate: FAIL (%d cases failed; the baseline is not updated with failing verdicts)\n", failed);
+      std::printf(
+          "gate: FAIL (%d cases failed; the baseline is not updated with failing verdicts)\n",
+          failed);
       return (1);
     }
     Suite recorded = suite;
     recorded.allowance = allowance;
     recorded.floor = floor;
-    reports::write_atomic(st->baseline, baseline_of(session.report, recorded, st->suite).dump(1) + "\n");
+    reports::write_atomic(st->baseline,
+                          baseline_of(session.report, recorded, st->suite).dump(1) + "\n");
     std::printf("gate: baseline %s recorded (%zu entries)\n", st->baseline.c_str(),
                 session.report.entries.size());
     return (0);

@@ -48,7 +48,8 @@ Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads) {
                           "kernel " + b.name + " cannot run here: " + e.what());
   } catch (const std::exception& e) {
     r.got.clear();
-    r.verdict = one_stage(oracles::State::fail, "threw", std::string("the kernel threw: ") + e.what());
+    r.verdict =
+        one_stage(oracles::State::fail, "threw", std::string("the kernel threw: ") + e.what());
   }
   return r;
 }

@@ -10,12 +10,12 @@
 
 #include <optional>
 
-#include "mhc/runner/judge.hpp"
-#include "mhc/runner/repro.hpp"
 #include "mhc/impl/variants.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
+#include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
 
 namespace mhc::runner {
 namespace {
@@ -37,7 +37,6 @@ struct Row {
 // observed/bound ratio under that model exceeds 1.
 constexpr const char* kModelNames[] = {"rigorous", "probabilistic", "empirical", "standard"};
 
-
 int production_report(Session& session, int cases, std::uint64_t seed) {
   using oracles::ErrorModel;
   const ErrorModel models[] = {ErrorModel::rigorous, ErrorModel::probabilistic,
@@ -55,7 +54,8 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
   std::vector<std::string> wrong_stage(wrong.size());
   for (int i = 0; i < cases; ++i) {
     const oracles::Op op = i % 2 == 0 ? oracles::Op::boundary : oracles::Op::split_sinkhorn;
-    const auto c = oracles::generate_case(op, ref::v41(), 2, seed + std::uint64_t(i), oracles::Precision::fp32);
+    const auto c = oracles::generate_case(op, ref::v41(), 2, seed + std::uint64_t(i),
+                                          oracles::Precision::fp32);
     std::vector<oracles::Trace<bnd::Bounded>> want;
     for (ErrorModel m : models) want.push_back(oracles::oracle_trace(c, 0, m));
     // max observed/bound under model m, and the stage where it is largest
@@ -82,7 +82,9 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
     };
     for (const auto* l : legit) {
       const auto got = run_ours(*l);
-      for (int m = 0; m < 4; ++m) legit_ratio[std::size_t(m)] = std::max(legit_ratio[std::size_t(m)], ratio_of(got, m, nullptr));
+      for (int m = 0; m < 4; ++m)
+        legit_ratio[std::size_t(m)] =
+            std::max(legit_ratio[std::size_t(m)], ratio_of(got, m, nullptr));
     }
     for (std::size_t w = 0; w < wrong.size(); ++w) {
       const auto got = run_ours(*wrong[w]);
@@ -96,12 +98,14 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
       }
     }
   }
-  std::printf("fixed-eps sensitivity at n=4 d=5120 iters=20 hc_eps=1e-6 norm_eps=1e-20: %d cases "
-              "(boundary and split_sinkhorn alternating, 2 tokens), %zu legitimate kernels\n",
-              cases, legit.size());
-  std::printf("per model: max observed/bound over all elements (> 1: caught). outside: the wrong\n"
-              "kernel's max under the rigorous model / the legitimate kernels' max; detectable when\n"
-              "> 2. verdict from the standard model.\n\n");
+  std::printf(
+      "fixed-eps sensitivity at n=4 d=5120 iters=20 hc_eps=1e-6 norm_eps=1e-20: %d cases "
+      "(boundary and split_sinkhorn alternating, 2 tokens), %zu legitimate kernels\n",
+      cases, legit.size());
+  std::printf(
+      "per model: max observed/bound over all elements (> 1: caught). outside: the wrong\n"
+      "kernel's max under the rigorous model / the legitimate kernels' max; detectable when\n"
+      "> 2. verdict from the standard model.\n\n");
   std::printf("%-30s %-7s %10s %-10s %10s %10s %10s %10s  %s\n", "kernel", "stage", "outside",
               "detectable", "rigorous", "probabil.", "empirical", "standard", "verdict");
   int bad = 0;
@@ -113,8 +117,8 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
     reports::Entry& e = session.report.entry("production " + impl::backend_name(*wrong[w]));
     e.kind = "production";
     e.kernel = impl::backend_name(*wrong[w]);
-    e.settings = {{"n", "4"}, {"d", "5120"}, {"iters", "20"}, {"hc_eps", "1e-06"},
-                  {"norm_eps", "1e-20"}, {"cases", std::to_string(cases)}};
+    e.settings = {{"n", "4"},          {"d", "5120"},         {"iters", "20"},
+                  {"hc_eps", "1e-06"}, {"norm_eps", "1e-20"}, {"cases", std::to_string(cases)}};
     char text[64];
     for (int m = 0; m < 4; ++m) {
       std::snprintf(text, sizeof text, "%.3g", r[std::size_t(m)]);
@@ -129,10 +133,12 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
     std::printf("%-30s %-7s %10.3g %-10s %10.3g %10.3g %10.3g %10.3g  %s\n",
                 impl::backend_name(*wrong[w]).c_str(), wrong_stage[w].c_str(), outside,
                 detectable ? "yes" : "no", r[0], r[1], r[2], r[3],
-                caught ? "detected" : detectable ? "MISSED" : "undetectable");
+                caught       ? "detected"
+                : detectable ? "MISSED"
+                             : "undetectable");
   }
-  std::printf("%-30s %-7s %10s %-10s %10.3g %10.3g %10.3g %10.3g  %s\n", "(legitimate kernels)", "-",
-              "-", "-", legit_ratio[0], legit_ratio[1], legit_ratio[2], legit_ratio[3],
+  std::printf("%-30s %-7s %10s %-10s %10.3g %10.3g %10.3g %10.3g  %s\n", "(legitimate kernels)",
+              "-", "-", "-", legit_ratio[0], legit_ratio[1], legit_ratio[2], legit_ratio[3],
               legit_ratio[3] > 1 ? "FALSE ALARM" : "none flagged");
   std::printf(
       "(%zu Block-level wrong kernels are not in this report: they deviate only inside the "
@@ -189,7 +195,8 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
     if (!whole) pieces = shared_oracle(c, judging);
     for (auto& r : rows) {
       if (r.v->wrong ? (r.killed_at >= 0 || i >= st->kill_budget) : i >= st->cases) continue;
-      const Outcome o = whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
+      const Outcome o =
+          whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
       const oracles::Verdict& verdict = o.verdict;
       ++r.cases;
       reports::Entry& e = session.report.entry(r.backend.name);
@@ -237,15 +244,19 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
                 r.v->wrong ? "wrong" : "legit", r.cases,
                 r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
                 r.stage.empty() ? "-" : r.stage.c_str(),
-                r.v->wrong ? r.diagnosis.c_str() : (r.undecided ? (std::to_string(r.undecided) + " undecidable").c_str() : "-"),
+                r.v->wrong
+                    ? r.diagnosis.c_str()
+                    : (r.undecided ? (std::to_string(r.undecided) + " undecidable").c_str() : "-"),
                 verdict.c_str());
     if (!ok && !r.repro.empty()) std::printf("  REPRO: %s\n", r.repro.c_str());
   }
   int wrong = 0, legit = 0;
   for (const auto& r : rows) (r.v->wrong ? wrong : legit)++;
-  std::printf("\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
-              "%s error model: %s\n",
-              wrong, st->kill_budget, legit, st->cases, oracles::error_model_name(st->model).c_str(), bad ? "FAIL" : "PASS");
+  std::printf(
+      "\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
+      "%s error model: %s\n",
+      wrong, st->kill_budget, legit, st->cases, oracles::error_model_name(st->model).c_str(),
+      bad ? "FAIL" : "PASS");
   for (const auto& r : rows) {
     reports::Entry& e = session.report.entry(r.backend.name);
     e.facts = {{"cases", std::to_string(r.cases)},

@@ -37,7 +37,8 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
   const CheckSpec d;  // check's defaults
   const std::string model_flag =
       model == d.model ? "" : " --error-model " + oracles::error_model_name(model);
-  if (c.origin == OpCase::Origin::file) return "mhc-verify compare " + shell_quote(c.file) + model_flag;
+  if (c.origin == OpCase::Origin::file)
+    return "mhc-verify compare " + shell_quote(c.file) + model_flag;
   if (c.origin == OpCase::Origin::derived) return "";
   const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
   std::string r = "mhc-verify check --kernel " + shell_quote(kernel) + " --op " +
@@ -58,7 +59,8 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
   if (whole) {
     const ref::BlockConfig& b = c.block;
     flag(c.batch != d.batch, "batch", std::to_string(c.batch));
-    flag(c.op == oracles::Op::stack && b.layers != d.block.layers, "layers", std::to_string(b.layers));
+    flag(c.op == oracles::Op::stack && b.layers != d.block.layers, "layers",
+         std::to_string(b.layers));
     flag(b.heads != d.block.heads, "heads", std::to_string(b.heads));
     flag(b.head_dim != d.block.head_dim, "head-dim", std::to_string(b.head_dim));
     flag(b.experts != d.block.experts, "experts", std::to_string(b.experts));

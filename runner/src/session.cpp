@@ -1,8 +1,8 @@
 #include "mhc/runner/session.hpp"
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
-#include <unistd.h>
 
 #include "mhc/impl/cuda.hpp"
 #include "mhc/impl/kernels.hpp"
@@ -27,16 +27,21 @@ Session::Session(const reports::Outputs& out, unsigned threads) : writer_(out) {
   writer_.write(report, true);  // an unwritable path fails now, not after the run
 }
 
-void Session::update() { writer_.write(report); }
+void Session::update() {
+  writer_.write(report);
+}
 
-bool Session::stop() const { return reports::interrupted() != nullptr; }
+bool Session::stop() const {
+  return reports::interrupted() != nullptr;
+}
 
 int Session::finish(int code) {
   if (const char* sig = reports::interrupted()) {
     report.interrupted = sig;
     report.complete = false;
     code = 128 + (report.interrupted == "SIGINT" ? SIGINT : SIGTERM);
-    std::fprintf(stderr, "mhc-verify: interrupted by %s: the report holds the finished cases\n", sig);
+    std::fprintf(stderr, "mhc-verify: interrupted by %s: the report holds the finished cases\n",
+                 sig);
   } else {
     report.complete = true;
   }
@@ -57,7 +62,7 @@ void Progress::step(long done, const std::string& status) {
   const double t = std::chrono::duration<double>(now - start_).count();
   const long tenth = total_ > 0 ? done * 10 / total_ : 0;
   if (t < 2.0 || (total_ > 0 && total_ < 2)) return;  // short runs and single items need none
-  if (!tty_ && total_ > 0 && done >= total_) return;    // the summary follows at once
+  if (!tty_ && total_ > 0 && done >= total_) return;  // the summary follows at once
   if (tty_) {
     if (now - last_ < std::chrono::milliseconds(100) && done < total_) return;
   } else if (tenth == last_tenth_ && now - last_ < std::chrono::seconds(30)) {
@@ -86,7 +91,8 @@ void Progress::done() {
 
 void print_stage_table(const reports::Entry& e) {
   std::printf("\n%-16s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail",
-              "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp", "max rel", "worst");
+              "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp", "max rel",
+              "worst");
   for (const auto& a : e.stages) {
     auto n = [&](const char* s) {
       const auto it = a.states.find(s);
@@ -99,8 +105,9 @@ void print_stage_table(const reports::Entry& e) {
                 n("pass"), n("fail"), n("undecidable"), n("mistrusted"), a.ratio_max, a.ratio_p99,
                 a.ratio_median, a.max_ulp, a.max_rel, worst);
   }
-  std::printf("\nratio: observed error / derived bound per element (pass needs <= 1); med: median\n"
-              "over cases of each case's median.\n");
+  std::printf(
+      "\nratio: observed error / derived bound per element (pass needs <= 1); med: median\n"
+      "over cases of each case's median.\n");
 }
 
 }  // namespace mhc::runner

@@ -24,7 +24,17 @@ static int split_sinkhorn(const mhc_config* c, const float* mixes, const float* 
   return 0;
 }
 
-static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION, "error-test", "error codes on every other call",
-                                 MHC_MEMORY_HOST, NULL, split_sinkhorn, NULL, NULL, NULL, NULL};
+static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
+                                 "error-test",
+                                 "error codes on every other call",
+                                 MHC_MEMORY_HOST,
+                                 NULL,
+                                 split_sinkhorn,
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 NULL};
 
-const mhc_plugin* mhc_plugin_v1(void) { return &table; }
+const mhc_plugin* mhc_plugin_v1(void) {
+  return &table;
+}

@@ -2,12 +2,12 @@
 // the right rule and the first divergent stage.
 #include <catch2/catch.hpp>
 
-#include "mhc/runner/driver.hpp"
-#include "mhc/runner/judge.hpp"
-#include "mhc/oracles/error_model.hpp"
-#include "mhc/oracles/verdict.hpp"
 #include <algorithm>
 #include <cmath>
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/verdict.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/judge.hpp"
 
 using namespace mhc;
 using oracles::Op;
@@ -81,7 +81,8 @@ TEST_CASE("driver: an element never written fails as unwritten, in the last toke
   CHECK(v.stages[0].worst.token == 5u);
 }
 
-TEST_CASE("driver: first divergent stage of a boundary with post missing its factor 2", "[driver]") {
+TEST_CASE("driver: first divergent stage of a boundary with post missing its factor 2",
+          "[driver]") {
   impl::Backend b = impl::cpu();
   b.boundary = boundary_post_half;
   const auto v = judge(b, Op::boundary);
@@ -114,7 +115,8 @@ TEST_CASE("driver: the whole Block and a stack pass on both CPU kernels", "[driv
       for (oracles::Precision prec : oracles::all_precisions()) {
         const auto c = oracles::generate_block_case(op, cfg, b, 2, 3, 21, prec);
         const auto got = runner::run_kernel(*k, c, 1);
-        const auto v = oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
+        const auto v = oracles::compare(
+            got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
         CAPTURE(oracles::op_name(op), k->name, oracles::precision_name(prec));
         for (const auto& s : v.stages) {
           CAPTURE(s.stage, s.reason);
@@ -159,9 +161,10 @@ oracles::OpCase hostile_case(Op op, float v, std::size_t at) {
 
 }  // namespace
 
-TEST_CASE("driver: NaN, Inf and subnormal activations get a verdict, never a crash or a false "
-          "alarm",
-          "[driver][hostile]") {
+TEST_CASE(
+    "driver: NaN, Inf and subnormal activations get a verdict, never a crash or a false "
+    "alarm",
+    "[driver][hostile]") {
   const float values[] = {std::nanf(""), HUGE_VALF, -HUGE_VALF, 1e-40f, -1e-45f, 3e38f, 0.0f};
   for (const auto* b : impl::backends())
     for (Op op : oracles::all_ops())

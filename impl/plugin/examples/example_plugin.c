@@ -10,7 +10,9 @@
 
 #define MHC_EXPORT __attribute__((visibility("default")))
 
-static int mix_count(const mhc_config* c) { return (2 + c->n) * c->n; }
+static int mix_count(const mhc_config* c) {
+  return (2 + c->n) * c->n;
+}
 
 /* bf16 storage of a stream value: round to nearest, ties to even. */
 static float stored(const mhc_config* c, float v) {
@@ -50,7 +52,9 @@ static int mixes(const mhc_config* c, const float* x, const float* hc_fn, float*
   return 0;
 }
 
-static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
+static float sigmoidf(float z) {
+  return 1.0f / (1.0f + expf(-z));
+}
 
 static int split_sinkhorn(const mhc_config* c, const float* mixes_in, const float* scale,
                           const float* base, float* pre, float* post, float* comb, char* err,
@@ -65,7 +69,7 @@ static int split_sinkhorn(const mhc_config* c, const float* mixes_in, const floa
       pre[t * (uint64_t)n + (uint64_t)j] = sigmoidf(m[j] * scale[0] + base[j]) + eps;
       post[t * (uint64_t)n + (uint64_t)j] = 2.0f * sigmoidf(m[n + j] * scale[1] + base[n + j]);
     }
-    for (int j = 0; j < n; ++j) {  /* row softmax, max-subtracted; eps after the division */
+    for (int j = 0; j < n; ++j) { /* row softmax, max-subtracted; eps after the division */
       float mx = -INFINITY, s = 0;
       for (int k = 0; k < n; ++k) {
         C[j * n + k] = m[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
@@ -74,7 +78,7 @@ static int split_sinkhorn(const mhc_config* c, const float* mixes_in, const floa
       for (int k = 0; k < n; ++k) s += (C[j * n + k] = expf(C[j * n + k] - mx));
       for (int k = 0; k < n; ++k)
 #ifdef MHC_PLANTED_BUG
-        C[j * n + k] = C[j * n + k] / (s + eps);  /* the planted bug: eps inside the division */
+        C[j * n + k] = C[j * n + k] / (s + eps); /* the planted bug: eps inside the division */
 #else
         C[j * n + k] = C[j * n + k] / s + eps;
 #endif
@@ -118,7 +122,7 @@ static int hc_post(const mhc_config* c, const float* f, const float* residual, c
     for (size_t k = 0; k < n; ++k)
       for (size_t i = 0; i < d; ++i) {
         float acc = post[t * n + k] * f[t * d + i];
-        for (size_t j = 0; j < n; ++j)  /* comb[j, k] carries stream j into stream k */
+        for (size_t j = 0; j < n; ++j) /* comb[j, k] carries stream j into stream k */
           acc += comb[(t * n + j) * n + k] * residual[(t * n + j) * d + i];
         y[(t * n + k) * d + i] = stored(c, acc);
       }
@@ -149,16 +153,24 @@ static int boundary(const mhc_config* c, const mhc_boundary_in* in, const mhc_bo
   return hc_pre(c, out->x, in->pre_mix, out->y, err, err_size);
 }
 
-MHC_EXPORT const mhc_plugin* mhc_plugin_v1(void) {
-  static const mhc_plugin table = {
-      MHC_PLUGIN_ABI_VERSION,
 #ifdef MHC_PLANTED_BUG
-      "example-planted-bug",
-      "the example plug-in with eps inside the softmax division",
+#define EXAMPLE_NAME "example-planted-bug"
+#define EXAMPLE_DESCRIPTION "the example plug-in with eps inside the softmax division"
 #else
-      "example",
-      "the mHC pieces in plain C99, host memory",
+#define EXAMPLE_NAME "example"
+#define EXAMPLE_DESCRIPTION "the mHC pieces in plain C99, host memory"
 #endif
-      MHC_MEMORY_HOST, mixes, split_sinkhorn, hc_pre, hc_post, rmsnorm, boundary};
+
+MHC_EXPORT const mhc_plugin* mhc_plugin_v1(void) {
+  static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
+                                   EXAMPLE_NAME,
+                                   EXAMPLE_DESCRIPTION,
+                                   MHC_MEMORY_HOST,
+                                   mixes,
+                                   split_sinkhorn,
+                                   hc_pre,
+                                   hc_post,
+                                   rmsnorm,
+                                   boundary};
   return &table;
 }

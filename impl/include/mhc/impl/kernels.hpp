@@ -1,5 +1,6 @@
 // The kernel signatures, declared once: every backend (cpu, cpu-fused, cuda, plug-in) implements
-// this table. All tensors are fp32 in host memory, row-major, with the layouts of fixtures/README.md
+// this table. All tensors are fp32 in host memory, row-major, with the layouts of
+// fixtures/README.md
 // ([T, n, d] streams, [T, M] mixes, [T, n] weights, [T, n, n] comb with comb[t, j, k] carrying
 // stream j into stream k). A backend that is not compiled in throws NotCompiled.
 #pragma once
@@ -74,9 +75,8 @@ struct Backend {
   std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* hc_fn,
                      float* mixes)>
       mixes;
-  std::function<void(const KernelConfig&, std::size_t T, const float* mixes,
-                     const float* hc_scale, const float* hc_base, float* pre, float* post,
-                     float* comb)>
+  std::function<void(const KernelConfig&, std::size_t T, const float* mixes, const float* hc_scale,
+                     const float* hc_base, float* pre, float* post, float* comb)>
       split_sinkhorn;
   std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* pre_mix,
                      float* y)>
@@ -91,16 +91,15 @@ struct Backend {
       boundary;
   // x [B*T, n, d], pre_mix [B*T, n]; attention is causal within each of the B sequences.
   std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
-                     const float* x, const float* pre_mix, const BlockWeights&,
-                     const BlockStages&)>
+                     const float* x, const float* pre_mix, const BlockWeights&, const BlockStages&)>
       block;
 };
 
 // Block-level choices of the block kernels: the defaults are the semantics; the others are the
 // mutation self-test's wrong Blocks.
 struct BlockKnobs {
-  bool fused_boundary = false;    // the attn -> ffn boundary through the backend's boundary kernel
-  bool shifted_pre = true;        // each sublayer reads with the previous one's weights
+  bool fused_boundary = false;  // the attn -> ffn boundary through the backend's boundary kernel
+  bool shifted_pre = true;      // each sublayer reads with the previous one's weights
   bool causal = true;
   bool attn_norm = true, ffn_norm = true;
   bool normalise_routing = true;

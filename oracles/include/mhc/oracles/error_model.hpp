@@ -22,8 +22,8 @@ std::string error_model_name(ErrorModel m);
 ErrorModel error_model_from_name(const std::string& name);  // throws std::invalid_argument
 
 struct EmpiricalParams {
-  int samples = 8;     // stochastic-rounding evaluations
-  double safety = 8;   // times the largest deviation seen
+  int samples = 8;    // stochastic-rounding evaluations
+  double safety = 8;  // times the largest deviation seen
 };
 
 // The model `standard` uses for a stage of an op.
@@ -35,8 +35,9 @@ ErrorModel standard_model(Op op, const std::string& stage);
 //
 // Block and stack: given the kernel's Trace, every stage is evaluated from the kernel's own values
 // of the stages it reads (anchored), so bounds do not compound through the Block and the first
-// failing stage is where the fault is. A token whose MoE selection margin (k-th minus (k+1)-th score + bias) is
-// within its error bound has no decidable routing. Where the kernel's Trace reports its choice
+// failing stage is where the fault is. A token whose MoE selection margin (k-th minus (k+1)-th
+// score + bias) is within its error bound has no decidable routing. Where the kernel's Trace
+// reports its choice
 // ("ffn.experts") and it differs, the oracle is evaluated with the kernel's choice for those
 // tokens; where it does not, everything that depends on that token's routing gets an infinite
 // bound (undecidable, never a failure).

@@ -34,12 +34,19 @@ Op op_from_name(const std::string& name);  // throws std::invalid_argument namin
 enum class Dim { n, d, nd, M, three, heads_x_head_dim, experts, inter, top_k };
 // How generate_case draws a tensor (oracles/include/mhc/oracles/generate.hpp).
 enum class Draw {
-  activations,            // gen::activations, a zero token now and then
-  activations_if_eps,     // ... zero tokens only with norm_eps > 0 (the op takes an RMS of them)
-  activations_nonzero,    // ... never a zero token
-  mixes, pre_weights, post_weights, combs, hc_fn, hc_scale, hc_base, norm_weight,
-  fan_in_gaussian,        // block weights: N(0, 1/last dimension)
-  bias,                   // block biases: N(0, 0.01)
+  activations,          // gen::activations, a zero token now and then
+  activations_if_eps,   // ... zero tokens only with norm_eps > 0 (the op takes an RMS of them)
+  activations_nonzero,  // ... never a zero token
+  mixes,
+  pre_weights,
+  post_weights,
+  combs,
+  hc_fn,
+  hc_scale,
+  hc_base,
+  norm_weight,
+  fan_in_gaussian,  // block weights: N(0, 1/last dimension)
+  bias,             // block biases: N(0, 0.01)
 };
 struct TensorSpec {
   std::string name;
@@ -71,7 +78,7 @@ enum class Precision { fp32, tf32, bf16 };
 const std::vector<Precision>& all_precisions();
 std::string precision_name(Precision p);
 Precision precision_from_name(const std::string& name);  // throws std::invalid_argument
-bnd::Model precision_model(Precision p);                  // the bound-carrying type's model
+bnd::Model precision_model(Precision p);                 // the bound-carrying type's model
 
 struct Tensor {
   std::vector<std::size_t> shape;
@@ -87,7 +94,8 @@ struct OpCase {
   std::uint64_t seed = 0;
   Precision precision = Precision::fp32;
   ref::BlockConfig block;  // block and stack: the sublayers' shapes (and layers)
-  std::size_t batch = 1;   // block and stack: tokens = batch * positions; attention within a sequence
+  std::size_t batch =
+      1;  // block and stack: tokens = batch * positions; attention within a sequence
   std::map<std::string, Tensor> inputs, params;
   // Where the case comes from, so that it can name the command that rebuilds it: generated from
   // the fields above (`check`), read from or saved to a fixture (`compare file`), or generated and
@@ -129,8 +137,7 @@ OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint6
 // named as in fixtures/README.md ("attn/wq", ...), per layer "layers/<l>/..." in a stack, plus
 // "final_norm/weight".
 OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig& block,
-                           std::size_t B, std::size_t T, std::uint64_t seed,
-                           Precision precision);
+                           std::size_t B, std::size_t T, std::uint64_t seed, Precision precision);
 // The parameters of layer l of a block or stack Case.
 ref::BlockParams block_params(const OpCase& c, int layer);
 
@@ -234,7 +241,8 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
       case Op::pre:
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           B* y = &out("y")[t * d];
-          ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n, y);
+          ref::hc_pre(k, c.input("x").data.data() + t * nd, c.input("pre_mix").data.data() + t * n,
+                      y);
           store_all(y, d);
         }
         break;
@@ -242,14 +250,16 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           B* y = &out("y")[t * nd];
           ref::hc_post(k, f + t * d, c.input("residual").data.data() + t * nd,
-                       c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, y);
+                       c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n,
+                       y);
           store_all(y, nd);
         }
         break;
       case Op::rmsnorm:
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           B* y = &out("y")[t * d];
-          ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d, c.param("weight").data.data(), y);
+          ref::rmsnorm(d, k.norm_eps, c.input("x").data.data() + t * d,
+                       c.param("weight").data.data(), y);
           store_all(y, d);
         }
         break;
@@ -258,7 +268,8 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           B* xt = &out("x")[t * nd];
           ref::hc_post(k, f + t * d, c.input("residual").data.data() + t * nd,
-                       c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n, xt);
+                       c.input("post").data.data() + t * n, c.input("comb").data.data() + t * n * n,
+                       xt);
           store_all(xt, nd);
         }
         ref::mixes(k, nt, x, c.param("hc_fn").data.data(), &out("mixes")[t0 * M]);

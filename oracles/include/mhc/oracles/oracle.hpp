@@ -15,8 +15,8 @@ namespace mhc::oracles {
 
 struct OracleStats {
   std::size_t tokens = 0;
-  std::size_t fallback_tokens = 0;    // re-evaluated in quad precision
-  double max_mixes_condition = 0;     // max over tokens and rows of kappa
+  std::size_t fallback_tokens = 0;  // re-evaluated in quad precision
+  double max_mixes_condition = 0;   // max over tokens and rows of kappa
 };
 
 // max over the M rows of kappa_a = sum_i |W[a,i] x_i| / |sum_i W[a,i] x_i| (inf where the sum is 0

@@ -17,7 +17,7 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }               // [0, 1)
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   int integer(int lo, int hi) { return lo + int(next() % std::uint64_t(hi - lo + 1)); }  // [lo, hi]
   double log_uniform(double lo, double hi) { return std::exp(uniform(std::log(lo), std::log(hi))); }

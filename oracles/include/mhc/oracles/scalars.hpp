@@ -13,7 +13,7 @@ namespace mhc::num {
 
 namespace bmp = boost::multiprecision;
 
-using quad = bmp::cpp_bin_float_quad;  // 113-bit significand, et_off
+using quad = bmp::cpp_bin_float_quad;                               // 113-bit significand, et_off
 using mpfr = bmp::number<bmp::mpfr_float_backend<0>, bmp::et_off>;  // runtime precision
 using mpfi = bmp::number<bmp::mpfi_float_backend<0>, bmp::et_off>;  // runtime precision
 

@@ -47,10 +47,11 @@ struct SelfcheckOptions {
   int cases = 8;
   std::function<ref::Config(int, std::uint64_t)> config_of = selfcheck_config;
   std::uint64_t seed = 1;
-  std::size_t v41_tokens = 2;  // tokens per case at the V4.1 sizes (MPFR is ~100x slower than double)
+  std::size_t v41_tokens =
+      2;  // tokens per case at the V4.1 sizes (MPFR is ~100x slower than double)
   unsigned mpfr_bits = 256;
-  unsigned mpfi_bits = 200;    // below mpfr_bits: the MPFR value's own error is then far inside
-                               // the interval's outward rounding, so enclosure is a real check
+  unsigned mpfi_bits = 200;  // below mpfr_bits: the MPFR value's own error is then far inside
+                             // the interval's outward rounding, so enclosure is a real check
   unsigned threads = 0;
 };
 

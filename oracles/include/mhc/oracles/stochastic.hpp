@@ -16,19 +16,27 @@ float round(double x);  // stochastic rounding to fp32
 struct sr32 {
   float v = 0;
   sr32() = default;
-  sr32(float x) : v(x) {}                        // NOLINT: inputs are exact
-  sr32(double x) : v(static_cast<float>(x)) {}   // NOLINT: constants to nearest
-  sr32(int x) : v(static_cast<float>(x)) {}      // NOLINT
+  sr32(float x) : v(x) {}                       // NOLINT: inputs are exact
+  sr32(double x) : v(static_cast<float>(x)) {}  // NOLINT: constants to nearest
+  sr32(int x) : v(static_cast<float>(x)) {}     // NOLINT
 
   sr32& operator+=(const sr32& o) { return *this = *this + o; }
   sr32& operator-=(const sr32& o) { return *this = *this - o; }
   sr32& operator*=(const sr32& o) { return *this = *this * o; }
   sr32& operator/=(const sr32& o) { return *this = *this / o; }
   friend sr32 operator-(const sr32& a) { return fromf(-a.v); }
-  friend sr32 operator+(const sr32& a, const sr32& b) { return fromf(round(double(a.v) + double(b.v))); }
-  friend sr32 operator-(const sr32& a, const sr32& b) { return fromf(round(double(a.v) - double(b.v))); }
-  friend sr32 operator*(const sr32& a, const sr32& b) { return fromf(round(double(a.v) * double(b.v))); }
-  friend sr32 operator/(const sr32& a, const sr32& b) { return fromf(round(double(a.v) / double(b.v))); }
+  friend sr32 operator+(const sr32& a, const sr32& b) {
+    return fromf(round(double(a.v) + double(b.v)));
+  }
+  friend sr32 operator-(const sr32& a, const sr32& b) {
+    return fromf(round(double(a.v) - double(b.v)));
+  }
+  friend sr32 operator*(const sr32& a, const sr32& b) {
+    return fromf(round(double(a.v) * double(b.v)));
+  }
+  friend sr32 operator/(const sr32& a, const sr32& b) {
+    return fromf(round(double(a.v) / double(b.v)));
+  }
   friend bool operator<(const sr32& a, const sr32& b) { return a.v < b.v; }
   friend bool operator>(const sr32& a, const sr32& b) { return a.v > b.v; }
   friend bool operator<=(const sr32& a, const sr32& b) { return a.v <= b.v; }
@@ -43,8 +51,14 @@ struct sr32 {
   }
 };
 
-inline sr32 exp(const sr32& a) { return sr32(round(std::exp(double(a.v)))); }
-inline sr32 sqrt(const sr32& a) { return sr32(round(std::sqrt(double(a.v)))); }
-inline sr32 abs(const sr32& a) { return sr32(std::fabs(a.v)); }
+inline sr32 exp(const sr32& a) {
+  return sr32(round(std::exp(double(a.v))));
+}
+inline sr32 sqrt(const sr32& a) {
+  return sr32(round(std::sqrt(double(a.v))));
+}
+inline sr32 abs(const sr32& a) {
+  return sr32(std::fabs(a.v));
+}
 
 }  // namespace mhc::sr

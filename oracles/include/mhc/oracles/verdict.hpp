@@ -29,14 +29,14 @@ struct Element {
   std::size_t index = 0;  // flat index in the stage
   std::size_t token = 0;  // index / (elements per token)
   double got = 0, want = 0, bound = 0, ratio = 0;
-  std::string rule;       // the rule that decided it
+  std::string rule;  // the rule that decided it
 };
 
 struct Metrics {
-  double max_abs = 0;       // max |got - want|
-  double max_rel = 0;       // max |got - want| / max(|want|, rel_floor)
-  double max_ulp = 0;       // max ulp_distance(got, fp32(want))
-  double normwise = 0;      // ||got - want||_2 / ||want||_2 (0 when both are 0)
+  double max_abs = 0;   // max |got - want|
+  double max_rel = 0;   // max |got - want| / max(|want|, rel_floor)
+  double max_ulp = 0;   // max ulp_distance(got, fp32(want))
+  double normwise = 0;  // ||got - want||_2 / ||want||_2 (0 when both are 0)
   double rel_floor = 0;
 };
 
@@ -53,7 +53,7 @@ struct StageVerdict {
   std::string rule;    // the rule that set the state
   std::string reason;  // one line, for people
   std::size_t elements = 0, failed = 0, undecidable = 0;
-  Element worst;       // the largest observed/bound ratio (the first failing rule's element on fail)
+  Element worst;  // the largest observed/bound ratio (the first failing rule's element on fail)
   double ratio_max = 0, ratio_p99 = 0, ratio_p50 = 0;  // observed error / bound, decided elements
   Metrics metrics;
   std::vector<std::uint64_t> ulp_hist;  // kUlpBins counts over the decided elements

@@ -16,19 +16,21 @@ namespace mhc::props {
 
 // m * 2^e with |m| < 2^20 and e in [lo, hi]: shrinks to 0, then to small mantissas and exponents.
 inline rc::Gen<float> float_in(int lo, int hi) {
-  return rc::gen::map(rc::gen::pair(rc::gen::inRange(-(1 << 20), 1 << 20), rc::gen::inRange(lo, hi + 1)),
-                      [](const std::pair<int, int>& p) {
-                        return static_cast<float>(std::ldexp(double(p.first) / double(1 << 20), p.second));
-                      });
+  return rc::gen::map(
+      rc::gen::pair(rc::gen::inRange(-(1 << 20), 1 << 20), rc::gen::inRange(lo, hi + 1)),
+      [](const std::pair<int, int>& p) {
+        return static_cast<float>(std::ldexp(double(p.first) / double(1 << 20), p.second));
+      });
 }
 
 // A standard Gaussian (Box-Muller on two integer uniforms, so it shrinks towards 0).
 inline rc::Gen<float> gaussian() {
-  return rc::gen::map(rc::gen::pair(rc::gen::inRange(0, 1 << 20), rc::gen::inRange(0, 1 << 20)),
-                      [](const std::pair<int, int>& p) {
-                        const double u1 = (p.first + 0.5) / double(1 << 20), u2 = p.second / double(1 << 20);
-                        return static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-                      });
+  return rc::gen::map(
+      rc::gen::pair(rc::gen::inRange(0, 1 << 20), rc::gen::inRange(0, 1 << 20)),
+      [](const std::pair<int, int>& p) {
+        const double u1 = (p.first + 0.5) / double(1 << 20), u2 = p.second / double(1 << 20);
+        return static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      });
 }
 
 // Floats of every regime an activation can be in: Gaussian, heavy-tailed (log-uniform
@@ -37,10 +39,11 @@ inline rc::Gen<float> gaussian() {
 inline rc::Gen<float> activation(bool with_nonfinite = false) {
   using L = std::numeric_limits<float>;
   auto specials = with_nonfinite
-                      ? rc::gen::element(0.0f, -0.0f, L::denorm_min(), -L::min() / 2, L::quiet_NaN(), L::infinity())
+                      ? rc::gen::element(0.0f, -0.0f, L::denorm_min(), -L::min() / 2,
+                                         L::quiet_NaN(), L::infinity())
                       : rc::gen::element(0.0f, -0.0f, L::denorm_min(), -L::min() / 2, 1.0f, -1.0f);
   return rc::gen::weightedOneOf<float>({{6, gaussian()},
-                                        {4, float_in(-4, 4)},      // heavy-tailed
+                                        {4, float_in(-4, 4)},       // heavy-tailed
                                         {1, float_in(-140, -120)},  // tiny: squares underflow
                                         {1, float_in(8, 20)},       // large: massive channels
                                         {1, specials}});
@@ -69,10 +72,11 @@ inline rc::Gen<ref::Config> config() {
 // Logits of a comb: mild (|L| < 4), sharp (up to 2^6) or huge (up to 2^10: exp overflows fp32
 // without the max subtraction).
 inline rc::Gen<std::vector<double>> logits(int n) {
-  auto one = rc::gen::weightedOneOf<float>({{3, float_in(-2, 2)}, {2, float_in(0, 6)}, {1, float_in(6, 10)}});
-  return rc::gen::map(rc::gen::container<std::vector<float>>(std::size_t(n * n), one), [](const std::vector<float>& v) {
-    return std::vector<double>(v.begin(), v.end());
-  });
+  auto one = rc::gen::weightedOneOf<float>(
+      {{3, float_in(-2, 2)}, {2, float_in(0, 6)}, {1, float_in(6, 10)}});
+  return rc::gen::map(
+      rc::gen::container<std::vector<float>>(std::size_t(n * n), one),
+      [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); });
 }
 
 // hc_fn entries of scale 1e-4..1 (powers of ten; shrinks to 1e-4), hc_scale and hc_base.

@@ -91,8 +91,12 @@ inline double sum(const double* v, std::size_t n) {
   }
   return p + s;
 }
-inline double dot(const double* a, const double* b, std::size_t n) { return detail::dot2(a, b, n); }
-inline double dot(const double* a, const float* b, std::size_t n) { return detail::dot2(a, b, n); }
+inline double dot(const double* a, const double* b, std::size_t n) {
+  return detail::dot2(a, b, n);
+}
+inline double dot(const double* a, const float* b, std::size_t n) {
+  return detail::dot2(a, b, n);
+}
 
 // The projection of mixes (F.linear over the n*d stream): its own point so that a Scalar can model
 // a matmul unit (tf32 products) apart from the other dot products.

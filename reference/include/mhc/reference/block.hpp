@@ -43,10 +43,10 @@ struct BlockSemantics {
 };
 
 struct BlockConfig {
-  int heads = 8, head_dim = 64;           // attention: H heads of width dh
+  int heads = 8, head_dim = 64;             // attention: H heads of width dh
   int experts = 8, top_k = 2, inter = 512;  // MoE: E experts, k chosen, hidden width I
   double route_scale = 1.0;
-  int layers = 1;                         // Blocks in a stack
+  int layers = 1;  // Blocks in a stack
   BlockSemantics sem;
 };
 
@@ -66,10 +66,10 @@ inline std::string validate(const Config& c, const BlockConfig& b) {
 struct BlockParams {
   const float *attn_hc_fn, *attn_hc_base, *attn_hc_scale;
   const float *ffn_hc_fn, *ffn_hc_base, *ffn_hc_scale;
-  const float *attn_norm, *ffn_norm;    // [d]
-  const float *wq, *wk, *wv, *wo;       // [H*dh, d] x 3, [d, H*dh]
-  const float *router, *router_bias;    // [E, d], [E]
-  const float *w1, *w2, *w3;            // [E, I, d], [E, d, I], [E, I, d]
+  const float *attn_norm, *ffn_norm;               // [d]
+  const float *wq, *wk, *wv, *wo;                  // [H*dh, d] x 3, [d, H*dh]
+  const float *router, *router_bias;               // [E, d], [E]
+  const float *w1, *w2, *w3;                       // [E, I, d], [E, d, I], [E, I, d]
   const float *shared_w1, *shared_w2, *shared_w3;  // [I, d], [d, I], [I, d]
 };
 
@@ -168,7 +168,8 @@ void ffn(const Config& c, const BlockConfig& b, std::size_t N, const S* h, const
     if (forced && forced[t * K] >= 0)
       for (std::size_t j = 0; j < K; ++j) chosen[j] = forced[t * K + j];
     S total(0);
-    for (std::size_t j = 0; j < K; ++j) total = j == 0 ? score[std::size_t(chosen[0])] : total + score[std::size_t(chosen[j])];
+    for (std::size_t j = 0; j < K; ++j)
+      total = j == 0 ? score[std::size_t(chosen[0])] : total + score[std::size_t(chosen[j])];
     for (std::size_t j = 0; j < K; ++j) {
       const std::size_t e = std::size_t(chosen[j]);
       w[j] = b.sem.normalise_routing ? S(b.route_scale) * score[e] / total
@@ -212,11 +213,10 @@ class Feed {
 // appended to trace with the prefix, ending with "x_out" and "next_pre_mix". forced: experts per
 // token for the FFN (see ffn()); anchor: a kernel's Trace to feed each stage from (see Feed).
 template <class S>
-void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T,
-                   const S* x, const S* pre_mix, const BlockParams& p,
-                   std::vector<Stage<S>>& trace, const std::string& prefix,
-                   Routing<S>* routing_out = nullptr, const int* forced = nullptr,
-                   const std::vector<Stage<float>>* anchor = nullptr) {
+void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T, const S* x,
+                   const S* pre_mix, const BlockParams& p, std::vector<Stage<S>>& trace,
+                   const std::string& prefix, Routing<S>* routing_out = nullptr,
+                   const int* forced = nullptr, const std::vector<Stage<float>>* anchor = nullptr) {
   const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d);
   const std::size_t nd = n * d, M = std::size_t(c.mix()), K = std::size_t(b.top_k);
   trace.reserve(trace.size() + 20);  // references into trace stay valid below
@@ -246,8 +246,8 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
     store_all(y.data(), y.size());
     return fed(name, y);
   };
-  auto norm = [&](const std::string& name, const std::vector<S>& in, const float* g, bool on)
-      -> const std::vector<S>& {
+  auto norm = [&](const std::string& name, const std::vector<S>& in, const float* g,
+                  bool on) -> const std::vector<S>& {
     auto& y = stage(name, {N, d});
     for (std::size_t t = 0; t < N; ++t) {
       if (on)
@@ -264,7 +264,8 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
     Config cc = c;
     if (b.sem.comb_transposed_site == site_index) cc.sem.comb_transposed = true;
     for (std::size_t t = 0; t < N; ++t)
-      hc_post(cc, &f[t * d], residual + t * nd, &(*st.post)[t * n], &(*st.comb)[t * n * n], &y[t * nd]);
+      hc_post(cc, &f[t * d], residual + t * nd, &(*st.post)[t * n], &(*st.comb)[t * n * n],
+              &y[t * nd]);
     store_all(y.data(), y.size());
     return fed(name, y);
   };
@@ -278,7 +279,8 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   const auto& x_mid = write("x_mid", fed("attn.out", h_out), x, a, 0);
 
   const Site f = site("ffn", x_mid.data(), p.ffn_hc_fn, p.ffn_hc_scale, p.ffn_hc_base);
-  const auto& f_in = read("ffn.in", x_mid.data(), b.sem.shifted_pre ? a.pre->data() : f.pre->data());
+  const auto& f_in =
+      read("ffn.in", x_mid.data(), b.sem.shifted_pre ? a.pre->data() : f.pre->data());
   const auto& f_norm = norm("ffn.normed", f_in, p.ffn_norm, b.sem.ffn_norm);
   auto& experts = stage("ffn.experts", {N, K});  // the routing, decided before the output
   auto& f_out = stage("ffn.out", {N, d});
@@ -304,8 +306,8 @@ const std::vector<S>& stage_values(const std::vector<Stage<S>>& trace, const std
 // ("final.collapse") and RMSNorm ("final.norm"). Stages of layer l are prefixed "L<l>.".
 // forced: per layer, experts per token (or null); anchor: as for block_forward.
 template <class S>
-void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T,
-                   const S* x0, const std::vector<BlockParams>& layers, const float* final_norm,
+void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::size_t T, const S* x0,
+                   const std::vector<BlockParams>& layers, const float* final_norm,
                    std::vector<Stage<S>>& trace, std::vector<Routing<S>>* routings = nullptr,
                    const std::vector<const int*>* forced = nullptr,
                    const std::vector<Stage<float>>* anchor = nullptr) {
@@ -318,8 +320,8 @@ void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   if (routings) routings->assign(layers.size(), {});
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const std::string prefix = "L" + std::to_string(l) + ".";
-    block_forward(c, b, B, T, x, pre, layers[l], trace, prefix, routings ? &(*routings)[l] : nullptr,
-                  forced ? (*forced)[l] : nullptr, anchor);
+    block_forward(c, b, B, T, x, pre, layers[l], trace, prefix,
+                  routings ? &(*routings)[l] : nullptr, forced ? (*forced)[l] : nullptr, anchor);
     x = fed(prefix + "x_out", stage_values(trace, prefix + "x_out")).data();
     pre = fed(prefix + "next_pre_mix", stage_values(trace, prefix + "next_pre_mix")).data();
   }
@@ -328,7 +330,8 @@ void stack_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   store_all(y.data(), y.size());
   const std::vector<S> collapsed = fed("final.collapse", y);
   auto& z = add_stage(trace, "final.norm", {N, d});
-  for (std::size_t t = 0; t < N; ++t) rmsnorm(d, c.norm_eps, &collapsed[t * d], final_norm, &z[t * d]);
+  for (std::size_t t = 0; t < N; ++t)
+    rmsnorm(d, c.norm_eps, &collapsed[t * d], final_norm, &z[t * d]);
   store_all(z.data(), z.size());
 }
 

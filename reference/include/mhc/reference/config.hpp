@@ -28,39 +28,44 @@ struct Semantics {
   bool pre_eps = true;           // pre = sig(.) + eps
   bool scales_swapped = false;   // pre scaled by hc_scale[1], post by hc_scale[0]
   enum class Rms { token_mean, stream_mean, token_sum };
-  Rms rms = Rms::token_mean;     // r from the mean over all n*d values of the token
-  bool d_major = false;          // streams flattened x[c*n + j] for the projection
-  bool max_subtraction = true;   // softmax of L - max L; the same in exact arithmetic, but
-                                 // without it exp overflows in fp32 (the bound then says so)
-  double hc_eps_scale = 1;       // hc_eps used = hc_eps * hc_eps_scale
+  Rms rms = Rms::token_mean;    // r from the mean over all n*d values of the token
+  bool d_major = false;         // streams flattened x[c*n + j] for the projection
+  bool max_subtraction = true;  // softmax of L - max L; the same in exact arithmetic, but
+                                // without it exp overflows in fp32 (the bound then says so)
+  double hc_eps_scale = 1;      // hc_eps used = hc_eps * hc_eps_scale
 
   bool is_default() const { return name() == "deepseek"; }
-  std::string name() const;      // "deepseek" for the defaults, else the deviations joined by '+'
+  std::string name() const;  // "deepseek" for the defaults, else the deviations joined by '+'
 };
 
 struct Config {
-  int n = 4;            // hc_mult: parallel residual streams
-  int d = 5120;         // dim: hidden width
-  int iters = 20;       // hc_sinkhorn_iters: column divisions (the softmax is the first row step)
-  double hc_eps = 1e-6;    // eps of pre and of every Sinkhorn step
-  double norm_eps = 1e-20; // eps of the mix RMS and of RMSNorm
-  Semantics sem;           // DeepSeek's unless a deviation is being evaluated
+  int n = 4;             // hc_mult: parallel residual streams
+  int d = 5120;          // dim: hidden width
+  int iters = 20;        // hc_sinkhorn_iters: column divisions (the softmax is the first row step)
+  double hc_eps = 1e-6;  // eps of pre and of every Sinkhorn step
+  double norm_eps = 1e-20;  // eps of the mix RMS and of RMSNorm
+  Semantics sem;            // DeepSeek's unless a deviation is being evaluated
 
-  int mix() const { return (2 + n) * n; }                     // M = mix_hc
+  int mix() const { return (2 + n) * n; }                                      // M = mix_hc
   std::size_t stream_size() const { return std::size_t(n) * std::size_t(d); }  // n*d
   // hc_fn [M, n*d] + hc_base [M] + hc_scale [3]: one hc site's parameters.
-  std::size_t site_params() const { return std::size_t(mix()) * stream_size() + std::size_t(mix()) + 3; }
+  std::size_t site_params() const {
+    return std::size_t(mix()) * stream_size() + std::size_t(mix()) + 3;
+  }
 };
 
 inline std::string Semantics::name() const {
   std::string s;
   auto add = [&s](const std::string& part) { s += (s.empty() ? "" : "+") + part; };
-  auto eps_name = [](Eps e) { return e == Eps::in_sum ? "in_sum" : e == Eps::after ? "after" : "none"; };
+  auto eps_name = [](Eps e) {
+    return e == Eps::in_sum ? "in_sum" : e == Eps::after ? "after" : "none";
+  };
   if (softmax_eps != Eps::after) add(std::string("softmax_eps_") + eps_name(softmax_eps));
   if (col_eps != Eps::in_sum) add(std::string("col_eps_") + eps_name(col_eps));
   if (row_eps != Eps::in_sum) add(std::string("row_eps_") + eps_name(row_eps));
   if (first_row) add("first_division_row");
-  if (iters_delta != 0) add("iters" + std::string(iters_delta > 0 ? "+" : "") + std::to_string(iters_delta));
+  if (iters_delta != 0)
+    add("iters" + std::string(iters_delta > 0 ? "+" : "") + std::to_string(iters_delta));
   if (comb_transposed) add("comb_transposed");
   if (!post_factor2) add("post_without_factor2");
   if (post_eps) add("post_with_eps");
@@ -79,7 +84,9 @@ inline std::string Semantics::name() const {
 }
 
 // The DeepSeek V4.1 values (docs/semantics.md, "Configuration").
-inline Config v41() { return Config{}; }
+inline Config v41() {
+  return Config{};
+}
 
 // Empty when the configuration is one the reference accepts; otherwise what is wrong.
 inline std::string validate(const Config& c) {

@@ -94,7 +94,9 @@ struct SinkhornTrace {
 };
 
 // hc_eps as used: the configured value, times the deviation's scale.
-inline double hc_eps(const Config& c) { return c.hc_eps * c.sem.hc_eps_scale; }
+inline double hc_eps(const Config& c) {
+  return c.hc_eps * c.sem.hc_eps_scale;
+}
 
 namespace detail {
 template <class S>
@@ -117,9 +119,12 @@ void record(const Config& c, const S* C, typename SinkhornTrace<S>::Step step,
 template <class S>
 S normalise(const S& v, const S& sum_, Semantics::Eps mode, double eps) {
   switch (mode) {
-    case Semantics::Eps::in_sum: return v / (sum_ + S(eps));
-    case Semantics::Eps::after: return v / sum_ + S(eps);
-    case Semantics::Eps::none: break;
+    case Semantics::Eps::in_sum:
+      return v / (sum_ + S(eps));
+    case Semantics::Eps::after:
+      return v / sum_ + S(eps);
+    case Semantics::Eps::none:
+      break;
   }
   return v / sum_;
 }
@@ -186,7 +191,8 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
     for (int k = 1; k < n; ++k) mx = max_of(mx, L[k]);
     for (int k = 0; k < n; ++k) e[k] = c.sem.max_subtraction ? exp(L[k] - mx) : exp(L[k]);
     const S rs = sum(e.data(), std::size_t(n));
-    for (int k = 0; k < n; ++k) C[j * n + k] = detail::normalise(e[k], rs, c.sem.softmax_eps, hc_eps(c));
+    for (int k = 0; k < n; ++k)
+      C[j * n + k] = detail::normalise(e[k], rs, c.sem.softmax_eps, hc_eps(c));
   }
   detail::record(c, C, Step::softmax, trace);
   if (c.sem.first_row) {  // deviation: the first division a row division
@@ -247,7 +253,8 @@ void hc_post(const Config& c, const X* f, const X* residual, const P* post, cons
   for (std::size_t j = 0; j < n; ++j) rows[j + 1] = residual + j * d;
   for (std::size_t k = 0; k < n; ++k) {
     w[0] = post[k];
-    for (std::size_t j = 0; j < n; ++j) w[j + 1] = c.sem.comb_transposed ? comb[k * n + j] : comb[j * n + k];
+    for (std::size_t j = 0; j < n; ++j)
+      w[j + 1] = c.sem.comb_transposed ? comb[k * n + j] : comb[j * n + k];
     lincomb(w.data(), rows.data(), n + 1, d, y + k * d);
   }
 }

@@ -18,6 +18,7 @@ SinkhornCurve sinkhorn_curve(const ref::SinkhornTrace<double>& trace, int n, std
 // came from (the case's mixes, else the kernel's), and the residual of the kernel's comb.
 // Nothing for an op without a comb.
 std::optional<SinkhornCurve> sinkhorn_curve(const oracles::OpCase& c,
-                                            const oracles::Trace<float>& got, std::size_t token = 0);
+                                            const oracles::Trace<float>& got,
+                                            std::size_t token = 0);
 
 }  // namespace mhc::reports

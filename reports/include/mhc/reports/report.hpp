@@ -67,8 +67,8 @@ struct Entry {
   std::vector<StageAggregate> stages;  // in the order first seen
   std::vector<SinkhornCurve> sinkhorn;
   std::vector<std::pair<std::string, std::string>> facts;  // results that are not verdicts
-  std::string problem;        // what is wrong beyond the verdicts (a wrong diagnosis); "" if none
-  bool keep_passing = true;   // false: a passing case keeps its state, not its stage details
+  std::string problem;       // what is wrong beyond the verdicts (a wrong diagnosis); "" if none
+  bool keep_passing = true;  // false: a passing case keeps its state, not its stage details
 
   // Records a case: its stages' samples and histograms move into the aggregates.
   void add_case(CaseRecord c);
@@ -81,8 +81,8 @@ struct Entry {
 struct Report {
   Meta meta;
   std::vector<Entry> entries;
-  bool complete = false;     // false while running, and in a run that was interrupted
-  std::string interrupted;   // the signal's name when one stopped the run
+  bool complete = false;    // false while running, and in a run that was interrupted
+  std::string interrupted;  // the signal's name when one stopped the run
   int exit_code = 0;
   Entry& entry(const std::string& id);  // finds or appends
   struct Summary {

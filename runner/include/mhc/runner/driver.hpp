@@ -1,5 +1,6 @@
 // Runs a kernel backend on a Case: allocates its outputs, poisons them, calls the kernel and
-// returns its Trace. The one place where impl/ meets oracles/; judge.hpp builds the lifecycle on it.
+// returns its Trace. The one place where impl/ meets oracles/; judge.hpp builds the lifecycle on
+// it.
 #pragma once
 
 #include "mhc/impl/kernels.hpp"

@@ -20,8 +20,8 @@ namespace mhc::runner {
 
 struct Judging {
   oracles::ErrorModel model = oracles::ErrorModel::standard;
-  unsigned threads = 0;   // 0: one per core
-  bool diagnose = true;   // on a failure, look for the catalogued deviation that explains it
+  unsigned threads = 0;  // 0: one per core
+  bool diagnose = true;  // on a failure, look for the catalogued deviation that explains it
 };
 
 // The kernel's run: its outputs, or why there are none (a failed or skipped verdict).
@@ -45,7 +45,7 @@ SharedOracle shared_oracle(const oracles::OpCase& c, const Judging& j);
 struct Outcome {
   oracles::Trace<float> got;  // empty when the kernel did not run
   oracles::Verdict verdict;
-  std::string diagnosis;      // one line; empty unless the case failed and was diagnosed
+  std::string diagnosis;                // one line; empty unless the case failed and was diagnosed
   std::vector<std::string> deviations;  // the catalogued deviations that explain the failure
 };
 

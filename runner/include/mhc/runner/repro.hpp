@@ -12,8 +12,7 @@ namespace mhc::runner {
 // whose value differs from check's default (tokens, precision, error model, configuration, the
 // Block's shape); for a case read from or saved to a fixture: `mhc-verify compare FILE`. Empty
 // for a case changed after it was generated and not saved (nothing can rebuild it).
-std::string repro(const oracles::OpCase& c, const std::string& kernel,
-                  oracles::ErrorModel model);
+std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::ErrorModel model);
 
 // A word quoted for the shell where it needs to be.
 std::string shell_quote(const std::string& word);

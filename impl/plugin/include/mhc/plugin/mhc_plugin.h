@@ -38,13 +38,14 @@ typedef enum mhc_memory { MHC_MEMORY_HOST = 0, MHC_MEMORY_DEVICE = 1 } mhc_memor
 /* The configuration of one call (docs/semantics.md, "Configuration"), and what the harness
  * declares of it ("Precision models"). */
 typedef struct mhc_config {
-  int32_t n;        /* parallel streams (hc_mult) */
-  int32_t d;        /* hidden width */
-  int32_t iters;    /* Sinkhorn rounds: iters column divisions, iters - 1 row divisions */
-  float hc_eps;     /* eps of pre and of the Sinkhorn divisions */
-  float norm_eps;   /* eps of the RMS statistics */
-  int32_t tf32;     /* 1: the mixes projection may round its operands to tf32 */
-  int32_t bf16_streams; /* 1: stream tensors are bf16 values; outputs x and y may be rounded to bf16 */
+  int32_t n;      /* parallel streams (hc_mult) */
+  int32_t d;      /* hidden width */
+  int32_t iters;  /* Sinkhorn rounds: iters column divisions, iters - 1 row divisions */
+  float hc_eps;   /* eps of pre and of the Sinkhorn divisions */
+  float norm_eps; /* eps of the RMS statistics */
+  int32_t tf32;   /* 1: the mixes projection may round its operands to tf32 */
+  int32_t
+      bf16_streams; /* 1: stream tensors are bf16 values; outputs x and y may be rounded to bf16 */
   uint64_t tokens;  /* T */
 } mhc_config;
 
@@ -73,8 +74,8 @@ typedef int (*mhc_boundary_fn)(const mhc_config* c, const mhc_boundary_in* in,
                                const mhc_boundary_out* out, char* err, size_t err_size);
 
 typedef struct mhc_plugin {
-  uint32_t abi_version;     /* MHC_PLUGIN_ABI_VERSION */
-  const char* name;         /* shown in reports, e.g. "mylib-fused" */
+  uint32_t abi_version; /* MHC_PLUGIN_ABI_VERSION */
+  const char* name;     /* shown in reports, e.g. "mylib-fused" */
   const char* description;
   mhc_memory memory;
   mhc_mixes_fn mixes;
