@@ -33,9 +33,13 @@ int main(int argc, char** argv) {
     for (int i = 0; i < cases; ++i) {
       const auto c =
           oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), oracles::Precision::fp32);
-      const auto got = runner::run_kernel(impl::cpu(), c, 0);
+      const auto ran = runner::run(impl::cpu(), c, 0);
+      if (!ran.ran()) throw std::runtime_error(ran.verdict.stages.at(0).reason);
+      const auto& got = ran.got;
       for (int m = 0; m < 4; ++m) {
-        const auto want = oracles::oracle_trace(c, 0, models[m]);
+        runner::Judging j;
+        j.model = models[m];
+        const auto want = runner::shared_oracle(c, j).want;
         for (std::size_t s = 0; s < want.size(); ++s) {
           if (i == 0 && m == 0) order.push_back(want[s].name);
           auto& r = ratios[{want[s].name, m}];

@@ -53,23 +53,12 @@ ErrorModel error_model_from_name(const std::string& name) {
                               "' (rigorous, probabilistic, empirical, standard)");
 }
 
-// Chosen from measurements (bench/README.md: mhc-bench-tightness on the cpu kernel at the V4.1
-// sizes; the mutation campaigns of `mhc-verify mutants`, small random and production configs;
-// `check` of every legitimate variant): probabilistic, for every stage.
-// - Where a stage's reductions are short (hc_pre, hc_post, the Sinkhorn's line sums, attention
-//   scores at the default head width: at most lambda^2 = 64 terms) the two bounds are the same
-//   (gamma_n is the smaller).
-// - Where they are long, lambda sqrt(n) u is 9x (rmsnorm's 5120 squares) to 17x (the 20480-term
-//   mixes projection) tighter: medians observed/bound 0.0030 -> 0.026 and 2.2e-5 -> 4e-4, the
-//   largest legitimate ratio in fp32 0.21 (rmsnorm, 1200 sums a variant, massive channels), and
-//   no legitimate kernel flagged in any campaign. Its premise, independent rounding errors, is
-//   checked on each reduction's data, and where it fails (repeated terms, small terms after a
-//   dominant one: round to nearest is biased there) that reduction gets gamma_n: see
-//   bnd::detail::premise_holds. Same-sign sums (rmsnorm) were rigorous until that check existed.
-// - empirical: never the default. It samples only the roundings of the reference's own formula,
-//   so legitimate reformulations fall outside it (tanh-form sigmoid: ratio 1e5 at the
-//   production values), stochastic rounding has none of round to nearest's bias on repeated
-//   terms (a uniform mixes case: 13.8), and its safety factor is a guess about the tail.
+// probabilistic for every stage: where a stage's reductions are short (<= lambda^2 terms) it is
+// the rigorous bound, where they are long it is sqrt(n)/lambda tighter, and its premise is checked
+// on each reduction's data (bnd::detail::premise_holds). empirical never: it misses legitimate
+// reformulations and round to nearest's bias. Why: docs/semantics.md, "Error models"; the
+// measurements: bench/README.md, "Bound tightness" and "Repeated terms and the probabilistic
+// bound".
 ErrorModel standard_model(Op, const std::string&) {
   return ErrorModel::probabilistic;
 }

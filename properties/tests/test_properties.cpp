@@ -12,8 +12,8 @@
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/properties/generators.hpp"
-#include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
 
 using namespace mhc;
 
@@ -199,9 +199,13 @@ TEST_CASE("NaN stays in its token", "[property][nan]") {
     const std::size_t half = x.size() / 2;
     const auto v = *rc::gen::container<std::vector<float>>(half, props::activation(true));
     std::copy(v.begin(), v.end(), x.begin());
+    runner::Judging j;
+    j.threads = 1;
+    const auto want = runner::shared_oracle(oc, j).want;
     for (const auto* b : impl::backends()) {
-      const auto got = runner::run_kernel(*b, oc, 1);
-      const auto want = oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard);
+      const auto ran = runner::run(*b, oc, 1);
+      RC_ASSERT(ran.ran());
+      const auto& got = ran.got;
       const std::size_t d = std::size_t(c.d);
       for (std::size_t i = d; i < 2 * d; ++i) {
         RC_ASSERT(std::isfinite(got[0].values[i]));
@@ -256,15 +260,27 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
     if (oc.params.count("hc_base"))
       oc.params["hc_base"].data = *rc::gen::container<std::vector<float>>(
           oc.params["hc_base"].data.size(), props::float_in(-3, 2));
+    // Generated, then changed: a failing case is saved, and its REPRO line reruns the file.
+    oc.origin = oracles::OpCase::Origin::derived;
+    runner::Judging j;
+    j.threads = 1;
     for (const auto* b : impl::backends()) {
-      const auto got = runner::run_kernel(*b, oc, 1);
-      const auto v = oracles::compare(
-          got, oracles::oracle_trace(oc, 1, oracles::ErrorModel::standard, {}, &got));
-      if (v.state == oracles::State::fail)
-        for (const auto& s : v.stages)
+      const auto o = runner::judge(*b, oc, j);
+      if (o.verdict.state == oracles::State::fail) {
+        for (const auto& s : o.verdict.stages)
           if (s.state == oracles::State::fail)
             RC_LOG() << b->name << " " << s.stage << ": " << s.reason << "\n";
-      RC_ASSERT(v.state != oracles::State::fail);
+        if (!o.diagnosis.empty()) RC_LOG() << "DIAGNOSIS: " << o.diagnosis << "\n";
+        auto saved = oc;
+        saved.file = runner::save_case(
+            "mhc-failures",
+            "property_" + b->name + "_" + oracles::op_name(op) + "_seed" + std::to_string(seed), oc,
+            o.got, "test_properties: kernels within bounds");
+        saved.origin = oracles::OpCase::Origin::file;
+        if (!saved.file.empty())
+          RC_LOG() << "REPRO: " << runner::repro(saved, b->name, j.model) << "\n";
+      }
+      RC_ASSERT(o.verdict.state != oracles::State::fail);
     }
   });
 }

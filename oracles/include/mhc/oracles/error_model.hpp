@@ -1,4 +1,4 @@
-// The error models behind the oracle's per-element bounds.
+// The error models behind the oracle's per-element bounds (docs/semantics.md, "Error models").
 //
 //   rigorous       the bound-carrying Scalar: a bound on every fp32 evaluation of the formula, for
 //                  every summation order (Higham's gamma_n).
@@ -35,12 +35,9 @@ ErrorModel standard_model(Op op, const std::string& stage);
 //
 // Block and stack: given the kernel's Trace, every stage is evaluated from the kernel's own values
 // of the stages it reads (anchored), so bounds do not compound through the Block and the first
-// failing stage is where the fault is. A token whose MoE selection margin (k-th minus (k+1)-th
-// score + bias) is within its error bound has no decidable routing. Where the kernel's Trace
-// reports its choice
-// ("ffn.experts") and it differs, the oracle is evaluated with the kernel's choice for those
-// tokens; where it does not, everything that depends on that token's routing gets an infinite
-// bound (undecidable, never a failure).
+// failing stage is where the fault is. A token whose top-k margin is within its bound is evaluated
+// with the kernel's reported choice ("ffn.experts"), or is undecidable, never failed
+// (docs/semantics.md, "Stand-in sublayers").
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel model,
                                  const EmpiricalParams& params = {},
                                  const Trace<float>* kernel = nullptr);

@@ -1,10 +1,6 @@
-// The everyday double oracle, with its a-priori accuracy certificate and fallback.
-//
-// Every reduction of the double oracle is compensated (reference/arith.hpp): its error is
-// <= u|s| + gamma_m^2 * sum|terms| (Ogita, Rump & Oishi 2005). The only place where that second
-// term can matter is the m = n*d term projection of mixes when it cancels: its relative error is
-// then ~ gamma_m^2 * kappa with kappa = sum|W x| / |sum W x|. Tokens whose kappa would let the
-// double result drift past kOracleAccuracy/8 are evaluated again in 113-bit quad precision.
+// The everyday double oracle, with its a-priori accuracy certificate and fallback: compensated
+// reductions, and the tokens whose mixes projection cancels too much (gamma_m^2 kappa above
+// kOracleAccuracy/8) evaluated again in 113-bit quad (docs/semantics.md, "The double oracle").
 #pragma once
 
 #include <cstddef>
