@@ -1,4 +1,4 @@
-// mhc-verify selfcheck: certification of the double oracle against MPFR and MPFI.
+// mhc-verify selfcheck: the parser of runner::run_selfcheck.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,27 +10,9 @@
 
 #include "commands.hpp"
 #include "mhc/oracles/selfcheck.hpp"
-#include "mhc/runner/session.hpp"
+#include "mhc/runner/selfcheck.hpp"
 
 namespace mhc::cli {
-namespace {
-
-std::string describe(const ref::Config& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "n=%d d=%d iters=%d hc_eps=%.3g norm_eps=%.3g", c.n, c.d, c.iters,
-                c.hc_eps, c.norm_eps);
-  return buf;
-}
-
-// "margin": how many times smaller than fp32's unit roundoff the double oracle's error is.
-std::string margin(double err) {
-  if (err == 0) return "exact";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1e", 0x1.0p-24 / err);
-  return buf;
-}
-
-}  // namespace
 
 Run add_selfcheck(CLI::App& app) {
   struct State {
@@ -62,97 +44,8 @@ Run add_selfcheck(CLI::App& app) {
     }
     oracles::SelfcheckOptions opt = st->opt;
     opt.config_of = config_of;
-    std::printf("selfcheck: %d cases, seed %llu: the reference in double, MPFR and MPFI\n",
-                opt.cases, static_cast<unsigned long long>(opt.seed));
-    std::fflush(stdout);
     runner::Session session(st->out, opt.threads);
-    reports::Entry& entry = session.report.entry("selfcheck");
-    entry.kind = "selfcheck";
-    entry.settings = {{"cases", std::to_string(opt.cases)}, {"seed", std::to_string(opt.seed)}};
-    const auto res = oracles::selfcheck(opt, [&](const oracles::CaseCertificate& c) {
-      // Each output as a stage: its bound is the required accuracy, 2^-24 / 1e6 relative.
-      reports::CaseRecord rec;
-      rec.index = std::size_t(c.index);
-      rec.seed = c.seed;
-      rec.label = "case " + std::to_string(c.index + 1) + ": " + describe(c.cfg);
-      for (const auto& s : c.stages) {
-        oracles::StageVerdict v;
-        v.stage = s.stage;
-        v.elements = s.elements;
-        const bool accurate = s.max_rel_err <= oracles::kOracleAccuracy;
-        v.state = accurate && s.not_enclosed == 0 ? oracles::State::pass : oracles::State::fail;
-        v.rule = !accurate ? "oracle_accuracy" : s.not_enclosed ? "enclosure" : "certified";
-        char reason[200];
-        std::snprintf(reason, sizeof reason,
-                      "double rel. error %.3e (certified %.3e), margin %s, %zu not enclosed",
-                      s.max_rel_err, s.certified_rel_err, margin(s.max_rel_err).c_str(),
-                      s.not_enclosed);
-        v.reason = reason;
-        v.ratio_max = v.ratio_p99 = v.ratio_p50 = s.max_rel_err / oracles::kOracleAccuracy;
-        v.metrics.max_rel = s.max_rel_err;
-        v.worst.index = s.worst;
-        v.worst.ratio = v.ratio_max;
-        if (v.state == oracles::State::fail && rec.verdict.first_divergent.empty())
-          rec.verdict.first_divergent = v.stage;
-        rec.verdict.stages.push_back(v);
-      }
-      rec.verdict.state =
-          rec.verdict.first_divergent.empty() ? oracles::State::pass : oracles::State::fail;
-      entry.add_case(std::move(rec));
-      session.update();
-      std::printf("  case %d/%d  %s  tokens=%zu seed=%llu  mixes kappa<=%.2g fallback=%zu  %.1fs\n",
-                  c.index + 1, opt.cases, describe(c.cfg).c_str(), c.tokens,
-                  static_cast<unsigned long long>(c.seed), c.oracle.max_mixes_condition,
-                  c.oracle.fallback_tokens, c.seconds);
-      std::fflush(stdout);
-      return !session.stop();
-    });
-
-    // Per output, the worst over all cases.
-    std::map<std::string, std::pair<oracles::StageCertificate, int>> worst;
-    std::vector<std::string> order;
-    for (const auto& c : res.cases)
-      for (const auto& s : c.stages) {
-        auto it = worst.find(s.stage);
-        if (it == worst.end()) {
-          order.push_back(s.stage);
-          worst[s.stage] = {s, c.index};
-          continue;
-        }
-        auto& [w, idx] = it->second;
-        if (s.max_rel_err > w.max_rel_err) {
-          w.max_rel_err = s.max_rel_err;
-          w.worst = s.worst;
-          idx = c.index;
-        }
-        w.elements += s.elements;
-        w.certified_rel_err = std::max(w.certified_rel_err, s.certified_rel_err);
-        w.max_interval_width = std::max(w.max_interval_width, s.max_interval_width);
-        w.not_enclosed += s.not_enclosed;
-      }
-    std::printf("\nMPFR %u bits, MPFI %u bits. Required: double rel. error <= 2^-24/1e6 = %.2e\n",
-                res.mpfr_bits, res.mpfi_bits, oracles::kOracleAccuracy);
-    std::printf("%-8s %10s %14s %14s %10s %12s %10s  %s\n", "output", "elements", "rel.err(dbl)",
-                "certified", "margin", "MPFI width", "enclosed", "verdict");
-    for (const auto& name : order) {
-      const auto& [w, idx] = worst[name];
-      const bool ok = w.max_rel_err <= oracles::kOracleAccuracy && w.not_enclosed == 0;
-      std::printf("%-8s %10zu %14.3e %14.3e %10s %12.2e %10s  %s\n", name.c_str(), w.elements,
-                  w.max_rel_err, w.certified_rel_err, margin(w.max_rel_err).c_str(),
-                  w.max_interval_width, w.not_enclosed == 0 ? "all" : "NO", ok ? "ok" : "FAIL");
-      if (!ok)
-        std::printf("  worst: case %d element %zu; not enclosed: %zu\n", idx + 1, w.worst,
-                    w.not_enclosed);
-    }
-    std::printf(
-        "\nrel.err: max |double - MPFR| / |MPFR|; certified: the same bound from the MPFI\n"
-        "enclosure alone; margin: 2^-24 / rel.err (>= 1e6 required).\n"
-        "Every double reduction is compensated (error <= u|s| + gamma_m^2 sum|terms|); a token\n"
-        "whose mixes projection cancels so much that gamma_m^2 * kappa could exceed the\n"
-        "requirement is evaluated again in 113-bit quad (fallback=, per case above).\n");
-    const bool ok = res.accurate && res.enclosed;
-    std::printf("selfcheck: %s\n", ok ? "PASS" : "FAIL");
-    return session.finish(ok ? 0 : 1);
+    return session.finish(runner::run_selfcheck(opt, session));
   };
 }
 

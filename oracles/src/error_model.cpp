@@ -5,18 +5,13 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/stochastic.hpp"
 
 namespace mhc::sr {
 // bf16 storage of stream tensors in the stochastic ensemble: to nearest, as a kernel stores.
 inline sr32 stored_bf16(const sr32& x) {
-  float f = x.v;
-  if (std::isnan(f)) return x;
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  std::memcpy(&f, &u, 4);
-  return sr32(f);
+  return sr32(mhc::oracles::gen::round_bf16(x.v));
 }
 thread_local bool bf16_storage = false;
 inline sr32 stored(const sr32& x) {

@@ -86,14 +86,17 @@ std::vector<float> norm_weight(Rng& rng, std::size_t d) {
   return g;
 }
 
+float round_bf16(float x) {
+  if (std::isnan(x)) return x;
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 void to_bf16(std::vector<float>& v) {
-  for (auto& x : v) {
-    if (std::isnan(x)) continue;
-    std::uint32_t u;
-    std::memcpy(&u, &x, 4);
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    std::memcpy(&x, &u, 4);
-  }
+  for (auto& x : v) x = round_bf16(x);
 }
 
 }  // namespace mhc::oracles::gen

@@ -26,6 +26,9 @@ std::vector<float> combs(Rng& rng, const ref::Config& c, std::size_t T);
 std::vector<float> mixes(Rng& rng, const ref::Config& c, std::size_t T);
 // RMSNorm weights around 1.
 std::vector<float> norm_weight(Rng& rng, std::size_t d);
+// The oracle side's one bf16 rounding (the kernels have impl::round_bf16): to the nearest bf16
+// value, ties to even, kept in a float; NaN stays NaN.
+float round_bf16(float x);
 // Round every value to bf16 (stored exactly in fp32).
 void to_bf16(std::vector<float>& v);
 
