@@ -104,6 +104,16 @@ const std::vector<RuleInfo>& rules() {
     std::vector<RuleInfo> v;
     for (const auto& r : element_rules()) v.push_back(r.info);
     v.push_back({"empty", "a stage with no elements proves nothing: mistrusted"});
+    // Rules of a whole case (stage "kernel"), applied by the runner before any stage's.
+    v.push_back({"threw",
+                 "the kernel threw or returned an error code: the case fails with its "
+                 "message"});
+    v.push_back({"cannot_run",
+                 "the kernel cannot run here (no device, an op or configuration it "
+                 "lacks): the case is skipped with the reason"});
+    v.push_back({"wrote_input",
+                 "the kernel changed a bit of an input or param it was given "
+                 "const: the case fails (the oracle reads the pristine copy)"});
     v.push_back({"degenerate",
                  "every oracle and kernel value is exactly zero: a kernel that writes zeros would "
                  "pass too, so the data cannot tell: mistrusted"});

@@ -84,8 +84,8 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
         if (!rec.saved.empty()) std::printf("SAVED: %s\n", rec.saved.c_str());
       }
     } else if (v.state == oracles::State::skipped) {
-      ++tally.skipped;
       tally.skip_reason = v.stages.empty() ? "" : v.stages[0].reason;
+      if (tally.skipped++ == 0) std::printf("SKIPPED case %d: %s\n", i, tally.skip_reason.c_str());
     } else if (v.state != oracles::State::pass) {
       ++tally.undecided;
     }

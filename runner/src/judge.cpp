@@ -1,7 +1,9 @@
 #include "mhc/runner/judge.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/diagnosis.hpp"
@@ -25,9 +27,14 @@ oracles::Verdict one_stage(oracles::State state, const std::string& rule, const 
 }
 
 Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& want,
-               const oracles::OpCase& c, const Judging& j) {
+               const oracles::OpCase& c, const Judging& j, const std::string& wrote = "") {
   Outcome o;
   o.verdict = oracles::compare(got, want);
+  if (!wrote.empty()) {  // a failure of the case before any stage's
+    oracles::Verdict v = one_stage(oracles::State::fail, "wrote_input", wrote);
+    v.stages.insert(v.stages.end(), o.verdict.stages.begin(), o.verdict.stages.end());
+    o.verdict = std::move(v);
+  }
   o.got = std::move(got);
   if (j.diagnose && o.verdict.state == oracles::State::fail && !o.got.empty()) {
     o.deviations = oracles::diagnose(c, o.got, j.threads);
@@ -38,19 +45,48 @@ Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& wa
 
 }  // namespace
 
+namespace {
+
+// The first element of `after` that differs in its bits from `before`, as "x (element i: v -> w)".
+std::string changed(const std::map<std::string, oracles::Tensor>& before,
+                    const std::map<std::string, oracles::Tensor>& after) {
+  for (const auto& [name, t] : before) {
+    const auto& now = after.at(name).data;
+    if (std::memcmp(t.data.data(), now.data(), t.data.size() * sizeof(float)) == 0) continue;
+    for (std::size_t i = 0; i < t.data.size(); ++i)
+      if (std::memcmp(&t.data[i], &now[i], sizeof(float)) != 0) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s (element %zu: %.9g -> %.9g)", name.c_str(), i,
+                      double(t.data[i]), double(now[i]));
+        return buf;
+      }
+  }
+  return "";
+}
+
+}  // namespace
+
 Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads) {
   Ran r;
+  // The kernel works on a copy of the case: one that writes into its (const) inputs is caught,
+  // and the oracle reads the pristine case.
+  oracles::OpCase mine = c;
   try {
-    r.got = run_kernel(b, c, threads);
+    r.got = run_kernel(b, mine, threads);
   } catch (const impl::NotCompiled& e) {
     r.got.clear();
     r.verdict = one_stage(oracles::State::skipped, "cannot_run",
                           "kernel " + b.name + " cannot run here: " + e.what());
+    return r;
   } catch (const std::exception& e) {
     r.got.clear();
     r.verdict =
         one_stage(oracles::State::fail, "threw", std::string("the kernel threw: ") + e.what());
+    return r;
   }
+  std::string what = changed(c.inputs, mine.inputs);
+  if (what.empty()) what = changed(c.params, mine.params);
+  if (!what.empty()) r.wrote = "the kernel wrote its input " + what;
   return r;
 }
 
@@ -62,14 +98,14 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
   Ran r = run(b, c, j.threads);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
   const auto want = oracles::oracle_trace(c, j.threads, j.model, {}, &r.got);
-  return finish(std::move(r.got), want, c, j);
+  return finish(std::move(r.got), want, c, j, r.wrote);
 }
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
   Ran r = run(b, c, j.threads);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
-  return finish(std::move(r.got), shared.want, c, j);
+  return finish(std::move(r.got), shared.want, c, j, r.wrote);
 }
 
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,

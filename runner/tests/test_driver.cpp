@@ -195,3 +195,38 @@ TEST_CASE("driver: a kernel that hides a NaN input behind a number fails", "[dri
   REQUIRE(j.verdict.state == State::fail);
   CHECK(j.verdict.stages[0].rule == "nan_agrees");
 }
+
+// A kernel that writes into its const inputs: zeroing x and writing zeros would make an oracle
+// that reads the same buffers after the kernel agree. It runs on a copy; the case fails.
+TEST_CASE("driver: a kernel that writes into its inputs or params fails the case", "[driver]") {
+  impl::Backend b = impl::cpu();
+  b.hc_pre = [](const impl::KernelConfig& k, std::size_t T, const float* x, const float*,
+                float* y) {
+    std::fill_n(const_cast<float*>(x), T * std::size_t(k.n) * std::size_t(k.d), 0.0f);
+    std::fill_n(y, T * std::size_t(k.d), 0.0f);
+  };
+  const auto c = oracles::generate_case(Op::pre, small(), 3, 2, oracles::Precision::fp32);
+  const auto before = c.input("x").data;
+  const auto j = runner::judge(b, c, judging1());
+  CHECK(c.input("x").data == before);  // the case itself is untouched
+  REQUIRE(j.verdict.state == State::fail);
+  CHECK(j.verdict.first_divergent == "kernel");
+  REQUIRE(j.verdict.stages.size() == 2u);
+  CHECK(j.verdict.stages[0].rule == "wrote_input");
+  CHECK(j.verdict.stages[0].reason.find("input x (element 0:") != std::string::npos);
+  CHECK(j.verdict.stages[1].state == State::fail);  // y against the pristine case's oracle
+
+  impl::Backend p = impl::cpu();
+  p.boundary = [](const impl::KernelConfig& k, std::size_t T, const impl::BoundaryIn& in,
+                  const impl::BoundaryOut& out) {
+    impl::cpu().boundary(k, T, in, out);
+    const_cast<float*>(in.hc_fn)[5] += 1.0f;  // scratch space in a param
+  };
+  const auto cb = oracles::generate_case(Op::boundary, small(), 2, 3, oracles::Precision::fp32);
+  const auto jb = runner::judge(p, cb, judging1());
+  REQUIRE(jb.verdict.state == State::fail);
+  CHECK(jb.verdict.stages[0].rule == "wrote_input");
+  CHECK(jb.verdict.stages[0].reason.find("input hc_fn (element 5:") != std::string::npos);
+  for (std::size_t s = 1; s < jb.verdict.stages.size(); ++s)
+    CHECK(jb.verdict.stages[s].state == State::pass);  // its outputs are right
+}

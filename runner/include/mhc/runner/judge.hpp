@@ -3,8 +3,9 @@
 //   prepare a case -> run the kernel (or take captured outputs) -> evaluate the oracle (anchored
 //   or shared) -> judge every stage -> diagnose a failure -> a report record with its REPRO line.
 // Nothing a kernel does escapes as an exception: an exception or an error code is a failed
-// verdict with the reason, "cannot run here" (no device, an op or n the backend lacks) a skipped
-// one with the reason.
+// verdict with the reason (rule "threw"), "cannot run here" (no device, an op or n the backend
+// lacks) a skipped one with the reason ("cannot_run"), and a kernel that writes into its inputs
+// fails the case ("wrote_input") while its outputs are judged against the pristine case.
 #pragma once
 
 #include <string>
@@ -24,10 +25,12 @@ struct Judging {
   bool diagnose = true;  // on a failure, look for the catalogued deviation that explains it
 };
 
-// The kernel's run: its outputs, or why there are none (a failed or skipped verdict).
+// The kernel's run, on its own copy of the case's tensors: its outputs, or why there are none (a
+// failed or skipped verdict).
 struct Ran {
   oracles::Trace<float> got;
   oracles::Verdict verdict;  // pass when the kernel ran; fail ("threw") or skipped ("cannot_run")
+  std::string wrote;         // non-empty when the kernel wrote into an input or param: which, where
   bool ran() const { return verdict.state == oracles::State::pass; }
 };
 Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads);
