@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/session.hpp"
 
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
       try {
         return run();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "mhc-verify: error: %s\n", e.what());
+        std::fprintf(stderr, "mhc-verify: error: %s\n", mhc::reports::clean_text(e.what()).c_str());
         return 2;
       }
     }

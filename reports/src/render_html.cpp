@@ -7,14 +7,15 @@
 #include <sstream>
 
 #include "mhc/reports/report.hpp"
+#include "mhc/reports/text.hpp"
 
 namespace mhc::reports {
 
 namespace {
 
-std::string esc(const std::string& s) {
+std::string esc(const std::string& raw) {
   std::string o;
-  for (char ch : s) switch (ch) {
+  for (char ch : clean_text(raw, true, "\n\t")) switch (ch) {
       case '&':
         o += "&amp;";
         break;

@@ -6,8 +6,30 @@
 
 #include "mhc/reports/json_number.hpp"
 #include "mhc/reports/report.hpp"
+#include "mhc/reports/text.hpp"
 
 namespace mhc::reports {
+
+namespace {
+
+// Every string and key as valid UTF-8 (other bytes as \xNN): a file name or a fixture attribute
+// with stray bytes must not make the report unwritable.
+void clean_strings(nlohmann::ordered_json& j) {
+  if (j.is_string()) {
+    j = clean_text(j.get<std::string>(), false);
+  } else if (j.is_array()) {
+    for (auto& x : j) clean_strings(x);
+  } else if (j.is_object()) {
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
+    for (auto& [k, v] : j.items()) {
+      clean_strings(v);
+      o[clean_text(k, false)] = std::move(v);
+    }
+    j = std::move(o);
+  }
+}
+
+}  // namespace
 
 namespace {
 
@@ -143,6 +165,7 @@ std::string to_json(const Report& r) {
                        {"cases", cs}});
   }
   out["entries"] = entries;
+  clean_strings(out);
   return out.dump(1) + "\n";
 }
 

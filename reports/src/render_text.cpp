@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "mhc/reports/report.hpp"
+#include "mhc/reports/text.hpp"
 
 namespace mhc::reports {
 
@@ -31,9 +32,9 @@ std::string case_name(const CaseRecord& c) {
              : c.label;
 }
 
-std::string xml(const std::string& s) {
+std::string xml(const std::string& raw) {
   std::string o;
-  for (unsigned char ch : s) switch (ch) {
+  for (unsigned char ch : clean_text(raw, true, "\n\t")) switch (ch) {
       case '&':
         o += "&amp;";
         break;
@@ -55,9 +56,9 @@ std::string xml(const std::string& s) {
   return o;
 }
 
-std::string md_cell(const std::string& s) {
+std::string md_cell(const std::string& raw) {
   std::string o;
-  for (char ch : s) o += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  for (char ch : clean_text(raw)) o += ch == '|' ? std::string("\\|") : std::string(1, ch);
   return o;
 }
 
@@ -88,14 +89,14 @@ std::string to_markdown(const Report& r) {
       << " | " << g(worst) << " | " << (e.ok() ? "ok" : "**NOT OK**") << " |\n";
   }
   for (const auto& e : r.entries) {
-    o << "\n## " << e.id << (e.ok() ? "" : " (NOT OK)") << "\n\n";
+    o << "\n## " << md_cell(e.id) << (e.ok() ? "" : " (NOT OK)") << "\n\n";
     if (!e.settings.empty()) {
       for (std::size_t i = 0; i < e.settings.size(); ++i)
         o << (i ? ", " : "") << e.settings[i].first << "=" << e.settings[i].second;
       o << "\n\n";
     }
     if (!e.problem.empty()) o << "- **problem**: " << md_cell(e.problem) << "\n";
-    for (const auto& [k, v] : e.facts) o << "- " << k << ": " << v << "\n";
+    for (const auto& [k, v] : e.facts) o << "- " << md_cell(k) << ": " << md_cell(v) << "\n";
     if (!e.facts.empty() || !e.problem.empty()) o << "\n";
     if (!e.stages.empty()) {
       o << "| stage | pass | fail | undec | mistr | max ratio | p99 ratio | median ratio | max ulp "
@@ -114,11 +115,11 @@ std::string to_markdown(const Report& r) {
       o << "\n- **fail** " << md_cell(case_name(c)) << ": first divergent stage `"
         << c.verdict.first_divergent << "`" << (s ? ": " + md_cell(s->reason) : "") << "\n";
       if (!c.diagnosis.empty()) o << "  - diagnosis: " << md_cell(c.diagnosis) << "\n";
-      if (!c.repro.empty()) o << "  - `REPRO: " << c.repro << "`\n";
-      if (!c.saved.empty()) o << "  - saved: `" << c.saved << "`\n";
+      if (!c.repro.empty()) o << "  - `REPRO: " << md_cell(c.repro) << "`\n";
+      if (!c.saved.empty()) o << "  - saved: `" << md_cell(c.saved) << "`\n";
     }
   }
-  return o.str();
+  return clean_text(o.str(), true, "\n");  // and what came from elsewhere: valid UTF-8
 }
 
 std::string to_junit(const Report& r) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mhc/reports/report.hpp"
+#include "mhc/reports/text.hpp"
 
 using namespace mhc;
 using State = oracles::State;
@@ -103,7 +104,7 @@ TEST_CASE("reports: JUnit and HTML escape what they quote", "[reports]") {
   e.add_case(c);
   const std::string x = reports::to_junit(r);
   CHECK(x.find("name=\"check &lt;k&gt; &amp; op\"") != std::string::npos);
-  CHECK(x.find("got 1 &lt; want 2 &amp;  bound") != std::string::npos);  // control char dropped
+  CHECK(x.find("got 1 &lt; want 2 &amp; \\x01 bound") != std::string::npos);  // escaped, visible
   CHECK(x.find("tests=\"1\" failures=\"1\"") != std::string::npos);
   CHECK(x.find("REPRO: mhc-verify check --seed 1") != std::string::npos);
   const std::string h = reports::to_html(r);
@@ -153,4 +154,22 @@ TEST_CASE("reports: writes are atomic and name the file on failure", "[reports]"
   CHECK(nlohmann::json::parse(slurp(out.json))["summary"]["cases"] == 1);
   CHECK(slurp(out.junit).find("<testsuites") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("reports: text from outside is made valid UTF-8 with its control bytes escaped",
+          "[reports][text]") {
+  using reports::clean_text;
+  CHECK(clean_text("plain ascii") == "plain ascii");
+  CHECK(clean_text("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") ==
+        "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  CHECK(clean_text("a\xFF"
+                   "b") == "a\\xFFb");
+  CHECK(clean_text("\xC3") == "\\xC3");                             // truncated sequence
+  CHECK(clean_text("\xC0\xAF") == "\\xC0\\xAF");                    // overlong
+  CHECK(clean_text("\xED\xA0\x80") == "\\xED\\xA0\\x80");           // a surrogate
+  CHECK(clean_text("\xF4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");  // beyond U+10FFFF
+  CHECK(clean_text("x\nPASS\x1B[31m") == "x\\x0APASS\\x1B[31m");
+  CHECK(clean_text("x\ny\tz", true, "\n") == "x\ny\\x09z");
+  CHECK(clean_text("x\ny\x1B", false) == "x\ny\x1B");  // controls kept when asked
+  CHECK(clean_text(std::string("a\0b", 3)) == "a\\x00b");
 }

@@ -5,6 +5,7 @@
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/reports/curves.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
 
@@ -19,6 +20,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
   int rc = 0;
   for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
     const std::string& f = spec.files[i];
+    const std::string shown = reports::clean_text(f);  // a name may hold newlines or escapes
     reports::Entry& entry = session.report.entry("compare " + f);
     entry.kind = "compare";
     entry.error_model = oracles::error_model_name(spec.model);
@@ -38,7 +40,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
         std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", f.c_str(),
                      name.c_str());
       if (fx.outputs.empty()) {
-        std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", f.c_str(),
+        std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", shown.c_str(),
                     entry.op.c_str(), fx.c.tokens);
         rec.verdict.state = oracles::State::skipped;
       } else {
@@ -62,19 +64,19 @@ int run_compare(const CompareSpec& spec, Session& session) {
                     fail                              ? "FAIL"
                     : v.state == oracles::State::pass ? "PASS"
                                                       : "UNDECIDED",
-                    f.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
+                    shown.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
                     worst_stage.c_str(), fail ? "; first divergent stage " : "",
                     fail ? v.first_divergent.c_str() : "");
         if (fail) {
           if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
-          std::printf("REPRO: %s\n", rec.repro.c_str());
+          std::printf("REPRO: %s\n", reports::clean_text(rec.repro).c_str());
         }
         if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs))
           entry.sinkhorn.push_back(*curve);
       }
     } catch (const fixtures::FixtureError& e) {
-      std::fprintf(stderr, "mhc-verify: error: %s\n", e.what());
-      std::printf("INVALID %s\n", f.c_str());
+      std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(e.what()).c_str());
+      std::printf("INVALID %s\n", shown.c_str());
       oracles::StageVerdict sv;
       sv.stage = "file";
       sv.state = oracles::State::fail;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <set>
 
+#include "mhc/reports/text.hpp"
+
 namespace mhc::runner {
 
 MergePlan::MergePlan(std::vector<std::string> files) : files_(std::move(files)) {
@@ -42,8 +44,9 @@ int MergePlan::run(Session& session) {
     double worst = 0;
     for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
     ok += e.ok();
-    std::printf("%-58s %6zu %5d %6d %10.3g  %s\n", e.id.c_str(), e.cases.size(),
-                e.count(oracles::State::fail), e.count(oracles::State::undecidable), worst,
+    std::printf("%-58s %6zu %5d %6d %10.3g  %s\n", reports::clean_text(e.id).c_str(),
+                e.cases.size(), e.count(oracles::State::fail), e.count(oracles::State::undecidable),
+                worst,
                 e.ok() ? (e.expect == "fail" ? "caught, as expected" : "ok")
                        : ("NOT OK" + (e.problem.empty() ? "" : ": " + e.problem)).c_str());
   }

@@ -10,8 +10,20 @@ std::string shell_quote(const std::string& word) {
   if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                               "0123456789_-+=.,:/@%") == std::string::npos)
     return word;
-  std::string q = "'";
-  for (char ch : word) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  bool plain = true;  // no control or non-ASCII bytes: single quotes hold it
+  for (unsigned char ch : word) plain = plain && ch >= 0x20 && ch < 0x7F;
+  std::string q = plain ? "'" : "$'";  // else bash's $'...' with \xNN
+  for (unsigned char ch : word) {
+    if (ch == '\'') {
+      q += plain ? "'\\''" : "\\'";
+    } else if (!plain && (ch == '\\' || ch < 0x20 || ch >= 0x7F)) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", ch);
+      q += ch == '\\' ? std::string("\\\\") : std::string(buf);
+    } else {
+      q += char(ch);
+    }
+  }
   return q + "'";
 }
 

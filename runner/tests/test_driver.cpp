@@ -2,12 +2,16 @@
 // the right rule and the first divergent stage.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
 
 using namespace mhc;
 using oracles::Op;
@@ -229,4 +233,24 @@ TEST_CASE("driver: a kernel that writes into its inputs or params fails the case
   CHECK(jb.verdict.stages[0].reason.find("input hc_fn (element 5:") != std::string::npos);
   for (std::size_t s = 1; s < jb.verdict.stages.size(); ++s)
     CHECK(jb.verdict.stages[s].state == State::pass);  // its outputs are right
+}
+
+// REPRO lines quote what the shell would split or interpret; bash reads every word back.
+TEST_CASE("repro: words are quoted so that bash reads them back", "[repro]") {
+  for (const std::string& word : {std::string("plugin:build/lib/k.so"), std::string("a b"),
+                                  std::string("it's"), std::string("x\nPASS\x1B[31m"),
+                                  std::string("caf\xC3\xA9 \xFF"), std::string("back\\slash'q")}) {
+    const std::string q = runner::shell_quote(word);
+    CAPTURE(word, q);
+    for (unsigned char ch : q) CHECK((ch >= 0x20 && ch < 0x7F));  // printable as it is
+    const std::string script = "/tmp/mhc_repro_quote_" + std::to_string(::getpid()) + ".sh";
+    std::ofstream(script) << "printf %s " << q << "\n";
+    std::FILE* p = ::popen(("/bin/bash " + script).c_str(), "r");
+    REQUIRE(p);
+    std::string back;
+    for (int ch; (ch = std::fgetc(p)) != EOF;) back += char(ch);
+    ::pclose(p);
+    std::remove(script.c_str());
+    CHECK(back == word);
+  }
 }

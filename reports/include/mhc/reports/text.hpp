@@ -1,0 +1,13 @@
+// Text from outside (file names, fixture attributes, arguments) made safe to print and to store:
+// reports are UTF-8 and a terminal obeys control characters.
+#pragma once
+
+#include <string>
+
+namespace mhc::reports {
+
+// s with every byte that is not part of a valid UTF-8 sequence written as \xNN, and, where
+// `controls`, every control character (C0 and DEL) but those in `keep` as \xNN too.
+std::string clean_text(const std::string& s, bool controls = true, const char* keep = "");
+
+}  // namespace mhc::reports

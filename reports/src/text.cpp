@@ -1,0 +1,58 @@
+#include "mhc/reports/text.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+namespace mhc::reports {
+
+namespace {
+
+// The length of the valid UTF-8 sequence at s[i] (1..4), or 0 where there is none.
+std::size_t utf8_length(const std::string& s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  std::size_t n = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // no overlong forms
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // at most U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string clean_text(const std::string& s, bool controls, const char* keep) {
+  std::string o;
+  o.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = utf8_length(s, i);
+    const bool control = (c < 0x20 || c == 0x7F) && !(c != 0 && std::strchr(keep, char(c)));
+    if (n == 0 || (controls && control)) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      o += buf;
+      ++i;
+      continue;
+    }
+    o.append(s, i, n);
+    i += n;
+  }
+  return o;
+}
+
+}  // namespace mhc::reports
