@@ -6,12 +6,15 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace mhc::reports {
@@ -150,7 +153,81 @@ void write_atomic(const std::string& path, const std::string& text) {
   }
 }
 
-Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_clock::now()) {}
+Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_clock::now()) {
+  for (const std::string* p : {&out_.json, &out_.md, &out_.html, &out_.junit}) {
+    if (p->empty()) {
+      targets_.push_back({});
+      continue;
+    }
+    Target t;
+    t.path = t.file = *p;
+    auto fail = [&](const std::string& why) {
+      for (const auto& x : targets_)
+        if (x.lock >= 0) ::close(x.lock);
+      throw std::runtime_error("cannot write report " + *p + ": " + why);
+    };
+    struct stat ls {};
+    if (*p == "-") {
+      t.stream = true;
+    } else if (::lstat(p->c_str(), &ls) == 0) {
+      if (S_ISLNK(ls.st_mode)) {  // followed: the file it names is written, the link stays
+        if (char* real = ::realpath(p->c_str(), nullptr)) {
+          t.file = real;
+          std::free(real);
+        } else {  // to a file not written yet: the link's own target, beside the link
+          char buf[4096];
+          const ssize_t n = ::readlink(p->c_str(), buf, sizeof buf - 1);
+          if (n <= 0) fail("an unreadable symlink");
+          t.file.assign(buf, std::size_t(n));
+          const std::size_t slash = p->rfind('/');
+          if (t.file[0] != '/' && slash != std::string::npos)
+            t.file = p->substr(0, slash + 1) + t.file;
+        }
+      }
+      struct stat st {};
+      if (::stat(t.file.c_str(), &st) == 0) {  // else a symlink to a file to be created
+        if (S_ISDIR(st.st_mode)) fail("a directory");
+        t.stream = !S_ISREG(st.st_mode);
+      }
+    }
+    if (!t.stream) {
+      const std::string lock = t.file + ".lock";
+      t.lock = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (t.lock < 0) fail("cannot create its lock " + lock);
+      if (::flock(t.lock, LOCK_EX | LOCK_NB) != 0) {
+        ::close(t.lock);
+        fail("another run is writing it (" + lock + " is locked)");
+      }
+    }
+    targets_.push_back(t);
+  }
+}
+
+Writer::~Writer() {
+  for (const auto& t : targets_)
+    if (t.lock >= 0) {
+      ::unlink((t.file + ".lock").c_str());
+      ::close(t.lock);
+    }
+}
+
+void Writer::put(const Target& t, const std::string& text) const {
+  if (!t.stream) return write_atomic(t.file, text);
+  const int fd =
+      t.path == "-" ? ::dup(STDOUT_FILENO) : ::open(t.file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot write report " + t.path + ": cannot open it");
+  std::fflush(stdout);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      throw std::runtime_error("cannot write report " + t.path + ": write failed");
+    }
+    done += std::size_t(n);
+  }
+  ::close(fd);
+}
 
 void Writer::write(Report& r, bool final) {
   if (!out_.any()) return;
@@ -158,10 +235,12 @@ void Writer::write(Report& r, bool final) {
   if (!final && written_ && now - last_ < 10 * last_cost_) return;
   r.meta.finished = now_utc();
   r.meta.wall_s = std::chrono::duration<double>(now - start_).count();
-  if (!out_.json.empty()) write_atomic(out_.json, to_json(r));
-  if (!out_.md.empty()) write_atomic(out_.md, to_markdown(r));
-  if (!out_.html.empty()) write_atomic(out_.html, to_html(r));
-  if (!out_.junit.empty()) write_atomic(out_.junit, to_junit(r));
+  std::string (*const render[])(const Report&) = {to_json, to_markdown, to_html, to_junit};
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const Target& t = targets_[i];
+    if (t.path.empty() || (t.stream && !(final && written_))) continue;
+    put(t, render[i](r));
+  }
   last_ = std::chrono::steady_clock::now();
   last_cost_ = last_ - now;
   written_ = true;

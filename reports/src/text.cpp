@@ -14,7 +14,8 @@ std::size_t utf8_length(const std::string& s, std::size_t i) {
   std::size_t n = 0;
   unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
   if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
   else if (c >= 0xE0 && c <= 0xEF) {
     n = 3;
     if (c == 0xE0) lo = 0xA0;  // no overlong forms

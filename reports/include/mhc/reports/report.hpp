@@ -109,14 +109,30 @@ struct Outputs {
 
 class Writer {
  public:
+  // Checks every path: "-" is standard output; an existing path that is not a regular file (a
+  // device, a FIFO) is written in place; a symlink is followed; a directory is refused; a report
+  // another run is writing (its lock, PATH.lock, is held) is refused. Throws std::runtime_error
+  // naming the path.
   explicit Writer(Outputs out);
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
   // Writes every requested format. Unless `final`, a write is skipped while the time since the
   // previous one is less than 10 times what that one took (writing stays under ~10% of a run).
-  // Throws std::runtime_error naming the file on an I/O error.
+  // Standard output and other streams get only the final reports after the first write, never
+  // the partial ones. Throws std::runtime_error naming the file on an I/O error.
   void write(Report& r, bool final = false);
 
  private:
+  struct Target {
+    std::string path;     // as given
+    std::string file;     // written: the symlink's target, or the path
+    bool stream = false;  // "-", a device or a FIFO: written in place, final reports only
+    int lock = -1;        // flock'ed PATH.lock of a regular file
+  };
+  void put(const Target& t, const std::string& text) const;
   Outputs out_;
+  std::vector<Target> targets_;  // json, md, html, junit (those requested)
   std::chrono::steady_clock::time_point start_, last_;
   std::chrono::duration<double> last_cost_{0};
   bool written_ = false;
