@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -45,14 +46,29 @@ struct Suite {
   throw std::invalid_argument(file + ":" + std::to_string(line) + ": " + what);
 }
 
+// A FIFO would block the gate, a device feed it without end: suites and baselines are files.
+void require_regular_file(const std::string& what, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // the reader says it cannot read it
+  if (!S_ISREG(st.st_mode))
+    throw std::invalid_argument(what + " " + path + ": not a regular file (" +
+                                (S_ISDIR(st.st_mode)    ? "a directory"
+                                 : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                        : "a device or another kind") +
+                                ")");
+}
+
 Suite read_suite(const std::string& path) {
+  require_regular_file("suite", path);
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read suite " + path);
   Suite s;
   std::string text;
   int line_no = 0;
+  int settings = 0;
   while (std::getline(in, text)) {
     ++line_no;
+    if (text.find('\0') != std::string::npos) suite_error(path, line_no, "binary data, not text");
     if (const auto hash = text.find('#'); hash != std::string::npos) text.resize(hash);
     std::istringstream words(text);
     std::string key;
@@ -60,6 +76,7 @@ Suite read_suite(const std::string& path) {
     std::vector<std::string> v;
     for (std::string w; words >> w;) v.push_back(w);
     if (v.empty()) suite_error(path, line_no, "'" + key + "' needs a value");
+    ++settings;
     auto one = [&]() -> const std::string& {
       if (v.size() != 1) suite_error(path, line_no, "'" + key + "' takes one value");
       return v[0];
@@ -142,6 +159,10 @@ Suite read_suite(const std::string& path) {
                       "seed, n, dim, iters, norm-eps, error-model, allowance, floor)");
     }
   }
+  if (settings == 0)
+    throw std::invalid_argument(path +
+                                ": no settings (a suite names at least its kernels or ops; "
+                                "gate/default.suite is an example)");
   for (double e : s.hc_eps) {
     ref::Config c = s.cfg;
     c.hc_eps = e;
@@ -162,6 +183,45 @@ json num(double x) {
 }
 double from_num(const json& j) {
   return reports::number_from_json(j);
+}
+
+// Every value the gate reads from a baseline, checked on load: a name for each error (file and
+// JSON path) before any case runs.
+void validate_baseline(const json& b, const std::string& file) {
+  auto bad = [&](const std::string& where, const std::string& what) {
+    throw std::invalid_argument(file + ": " + where + ": expected " + what);
+  };
+  auto number = [&](const json& j, const std::string& where, double lo, double hi) {
+    if (!j.is_number() || !(j.get<double>() >= lo && j.get<double>() <= hi))
+      bad(where, "a number in [" + g(lo) + ", " + g(hi) + "], got " + j.dump());
+  };
+  if (!b.is_object() || !b.contains("schema") || b["schema"] != kBaselineSchema)
+    bad("/schema", std::string("\"") + kBaselineSchema + "\" (an mhc-baseline/1 file)");
+  if (b.contains("allowance")) number(b["allowance"], "/allowance", 1, 1e6);
+  if (b.contains("floor")) number(b["floor"], "/floor", 0, 1e6);
+  if (!b.contains("entries") || !b["entries"].is_object()) bad("/entries", "an object of entries");
+  for (const auto& [id, e] : b["entries"].items()) {
+    const std::string at = "/entries/" + id;
+    if (!e.is_object()) bad(at, "an object");
+    if (!e.contains("cases") || !e["cases"].is_number_unsigned()) bad(at + "/cases", "a count");
+    if (!e.contains("stages") || !e["stages"].is_object() || e["stages"].empty())
+      bad(at + "/stages", "an object of at least one stage");
+    for (const auto& [name, st] : e["stages"].items()) {
+      const std::string sat = at + "/stages/" + name;
+      if (!st.is_object()) bad(sat, "an object");
+      for (const char* stat : {"ratio_max", "ratio_p99"}) {
+        if (!st.contains(stat)) bad(sat + "/" + stat, "a ratio");
+        const json& r = st[stat];
+        if (!(r.is_number() && r.get<double>() >= 0) && r != "inf")
+          bad(sat + "/" + stat, "a ratio >= 0 or \"inf\", got " + r.dump());
+      }
+      if (!st.contains("states") || !st["states"].is_object())
+        bad(sat + "/states", "an object of counts");
+      for (const auto& [state, n] : st["states"].items())
+        if (!n.is_number_unsigned() || n.get<std::uint64_t>() > e["cases"].get<std::uint64_t>())
+          bad(sat + "/states/" + state, "a count of at most the entry's cases, got " + n.dump());
+    }
+  }
 }
 
 json baseline_of(const reports::Report& r, const Suite& s, const std::string& suite_path) {
@@ -186,6 +246,28 @@ json baseline_of(const reports::Report& r, const Suite& s, const std::string& su
   return out;
 }
 
+// The entry of a run: the kernel, op, precision and every setting that changes its numbers
+// (those of the V4.1 configuration, seed 1 and the standard model only when they differ), so that
+// a baseline recorded with other settings cannot vouch for it.
+std::string entry_id(const CheckSpec& c) {
+  const CheckSpec d;
+  std::string id = "gate " + c.kernel + " " + oracles::op_name(c.op) + " " +
+                   oracles::precision_name(c.precision) + " hc_eps=" + g(c.cfg.hc_eps) +
+                   " tokens=" + std::to_string(c.tokens) + " cases=" + std::to_string(c.cases);
+  auto add = [&](bool differs, const std::string& text) {
+    if (differs) id += " " + text;
+  };
+  char norm[32];
+  std::snprintf(norm, sizeof norm, "%.9g", c.cfg.norm_eps);
+  add(c.cfg.n != d.cfg.n, "n=" + std::to_string(c.cfg.n));
+  add(c.cfg.d != d.cfg.d, "dim=" + std::to_string(c.cfg.d));
+  add(c.cfg.iters != d.cfg.iters, "iters=" + std::to_string(c.cfg.iters));
+  add(c.cfg.norm_eps != d.cfg.norm_eps, std::string("norm_eps=") + norm);
+  add(c.seed != d.seed, "seed=" + std::to_string(c.seed));
+  add(c.model != d.model, "model=" + oracles::error_model_name(c.model));
+  return id;
+}
+
 }  // namespace
 
 struct GatePlan::Data {
@@ -206,6 +288,7 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
       throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
   json& base = d->base;
   if (!st->update) {
+    require_regular_file("baseline", st->baseline);
     std::ifstream in(st->baseline);
     if (!in)
       throw std::invalid_argument("cannot read baseline " + st->baseline +
@@ -215,10 +298,7 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
     } catch (const std::exception& e) {
       throw std::invalid_argument(st->baseline + ": not JSON: " + e.what());
     }
-    if (!base.is_object() || base.value("schema", "") != kBaselineSchema ||
-        !base.contains("entries"))
-      throw std::invalid_argument(st->baseline + ": not an " + std::string(kBaselineSchema) +
-                                  " baseline");
+    validate_baseline(base, st->baseline);
   }
   d_ = d;
 }
@@ -246,8 +326,7 @@ int GatePlan::run(Session& session) const {
           c.threads = st->threads;
           c.save_dir = "";
           c.kind = "gate";
-          c.id = "gate " + k + " " + oracles::op_name(op) + " " + oracles::precision_name(p) +
-                 " hc_eps=" + g(e);
+          c.id = entry_id(c);
           specs.push_back(c);
         }
   std::printf(
