@@ -36,7 +36,9 @@ Run add_check(CLI::App& app) {
   app.add_option("--cases", st->spec.cases, "generated cases; case i uses seed S+i")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--seed", st->spec.seed, "seed S of the first case")->capture_default_str();
+  app.add_option("--seed", st->spec.seed, "seed S of the first case")
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--tokens", st->spec.tokens, "tokens per case (block, stack: per sequence)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
@@ -47,7 +49,8 @@ Run add_check(CLI::App& app) {
       ->check(CLI::IsMember(precision_names()));
   app.add_option("--threads", st->spec.threads,
                  "threads for the oracle and the kernel (0: one per core)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(4096));
   app.add_option("--error-model", st->model,
                  "bounds from: rigorous (every fp32 evaluation, every order), probabilistic "
                  "(Higham & Mary, lambda = 8; rigorous where fp32 sums are biased), empirical "

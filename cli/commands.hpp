@@ -34,6 +34,9 @@ std::string kernel_names();
 // Validates --kernel: a built-in backend, variant:NAME, mutant:NAME or plugin:PATH (loaded here,
 // so that a plug-in that cannot load is a bad-input error naming the file and the reason).
 CLI::Validator kernel_validator();
+// Digits only, at most `most`: CLI11 reads "-1", "1e23" and "" into unsigned options as 2^64-1
+// or 0.
+CLI::Validator whole_number(unsigned long long most = ~0ull);
 // --json --md --html --junit.
 void add_report_options(CLI::App& app, reports::Outputs& out);
 // The choices of an enum option, from the library's list ("fp32, tf32, bf16").

@@ -27,7 +27,8 @@ Run add_compare(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(error_model_names()));
   app.add_option("--threads", st->spec.threads, "threads for the oracle (0: one per core)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(4096));
   app.add_option("--read-timeout", st->spec.read_timeout,
                  "seconds a file may take to read before it is declared malformed (HDF5 can loop "
                  "forever on a corrupt file)")
@@ -67,7 +68,9 @@ Run add_capture(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(op_names()));
   app.add_option("--out", st->out, "the fixture file to write")->required();
-  app.add_option("--seed", st->spec.seed, "seed of the generated case")->capture_default_str();
+  app.add_option("--seed", st->spec.seed, "seed of the generated case")
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--tokens", st->spec.tokens, "tokens (block, stack: positions per sequence)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));

@@ -30,7 +30,8 @@ Run add_fuzz(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"sinkhorn"}));
   auto* cases = app.add_option("--cases", st->cases, "cases to try (this shard's share of them)")
-                    ->capture_default_str();
+                    ->capture_default_str()
+                    ->check(whole_number());
   app.add_option("--seconds", st->seconds, "run for this long instead of a case count")
       ->excludes(cases)
       ->check(CLI::Validator(
@@ -39,7 +40,9 @@ Run add_fuzz(CLI::App& app) {
             return std::isfinite(v) && v > 0 ? "" : "must be a number of seconds > 0, got " + s;
           },
           "SECONDS > 0"));
-  app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
+  app.add_option("--seed", st->seed, "seed of the campaign")
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--iters", st->iters, "Sinkhorn rounds")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));

@@ -24,7 +24,9 @@ Run add_gate(CLI::App& app) {
                  "run the suite on these kernels instead of its own (repeatable; e.g. "
                  "plugin:build/libmykernels.so)")
       ->check(kernel_validator());
-  app.add_option("--threads", st->threads, "threads (0: one per core)")->capture_default_str();
+  app.add_option("--threads", st->threads, "threads (0: one per core)")
+      ->capture_default_str()
+      ->check(whole_number(4096));
   add_report_options(app, st->out);
   app.footer(
       "The suite file holds one setting per line (# starts a comment); lists multiply:\n"

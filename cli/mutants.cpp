@@ -23,7 +23,9 @@ Run add_mutants(CLI::App& app) {
                  "cases within which every wrong kernel must be caught")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000000));
-  app.add_option("--seed", st->seed, "seed of the campaign")->capture_default_str();
+  app.add_option("--seed", st->seed, "seed of the campaign")
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_flag("--list", st->list, "list the catalogue and exit");
   app.add_option("--error-model", st->model_name,
                  "error model of the bounds: rigorous, probabilistic, empirical, standard")

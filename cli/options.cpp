@@ -1,5 +1,7 @@
 // The options the subcommands share, and the choices of enum options from the library's lists.
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
 
 #include "commands.hpp"
 #include "mhc/impl/kernels.hpp"
@@ -68,6 +70,21 @@ CLI::Validator kernel_validator() {
         }
       },
       "KERNEL");
+}
+
+CLI::Validator whole_number(unsigned long long most) {
+  return CLI::Validator(
+      [most](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        const unsigned long long v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE || v > most)
+          return "expected a whole number from 0 to " + std::to_string(most) + ", got '" + text +
+                 "'";
+        return "";
+      },
+      "0.." + std::to_string(most));
 }
 
 std::vector<std::string> op_names(bool with_block) {

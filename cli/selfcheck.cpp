@@ -25,9 +25,12 @@ Run add_selfcheck(CLI::App& app) {
                  "cases to generate; even ones at the V4.1 sizes, odd ones small random configs")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--seed", st->opt.seed, "seed of the generated cases")->capture_default_str();
+  app.add_option("--seed", st->opt.seed, "seed of the generated cases")
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--threads", st->opt.threads, "worker threads (0: one per core)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(4096));
   add_config_options(app, st->cfg);
   add_report_options(app, st->out);
   app.footer(
