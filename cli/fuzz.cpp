@@ -61,6 +61,12 @@ Run add_fuzz(CLI::App& app) {
   app.add_option("--kernel", st->kernels, "fp32 kernels checked against the oracle (repeatable)")
       ->capture_default_str()
       ->check(kernel_validator());
+  app.add_flag("--isolate", st->isolate,
+               "run our kernels in a worker process too, as plug-ins always are");
+  app.add_option("--kernel-timeout", st->kernel_seconds,
+                 "seconds a worker process may take for one case before it is killed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")
       ->capture_default_str();
   add_report_options(app, st->out);

@@ -60,6 +60,8 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
   judging.model = spec.model;
   judging.threads = spec.threads;
   judging.diagnose = spec.diagnose;
+  judging.isolate = spec.isolate;
+  judging.kernel_seconds = spec.kernel_seconds;
   CheckTally tally;
   Progress progress(entry.id, spec.cases);
   for (int i = 0; i < spec.cases && !session.stop(); ++i) {

@@ -156,6 +156,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   };
   Judging judging;
   judging.threads = 1;
+  judging.isolate = st->isolate;
+  judging.kernel_seconds = st->kernel_seconds;
   std::vector<long> skipped(st->kernels.size(), 0);
   reports::Entry& entry = session.report.entry("fuzz sinkhorn shard " + std::to_string(shard) +
                                                " of " + std::to_string(shards));

@@ -324,6 +324,8 @@ int GatePlan::run(Session& session) const {
           c.cases = suite.cases;
           c.seed = suite.seed;
           c.threads = st->threads;
+          c.isolate = st->isolate;
+          c.kernel_seconds = st->kernel_seconds;
           c.save_dir = "";
           c.kind = "gate";
           c.id = entry_id(c);
@@ -334,11 +336,16 @@ int GatePlan::run(Session& session) const {
       specs.size(), kernels.size(), suite.ops.size(), suite.precisions.size(), suite.hc_eps.size(),
       suite.cases);
   int failed = 0;
+  std::vector<std::string> skipped;  // a planned case without a verdict fails the gate
   for (const auto& spec : specs) {
     if (session.stop()) break;
-    failed += run_check(spec, session).failed;
+    const CheckTally t = run_check(spec, session);
+    failed += t.failed;
+    if (t.skipped)
+      skipped.push_back("SKIPPED " + spec.id + ": " + std::to_string(t.skipped) + " of " +
+                        std::to_string(t.done) + " cases: " + t.skip_reason);
   }
-  if (session.stop()) return (1);
+  if (session.stop()) return 1;
 
   // Regressions against the baseline.
   std::vector<std::string> problems;
@@ -413,7 +420,8 @@ int GatePlan::run(Session& session) const {
                 session.report.entries.size());
     return (0);
   }
-  const bool ok = failed == 0 && problems.empty();
+  for (const auto& line : skipped) std::printf("%s\n", line.c_str());
+  const bool ok = failed == 0 && problems.empty() && skipped.empty();
   std::printf("gate: %s (%d cases failed, %zu regressions or new entries)\n", ok ? "PASS" : "FAIL",
               failed, problems.size());
   return (ok ? 0 : 1);

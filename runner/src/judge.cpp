@@ -8,12 +8,14 @@
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/runner/driver.hpp"
+#include "worker.hpp"
 
 namespace mhc::runner {
 
-namespace {
+namespace {}  // namespace
 
-oracles::Verdict one_stage(oracles::State state, const std::string& rule, const std::string& why) {
+oracles::Verdict kernel_verdict(oracles::State state, const std::string& rule,
+                                const std::string& why) {
   oracles::Verdict v;
   v.state = state;
   oracles::StageVerdict sv;
@@ -26,12 +28,14 @@ oracles::Verdict one_stage(oracles::State state, const std::string& rule, const 
   return v;
 }
 
+namespace {
+
 Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& want,
                const oracles::OpCase& c, const Judging& j, const std::string& wrote = "") {
   Outcome o;
   o.verdict = oracles::compare(got, want);
   if (!wrote.empty()) {  // a failure of the case before any stage's
-    oracles::Verdict v = one_stage(oracles::State::fail, "wrote_input", wrote);
+    oracles::Verdict v = kernel_verdict(oracles::State::fail, "wrote_input", wrote);
     v.stages.insert(v.stages.end(), o.verdict.stages.begin(), o.verdict.stages.end());
     o.verdict = std::move(v);
   }
@@ -47,7 +51,6 @@ Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& wa
 
 namespace {
 
-// The first element of `after` that differs in its bits from `before`, as "x (element i: v -> w)".
 std::string changed(const std::map<std::string, oracles::Tensor>& before,
                     const std::map<std::string, oracles::Tensor>& after) {
   for (const auto& [name, t] : before) {
@@ -66,6 +69,11 @@ std::string changed(const std::map<std::string, oracles::Tensor>& before,
 
 }  // namespace
 
+std::string changed_input(const oracles::OpCase& before, const oracles::OpCase& after) {
+  const std::string in = changed(before.inputs, after.inputs);
+  return in.empty() ? changed(before.params, after.params) : in;
+}
+
 Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads) {
   Ran r;
   // The kernel works on a copy of the case: one that writes into its (const) inputs is caught,
@@ -75,19 +83,24 @@ Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads) {
     r.got = run_kernel(b, mine, threads);
   } catch (const impl::NotCompiled& e) {
     r.got.clear();
-    r.verdict = one_stage(oracles::State::skipped, "cannot_run",
-                          "kernel " + b.name + " cannot run here: " + e.what());
+    r.verdict = kernel_verdict(oracles::State::skipped, "cannot_run",
+                               "kernel " + b.name + " cannot run here: " + e.what());
     return r;
   } catch (const std::exception& e) {
     r.got.clear();
     r.verdict =
-        one_stage(oracles::State::fail, "threw", std::string("the kernel threw: ") + e.what());
+        kernel_verdict(oracles::State::fail, "threw", std::string("the kernel threw: ") + e.what());
     return r;
   }
-  std::string what = changed(c.inputs, mine.inputs);
-  if (what.empty()) what = changed(c.params, mine.params);
+  const std::string what = changed_input(c, mine);
   if (!what.empty()) r.wrote = "the kernel wrote its input " + what;
   return r;
+}
+
+Ran run(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
+  const bool theirs = b.name.rfind("plugin:", 0) == 0;
+  if ((theirs || j.isolate) && !b.in_process) return run_in_worker(b, c, j.threads, j);
+  return run(b, c, j.threads);
 }
 
 SharedOracle shared_oracle(const oracles::OpCase& c, const Judging& j) {
@@ -95,7 +108,7 @@ SharedOracle shared_oracle(const oracles::OpCase& c, const Judging& j) {
 }
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
-  Ran r = run(b, c, j.threads);
+  Ran r = run(b, c, j);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
   const auto want = oracles::oracle_trace(c, j.threads, j.model, {}, &r.got);
   return finish(std::move(r.got), want, c, j, r.wrote);
@@ -103,7 +116,7 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
-  Ran r = run(b, c, j.threads);
+  Ran r = run(b, c, j);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
   return finish(std::move(r.got), shared.want, c, j, r.wrote);
 }

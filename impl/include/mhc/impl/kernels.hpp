@@ -93,6 +93,8 @@ struct Backend {
   std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
                      const float* x, const float* pre_mix, const BlockWeights&, const BlockStages&)>
       block;
+  // Holds a CUDA context: cannot run in a forked worker process, so it runs in the harness's.
+  bool in_process = false;
 };
 
 // Block-level choices of the block kernels: the defaults are the semantics; the others are the

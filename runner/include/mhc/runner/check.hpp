@@ -30,6 +30,8 @@ struct CheckSpec {
   unsigned threads = 0;
   bool diagnose = true;
   std::string save_dir = "mhc-failures";
+  bool isolate = false;        // our kernels in a worker process too (plug-ins always are)
+  double kernel_seconds = 60;  // a worker's time limit per case
 };
 
 // Case i of the spec (seed + i).

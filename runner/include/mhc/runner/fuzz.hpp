@@ -18,7 +18,9 @@ struct FuzzSpec {
   int iters = 20, n = 4, keep = 5, kernel_every = 64;
   std::string save = "mhc-failures";
   std::vector<std::string> kernels{"cpu", "cpu-fused"};
-  int shard = 0, shards = 1;  // this process takes the cases i with i % shards == shard
+  int shard = 0, shards = 1;   // this process takes the cases i with i % shards == shard
+  bool isolate = false;        // our kernels in a worker process too (plug-ins always are)
+  double kernel_seconds = 60;  // a worker's time limit per case
 };
 
 // Case i draws its logits from seed and i alone. The kernels are judged on every

@@ -16,6 +16,8 @@ struct GateSpec {
   std::vector<std::string> kernels;  // instead of the suite's own
   bool update = false;
   unsigned threads = 0;
+  bool isolate = true;         // every kernel in a worker process: a crash fails its case
+  double kernel_seconds = 60;  // a worker's time limit per case
 };
 
 // The suite and baseline read and checked (std::invalid_argument naming the file, line and what

@@ -23,6 +23,12 @@ struct Judging {
   oracles::ErrorModel model = oracles::ErrorModel::standard;
   unsigned threads = 0;  // 0: one per core
   bool diagnose = true;  // on a failure, look for the catalogued deviation that explains it
+  // Kernels that are not ours (plug-ins), and ours too with `isolate`, run in a worker process
+  // with these limits: a crash, a hang, exit() or exhausted memory fail the case, not the run.
+  // (A kernel that holds a CUDA context runs in the harness's process: Backend::in_process.)
+  bool isolate = false;
+  double kernel_seconds = 60;                         // per case
+  std::size_t kernel_memory = std::size_t(16) << 30;  // address space beyond the harness's
 };
 
 // The kernel's run, on its own copy of the case's tensors: its outputs, or why there are none (a
@@ -33,7 +39,10 @@ struct Ran {
   std::string wrote;         // non-empty when the kernel wrote into an input or param: which, where
   bool ran() const { return verdict.state == oracles::State::pass; }
 };
-Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads);
+Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads);  // in this process
+Ran run(const impl::Backend& b, const oracles::OpCase& c,
+        const Judging& j);  // isolated or not  // in this process
+Ran run(const impl::Backend& b, const oracles::OpCase& c, const Judging& j);  // isolated or not
 
 // Where a block or stack oracle takes the stages it reads. For the mHC pieces and the boundary
 // the two are the same oracle.

@@ -1,0 +1,72 @@
+/* A plug-in whose hc_pre misbehaves on its second call (counted in the file MHC_HOSTILE_COUNT
+ * names, since a worker process is forked per call), as chosen by MHC_HOSTILE: segv, abort,
+ * fpe (integer division by zero), stack (unbounded recursion), hang, exit0 (exit(0) from inside
+ * the harness), ignore (ignores SIGINT and SIGTERM, then hangs), or nothing (a faithful hc_pre).
+ * The harness must fail that case with what happened and go on. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mhc/plugin/mhc_plugin.h"
+
+static volatile int zero = 0, dividend = 12345;
+
+static int next_call(void) {  /* 0, 1, 2, ... over the processes that call it */
+  const char* path = getenv("MHC_HOSTILE_COUNT");
+  if (!path) return 0;
+  int n = 0;
+  FILE* f = fopen(path, "r");
+  if (f) {
+    if (fscanf(f, "%d", &n) != 1) n = 0;
+    fclose(f);
+  }
+  f = fopen(path, "w");
+  if (f) {
+    fprintf(f, "%d\n", n + 1);
+    fclose(f);
+  }
+  return n;
+}
+
+static int deep(int n) {
+  volatile char pad[4096];
+  pad[0] = (char)n;
+  return deep(n + 1) + pad[0];
+}
+
+static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, float* y, char* err,
+                  size_t err_size) {
+  (void)err, (void)err_size;
+  const char* mode = getenv("MHC_HOSTILE");
+  if (next_call() == 1 && mode) {
+    if (!strcmp(mode, "segv")) *(volatile int*)(uintptr_t)16 = 1;
+    if (!strcmp(mode, "abort")) abort();
+    if (!strcmp(mode, "fpe")) return dividend / zero;
+    if (!strcmp(mode, "stack")) return deep(0);
+    if (!strcmp(mode, "hang"))
+      for (;;) pause();
+    if (!strcmp(mode, "exit0")) exit(0);
+    if (!strcmp(mode, "ignore")) {
+      signal(SIGINT, SIG_IGN);
+      signal(SIGTERM, SIG_IGN);
+      for (;;) pause();
+    }
+  }
+  for (uint64_t t = 0; t < c->tokens; ++t)
+    for (int k = 0; k < c->d; ++k) {
+      float s = 0;
+      for (int j = 0; j < c->n; ++j)
+        s += pre_mix[t * (uint64_t)c->n + (uint64_t)j] *
+             x[(t * (uint64_t)c->n + (uint64_t)j) * (uint64_t)c->d + (uint64_t)k];
+      y[t * (uint64_t)c->d + (uint64_t)k] = s;
+    }
+  return 0;
+}
+
+static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION, "hostile", "misbehaves on call 2",
+                                 MHC_MEMORY_HOST, NULL, NULL, hc_pre, NULL, NULL, NULL};
+
+const mhc_plugin* mhc_plugin_v1(void) { return &table; }

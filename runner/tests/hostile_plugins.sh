@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# hostile_plugins.sh BIN PLUGIN: for each misbehaviour of the hostile plug-in (its second call),
+# `check` on 3 cases exits 1 (not 0, not a crash): cases 0 and 2 pass, case 1 fails with what
+# happened; `gate` does not exit 0 and its JUnit file counts the failure.
+set -u
+bin=$1 plugin=$2
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*"; cat "$d/out"; exit 1; }
+run=(check --kernel "plugin:$plugin" --op pre --cases 3 --tokens 2 --dim 8 --kernel-timeout 3)
+for mode in segv:SIGSEGV abort:SIGABRT fpe:SIGFPE stack:SIGSEGV hang:"time limit of 3 s" \
+  exit0:"ended its process (exit code 0)" ignore:"time limit of 3 s"; do
+  name=${mode%%:*} want=${mode#*:}
+  rm -f "$d/count"
+  MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=$name timeout 60 "$bin" "${run[@]}" --json "$d/$name.json" > "$d/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "$name: exit $rc, expected 1"
+  grep -q "FAIL case 1 (seed 2): first divergent stage 'kernel': the kernel's worker .*$want" "$d/out" ||
+    fail "$name: no failure naming '$want'"
+  grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "$name: the other cases did not pass"
+  echo "ok: $name"
+done
+printf 'kernels plugin:%s\nops pre\ncases 3\ntokens 2\ndim 8\n' "$plugin" > "$d/suite"
+MHC_HOSTILE=none "$bin" gate --suite "$d/suite" --baseline "$d/base.json" --update > "$d/out" 2>&1 ||
+  fail "recording the baseline"
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=exit0 "$bin" gate --suite "$d/suite" --baseline "$d/base.json" --junit "$d/j.xml" \
+  --kernel-timeout 3 > "$d/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "gate with exit(0) in a kernel: exit $rc, expected 1"
+grep -q 'failures="[1-9]' "$d/j.xml" || fail "the JUnit file does not count the failure"
+echo "hostile plug-ins: ok"
