@@ -20,7 +20,9 @@
  *
  * Compatibility: the harness refuses a table whose abi_version differs from the one it was built
  * with; fields are only ever added at the end, under a new version. Thread-safety: the harness
- * calls one entry point at a time. */
+ * calls one entry point at a time. Isolation: a host-memory plug-in is called in a worker process
+ * forked for each case, so no state of the plug-in survives from one call to the next, and
+ * whatever it does to its process (a crash, a hang, exit()) fails that case only. */
 #ifndef MHC_PLUGIN_H
 #define MHC_PLUGIN_H
 
