@@ -14,8 +14,8 @@
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -119,9 +119,9 @@ void copy_message(char* to, std::size_t size, const std::string& from) {
     copy_message(h->message, sizeof h->message, e.what());
     h->status.store(cannot_run);
   } catch (const std::bad_alloc&) {
-    copy_message(h->message, sizeof h->message,
-                 "the kernel ran out of memory (worker budget " + std::to_string(memory >> 20) +
-                     " MiB)");
+    copy_message(
+        h->message, sizeof h->message,
+        "the kernel ran out of memory (worker budget " + std::to_string(memory >> 20) + " MiB)");
     h->status.store(threw);
   } catch (const std::exception& e) {
     copy_message(h->message, sizeof h->message, e.what());
@@ -133,8 +133,8 @@ void copy_message(char* to, std::size_t size, const std::string& from) {
 
 std::string signal_text(int sig) {
   const char* name = sigabbrev_np(sig);
-  return std::string("SIG") + (name ? name : std::to_string(sig).c_str()) + " (" +
-         strsignal(sig) + ")";
+  return std::string("SIG") + (name ? name : std::to_string(sig).c_str()) + " (" + strsignal(sig) +
+         ")";
 }
 
 }  // namespace
@@ -192,7 +192,8 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
       interrupted = true;
       break;
     }
-    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(j.kernel_seconds)) {
+    if (std::chrono::steady_clock::now() - start >
+        std::chrono::duration<double>(j.kernel_seconds)) {
       stop_child();
       timed_out = true;
       break;

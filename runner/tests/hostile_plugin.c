@@ -14,7 +14,7 @@
 
 static volatile int zero = 0, dividend = 12345;
 
-static int next_call(void) {  /* 0, 1, 2, ... over the processes that call it */
+static int next_call(void) { /* 0, 1, 2, ... over the processes that call it */
   const char* path = getenv("MHC_HOSTILE_COUNT");
   if (!path) return 0;
   int n = 0;
@@ -66,7 +66,17 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
   return 0;
 }
 
-static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION, "hostile", "misbehaves on call 2",
-                                 MHC_MEMORY_HOST, NULL, NULL, hc_pre, NULL, NULL, NULL};
+static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
+                                 "hostile",
+                                 "misbehaves on call 2",
+                                 MHC_MEMORY_HOST,
+                                 NULL,
+                                 NULL,
+                                 hc_pre,
+                                 NULL,
+                                 NULL,
+                                 NULL};
 
-const mhc_plugin* mhc_plugin_v1(void) { return &table; }
+const mhc_plugin* mhc_plugin_v1(void) {
+  return &table;
+}
