@@ -14,24 +14,7 @@ namespace mhc::reports {
 namespace {
 
 std::string esc(const std::string& raw) {
-  std::string o;
-  for (char ch : clean_text(raw, true, "\n\t")) switch (ch) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += ch;
-    }
-  return o;
+  return markup_escape(raw);
 }
 
 std::string g(double x, int digits = 3) {

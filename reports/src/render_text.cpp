@@ -33,27 +33,7 @@ std::string case_name(const CaseRecord& c) {
 }
 
 std::string xml(const std::string& raw) {
-  std::string o;
-  for (unsigned char ch : clean_text(raw, true, "\n\t")) switch (ch) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      case '\'':
-        o += "&apos;";
-        break;
-      default:
-        if (ch >= 0x20 || ch == '\n' || ch == '\t') o += char(ch);  // XML 1.0 forbids the rest
-    }
-  return o;
+  return markup_escape(raw);
 }
 
 std::string md_cell(const std::string& raw) {

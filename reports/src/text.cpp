@@ -56,4 +56,28 @@ std::string clean_text(const std::string& s, bool controls, const char* keep) {
   return o;
 }
 
+std::string markup_escape(const std::string& s) {
+  std::string o;
+  for (char ch : clean_text(s, true, "\n\t")) switch (ch) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&apos;";
+        break;
+      default:
+        o += ch;
+    }
+  return o;
+}
+
 }  // namespace mhc::reports

@@ -10,4 +10,7 @@ namespace mhc::reports {
 // `controls`, every control character (C0 and DEL) but those in `keep` as \xNN too.
 std::string clean_text(const std::string& s, bool controls = true, const char* keep = "");
 
+// Text for XML and HTML: clean_text (newlines and tabs kept), then & < > " ' as entities.
+std::string markup_escape(const std::string& s);
+
 }  // namespace mhc::reports
