@@ -12,41 +12,16 @@
 namespace mhc::cli {
 
 Run add_check(CLI::App& app) {
-  struct State {
-    runner::CheckSpec spec;
-    std::string op = oracles::op_name(runner::CheckSpec{}.op);
-    std::string precision = oracles::precision_name(runner::CheckSpec{}.precision);
+  struct State : CaseFlags {
     std::string model = oracles::error_model_name(runner::CheckSpec{}.model);
     bool list_rules = false, list_kernels = false;
-    ConfigFlags cfg;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
-  app.add_option("--kernel", st->spec.kernel, "kernel under test: " + kernel_names())
-      ->capture_default_str()
-      ->check(kernel_validator());
-  app.add_option("--op", st->op,
-                 "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, "
-                 "boundary (hc_post, then mixes, split and hc_pre of the new streams), block (one "
-                 "whole Block: attention and MoE sublayers between mHC boundaries) or stack "
-                 "(--layers Blocks)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(op_names()));
-  add_block_options(app, st->spec.block, st->spec.batch);
+  st->add(app, "kernel under test");
   app.add_option("--cases", st->spec.cases, "generated cases; case i uses seed S+i")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--seed", st->spec.seed, "seed S of the first case")
-      ->capture_default_str()
-      ->check(whole_number());
-  app.add_option("--tokens", st->spec.tokens, "tokens per case (block, stack: per sequence)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
-  app.add_option("--precision", st->precision,
-                 "declared precision model of the kernel: fp32; tf32 (mixes projection on "
-                 "tf32-rounded operands); bf16 (stream tensors stored as bf16)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(precision_names()));
   app.add_option("--threads", st->spec.threads,
                  "threads for the oracle and the kernel (0: one per core)")
       ->capture_default_str()
@@ -76,7 +51,6 @@ Run add_check(CLI::App& app) {
                "is present) and exit");
   app.add_flag("--rules", st->list_rules,
                "print the verdict rules with their justification and exit");
-  add_config_options(app, st->cfg);
   add_report_options(app, st->out);
   app.footer(
       "Each case is generated from its seed, run through the kernel with every output poisoned\n"
@@ -98,12 +72,7 @@ Run add_check(CLI::App& app) {
         std::printf("%-13s %s\n", r.name.c_str(), r.justification.c_str());
       return 0;
     }
-    if (const auto why = ref::validate(st->cfg.cfg, st->spec.block); !why.empty())
-      throw std::invalid_argument(why);
-    runner::CheckSpec& spec = st->spec;
-    spec.cfg = st->cfg.cfg;
-    spec.op = oracles::op_from_name(st->op);
-    spec.precision = oracles::precision_from_name(st->precision);
+    runner::CheckSpec& spec = st->resolve();
     spec.model = oracles::error_model_from_name(st->model);
     const ref::Config& cfg = spec.cfg;
     std::printf("check: error model %s\n", st->model.c_str());

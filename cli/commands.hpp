@@ -12,6 +12,7 @@
 #include "mhc/reference/block.hpp"
 #include "mhc/reference/config.hpp"
 #include "mhc/reports/report.hpp"
+#include "mhc/runner/check.hpp"
 
 namespace mhc::cli {
 
@@ -29,6 +30,19 @@ void add_config_options(CLI::App& app, ConfigFlags& flags);
 // Adds --batch and the Block's shape (--layers --heads --head-dim --experts --top-k --inter
 // --route-scale), each with its range: check and capture generate the same cases.
 void add_block_options(CLI::App& app, ref::BlockConfig& block, std::size_t& batch);
+// The options that name a generated case, shared by check and capture (capture writes the case
+// of `check --seed S --cases 1`): --kernel --op --seed --tokens --precision, the configuration
+// and the Block's shape.
+struct CaseFlags {
+  runner::CheckSpec spec;
+  std::string op = oracles::op_name(runner::CheckSpec{}.op);
+  std::string precision = oracles::precision_name(runner::CheckSpec{}.precision);
+  ConfigFlags cfg;
+  void add(CLI::App& app, const std::string& kernel_help);
+  // spec with the options applied; throws std::invalid_argument on a configuration it refuses.
+  runner::CheckSpec& resolve();
+};
+
 // The kernels --kernel accepts, for help texts.
 std::string kernel_names();
 // Validates --kernel: a built-in backend, variant:NAME, mutant:NAME or plugin:PATH (loaded here,

@@ -52,33 +52,14 @@ Run add_compare(CLI::App& app) {
 }
 
 Run add_capture(CLI::App& app) {
-  struct State {
-    runner::CheckSpec spec;
-    std::string op = "boundary", out, precision = "fp32";
-    ConfigFlags cfg;
+  struct State : CaseFlags {
+    std::string out;
     reports::Outputs reports;
   };
   auto st = std::make_shared<State>();
   st->spec.tokens = 4;
-  app.add_option("--kernel", st->spec.kernel,
-                 "kernel whose outputs are captured: " + kernel_names())
-      ->capture_default_str()
-      ->check(kernel_validator());
-  app.add_option("--op", st->op, "operation (as for check)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(op_names()));
+  st->add(app, "kernel whose outputs are captured");
   app.add_option("--out", st->out, "the fixture file to write")->required();
-  app.add_option("--seed", st->spec.seed, "seed of the generated case")
-      ->capture_default_str()
-      ->check(whole_number());
-  app.add_option("--tokens", st->spec.tokens, "tokens (block, stack: positions per sequence)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
-  app.add_option("--precision", st->precision, "fp32, tf32 or bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember(precision_names()));
-  add_block_options(app, st->spec.block, st->spec.batch);
-  add_config_options(app, st->cfg);
   add_report_options(app, st->reports);
   app.footer(
       "Generates the case of `check --seed S --cases 1` with the same options (note the\n"
@@ -86,12 +67,7 @@ Run add_capture(CLI::App& app) {
       "inputs, params, config and the kernel's outputs (and, for block and stack, every\n"
       "stage under /outputs/trace) as an mhc-fixture/1 file.");
   return [st]() -> int {
-    if (const auto why = ref::validate(st->cfg.cfg, st->spec.block); !why.empty())
-      throw std::invalid_argument(why);
-    runner::CheckSpec& spec = st->spec;
-    spec.cfg = st->cfg.cfg;
-    spec.op = oracles::op_from_name(st->op);
-    spec.precision = oracles::precision_from_name(st->precision);
+    runner::CheckSpec& spec = st->resolve();
     const auto c = runner::check_case(spec, spec.seed);
     runner::Session session(st->reports);
     reports::Entry& entry = session.report.entry("capture " + st->out);

@@ -87,6 +87,41 @@ CLI::Validator whole_number(unsigned long long most) {
       "0.." + std::to_string(most));
 }
 
+void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
+  app.add_option("--kernel", spec.kernel, kernel_help + ": " + kernel_names())
+      ->capture_default_str()
+      ->check(kernel_validator());
+  app.add_option("--op", op,
+                 "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, "
+                 "boundary (hc_post, then mixes, split and hc_pre of the new streams), block (one "
+                 "whole Block: attention and MoE sublayers between mHC boundaries) or stack "
+                 "(--layers Blocks)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(op_names()));
+  add_block_options(app, spec.block, spec.batch);
+  app.add_option("--seed", spec.seed, "seed S of the first case")
+      ->capture_default_str()
+      ->check(whole_number());
+  app.add_option("--tokens", spec.tokens, "tokens per case (block, stack: per sequence)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
+  app.add_option("--precision", precision,
+                 "declared precision model of the kernel: fp32; tf32 (mixes projection on "
+                 "tf32-rounded operands); bf16 (stream tensors stored as bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(precision_names()));
+  add_config_options(app, cfg);
+}
+
+runner::CheckSpec& CaseFlags::resolve() {
+  if (const auto why = ref::validate(cfg.cfg, spec.block); !why.empty())
+    throw std::invalid_argument(why);
+  spec.cfg = cfg.cfg;
+  spec.op = oracles::op_from_name(op);
+  spec.precision = oracles::precision_from_name(precision);
+  return spec;
+}
+
 std::vector<std::string> op_names(bool with_block) {
   std::vector<std::string> v;
   for (oracles::Op op : oracles::all_ops()) v.push_back(oracles::op_name(op));
