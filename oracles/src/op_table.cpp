@@ -135,42 +135,39 @@ Op op_from_name(const std::string& name) {
   throw std::invalid_argument("unknown op '" + name + "' (" + names + ")");
 }
 
+namespace {
+
+std::size_t extent(Dim x, const ref::Config& c, const ref::BlockConfig& b) {
+  const auto z = [](int v) { return std::size_t(v); };
+  switch (x) {
+    case Dim::n:
+      return z(c.n);
+    case Dim::d:
+      return z(c.d);
+    case Dim::nd:
+      return c.stream_size();
+    case Dim::M:
+      return z(c.mix());
+    case Dim::three:
+      return 3;
+    case Dim::heads_x_head_dim:
+      return z(b.heads) * z(b.head_dim);
+    case Dim::experts:
+      return z(b.experts);
+    case Dim::inter:
+      return z(b.inter);
+    case Dim::top_k:
+      return z(b.top_k);
+  }
+  throw std::logic_error("op table: unknown dimension");
+}
+
+}  // namespace
+
 std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config& c,
                                  const ref::BlockConfig& b) {
   std::vector<std::size_t> out;
-  for (Dim x : dims) {
-    int v = 0;
-    switch (x) {
-      case Dim::n:
-        v = c.n;
-        break;
-      case Dim::d:
-        v = c.d;
-        break;
-      case Dim::nd:
-        out.push_back(c.stream_size());
-        continue;
-      case Dim::M:
-        v = c.mix();
-        break;
-      case Dim::three:
-        v = 3;
-        break;
-      case Dim::heads_x_head_dim:
-        out.push_back(std::size_t(b.heads) * std::size_t(b.head_dim));
-        continue;
-      case Dim::experts:
-        v = b.experts;
-        break;
-      case Dim::inter:
-        v = b.inter;
-        break;
-      case Dim::top_k:
-        v = b.top_k;
-        break;
-    }
-    out.push_back(std::size_t(v));
-  }
+  for (Dim x : dims) out.push_back(extent(x, c, b));
   return out;
 }
 
