@@ -40,10 +40,7 @@ Run add_check(CLI::App& app) {
   app.add_flag("--isolate", st->spec.isolate,
                "run our kernels in a worker process too, as plug-ins always are: a crash, a hang "
                "or exit() fails its case, not the run");
-  app.add_option("--kernel-timeout", st->spec.kernel_seconds,
-                 "seconds a worker process may take for one case before it is killed")
-      ->capture_default_str()
-      ->check(CLI::Range(0.001, 86400.0));
+  add_worker_options(app, st->spec.kernel_seconds, st->spec.limits);
   app.add_flag("!--no-diagnosis", st->spec.diagnose,
                "do not look for the catalogued deviation that explains a failure");
   app.add_flag("--list-kernels", st->list_kernels,

@@ -51,6 +51,10 @@ CLI::Validator kernel_validator();
 // Digits only, at most `most`: CLI11 reads "-1", "1e23" and "" into unsigned options as 2^64-1
 // or 0.
 CLI::Validator whole_number(unsigned long long most = ~0ull);
+// --case-memory and --case-operations (runner::Limits).
+void add_limit_options(CLI::App& app, runner::Limits& limits);
+// --kernel-timeout for the worker processes, and the limits.
+void add_worker_options(CLI::App& app, double& kernel_seconds, runner::Limits& limits);
 // --json --md --html --junit.
 void add_report_options(CLI::App& app, reports::Outputs& out);
 // The choices of an enum option, from the library's list ("fp32, tf32, bf16").

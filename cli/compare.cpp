@@ -36,6 +36,7 @@ Run add_compare(CLI::App& app) {
       ->check(CLI::Range(1u, 86400u));
   app.add_flag("!--no-diagnosis", st->spec.diagnose,
                "do not look for the catalogued deviation that explains a failure");
+  add_limit_options(app, st->spec.limits);
   add_report_options(app, st->out);
   app.footer(
       "Each file's Case is rebuilt from its inputs, params and config, the oracle evaluated with\n"
@@ -60,6 +61,7 @@ Run add_capture(CLI::App& app) {
   st->spec.tokens = 4;
   st->add(app, "kernel whose outputs are captured");
   app.add_option("--out", st->out, "the fixture file to write")->required();
+  add_limit_options(app, st->spec.limits);
   add_report_options(app, st->reports);
   app.footer(
       "Generates the case of `check --seed S --cases 1` with the same options (note the\n"

@@ -63,10 +63,7 @@ Run add_fuzz(CLI::App& app) {
       ->check(kernel_validator());
   app.add_flag("--isolate", st->isolate,
                "run our kernels in a worker process too, as plug-ins always are");
-  app.add_option("--kernel-timeout", st->kernel_seconds,
-                 "seconds a worker process may take for one case before it is killed")
-      ->capture_default_str()
-      ->check(CLI::Range(0.001, 86400.0));
+  add_worker_options(app, st->kernel_seconds, st->limits);
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")
       ->capture_default_str();
   add_report_options(app, st->out);

@@ -29,10 +29,7 @@ Run add_gate(CLI::App& app) {
       ->check(whole_number(4096));
   app.add_flag("!--no-isolate", st->isolate,
                "run our own kernels in this process (plug-ins still run in worker processes)");
-  app.add_option("--kernel-timeout", st->kernel_seconds,
-                 "seconds a worker process may take for one case before it is killed")
-      ->capture_default_str()
-      ->check(CLI::Range(0.001, 86400.0));
+  add_worker_options(app, st->kernel_seconds, st->limits);
   add_report_options(app, st->out);
   app.footer(
       "The suite file holds one setting per line (# starts a comment); lists multiply:\n"

@@ -88,6 +88,12 @@ int main(int argc, char** argv) {
     if (sub->parsed()) {
       try {
         return run();
+      } catch (const std::bad_alloc&) {  // a case the limits let through, on a smaller machine
+        std::fprintf(stderr,
+                     "mhc-verify %s: error: out of memory: this machine cannot hold what the run "
+                     "needs (lower the sizes, or --case-memory to refuse such cases up front)\n",
+                     sub->get_name().c_str());
+        return 2;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "mhc-verify: error: %s\n", mhc::reports::clean_text(e.what()).c_str());
         return 2;

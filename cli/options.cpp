@@ -51,6 +51,28 @@ std::string kernel_names() {
          "(mhc-verify mutants --list)";
 }
 
+void add_limit_options(CLI::App& app, runner::Limits& limits) {
+  app.add_option_function<double>(
+         "--case-memory", [&limits](double gib) { limits.memory = gib * double(1ull << 30); },
+         "GiB one case may take: judging (estimated before the case runs: a larger case is "
+         "refused, naming its sizes) and a kernel's worker process [16]")
+      ->check(CLI::Range(0.001, 1e6));
+  app.add_option(
+         "--case-operations", limits.operations,
+         "the reference's arithmetic operations judging one case may take (estimated before "
+         "it runs; 1e11 is about 10 minutes of one core)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e18));
+}
+
+void add_worker_options(CLI::App& app, double& kernel_seconds, runner::Limits& limits) {
+  app.add_option("--kernel-timeout", kernel_seconds,
+                 "seconds a worker process may take for one case before it is killed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
+  add_limit_options(app, limits);
+}
+
 void add_report_options(CLI::App& app, reports::Outputs& out) {
   auto* g =
       app.add_option_group("Reports", "written as the run goes (atomically), complete at the end");
@@ -119,6 +141,10 @@ runner::CheckSpec& CaseFlags::resolve() {
   spec.cfg = cfg.cfg;
   spec.op = oracles::op_from_name(op);
   spec.precision = oracles::precision_from_name(precision);
+  const bool whole = spec.op == oracles::Op::block || spec.op == oracles::Op::stack;
+  runner::within_limits(spec.op, spec.cfg, spec.block,
+                        double(spec.tokens) * double(whole ? spec.batch : 1),
+                        double(whole ? spec.batch : 1), spec.limits);
   return spec;
 }
 

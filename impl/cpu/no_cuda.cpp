@@ -29,6 +29,9 @@ Backend make(const char* name) {
 int cuda_device_count() {
   return 0;
 }
+bool cuda_in_use() {
+  return false;
+}
 void* cuda_alloc(std::size_t) {
   absent();
 }

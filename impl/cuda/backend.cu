@@ -4,7 +4,15 @@
 // contraction is a legitimate choice the bounds cover); stream tensors stored as fp32 or bf16.
 #include <cuda_runtime.h>
 
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstddef>
+#include <cstdio>
+#include <new>
 #include <string>
 
 #include "boundary_tc.cuh"
@@ -129,23 +137,71 @@ Backend with_block(Backend b, bool fused) {
 
 }  // namespace
 
-int cuda_device_count() {
+namespace {
+
+std::atomic<bool> g_in_use{false};
+
+struct Probe {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return count;
+  char name[256] = "no CUDA device";
+};
+
+// The device count and name, asked in a child process: a process that has initialized CUDA
+// cannot use it in the children it forks, so the harness initializes it only to run a kernel,
+// and a device-memory plug-in can run in a worker process (runner::run_in_worker).
+Probe probe() {
+  static const Probe cached = [] {
+    Probe p;
+    void* mem =
+        ::mmap(nullptr, sizeof(Probe), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return p;
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      auto* out = new (mem) Probe{};
+      int count = 0;
+      if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+        cudaDeviceProp props{};
+        if (cudaGetDeviceProperties(&props, 0) == cudaSuccess)
+          std::snprintf(out->name, sizeof out->name, "%s", props.name);
+        out->count = count;
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    if (pid > 0) {
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) p = *static_cast<Probe*>(mem);
+    }
+    ::munmap(mem, sizeof(Probe));
+    return p;
+  }();
+  return cached;
+}
+
+}  // namespace
+
+namespace cuda_detail {
+void mark_in_use() noexcept {
+  g_in_use = true;
+}
+}  // namespace cuda_detail
+
+int cuda_device_count() {
+  return probe().count;
 }
 
 std::string cuda_device_name() {
-  if (cuda_device_count() == 0) return "no CUDA device";
-  cudaDeviceProp p{};
-  MHC_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-  return p.name;
+  return probe().name;
+}
+
+bool cuda_in_use() {
+  return g_in_use;
 }
 
 void* cuda_alloc(std::size_t bytes) {
+  mark_in_use();
   void* p = nullptr;
   if (bytes) MHC_CUDA_CHECK(cudaMalloc(&p, bytes));
   return p;

@@ -16,11 +16,15 @@
 
 namespace mhc::impl::cuda_detail {
 
+// Records that this process now holds a CUDA context (cuda_in_use()).
+void mark_in_use() noexcept;
+
 template <class E>
 struct Dev {
   E* p = nullptr;
   std::size_t n = 0;
   explicit Dev(std::size_t count) : n(count) {
+    mark_in_use();
     if (count) MHC_CUDA_CHECK(cudaMalloc(&p, count * sizeof(E)));
   }
   ~Dev() {

@@ -197,7 +197,7 @@ const Backend& load_plugin(const std::string& path) {
       std::string(t->name ? t->name : "?") + ": " + (t->description ? t->description : "");
   L->backend = wrap(*L);
   L->backend.name = "plugin:" + path;
-  L->backend.in_process = t->memory == MHC_MEMORY_DEVICE;
+  L->backend.device = t->memory == MHC_MEMORY_DEVICE;
   return (loaded[path] = std::move(L))->backend;
 }
 

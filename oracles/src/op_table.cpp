@@ -171,6 +171,31 @@ std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config
   return out;
 }
 
+Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens) {
+  auto count = [&](const std::vector<TensorSpec>& ts, double times) {
+    double sum = 0;
+    for (const auto& t : ts) {
+      double e = times;
+      for (Dim x : t.dims) e *= double(extent(x, c, b));
+      sum += e;
+    }
+    return sum;
+  };
+  const OpSpec& spec = op_spec(op);
+  const double layers = op == Op::stack ? b.layers : 1;
+  Elements e;
+  e.inputs = count(spec.inputs, tokens);
+  if (spec.whole) {
+    e.params = count(layer_params(), layers) + (op == Op::stack ? double(c.d) : 0.0);
+    e.stages = count(block_stages(), tokens * layers) +
+               (op == Op::stack ? count(final_stages(), tokens) : 0.0);
+  } else {
+    e.params = count(spec.params, 1);
+    e.stages = count(spec.outputs, tokens);
+  }
+  return e;
+}
+
 const std::vector<TensorSpec>& block_stages() {
   static const std::vector<TensorSpec> s{
       {"attn.mixes", {D::M}},      {"attn.pre", {D::n}},    {"attn.post", {D::n}},

@@ -62,6 +62,7 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
   judging.diagnose = spec.diagnose;
   judging.isolate = spec.isolate;
   judging.kernel_seconds = spec.kernel_seconds;
+  judging.limits = spec.limits;
   CheckTally tally;
   Progress progress(entry.id, spec.cases);
   for (int i = 0; i < spec.cases && !session.stop(); ++i) {

@@ -16,6 +16,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
   judging.model = spec.model;
   judging.threads = spec.threads;
   judging.diagnose = spec.diagnose;
+  judging.limits = spec.limits;
   Progress progress("compare", long(spec.files.size()));
   int rc = 0;
   for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
@@ -29,6 +30,11 @@ int run_compare(const CompareSpec& spec, Session& session) {
     rec.label = f;
     try {
       const auto fx = fixtures::read_fixture(f, spec.read_timeout);
+      try {
+        within_limits(fx.c, spec.limits);
+      } catch (const TooLarge& e) {
+        throw fixtures::FixtureError(f + ": too large to judge: " + e.what());
+      }
       entry.op = oracles::op_name(fx.c.op);
       entry.precision = oracles::precision_name(fx.c.precision);
       entry.settings = {{"n", std::to_string(fx.c.cfg.n)},

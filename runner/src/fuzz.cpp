@@ -158,6 +158,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   judging.threads = 1;
   judging.isolate = st->isolate;
   judging.kernel_seconds = st->kernel_seconds;
+  judging.limits = st->limits;
   std::vector<long> skipped(st->kernels.size(), 0);
   reports::Entry& entry = session.report.entry("fuzz sinkhorn shard " + std::to_string(shard) +
                                                " of " + std::to_string(shards));

@@ -286,6 +286,11 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
   for (const auto& k : kernels)
     if (!impl::find_backend(k))
       throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
+  for (const auto op : suite.ops) try {
+      within_limits(op, suite.cfg, {}, double(suite.tokens), 1, st->limits);
+    } catch (const TooLarge& e) {
+      throw std::invalid_argument(st->suite + ": " + e.what());
+    }
   json& base = d->base;
   if (!st->update) {
     require_regular_file("baseline", st->baseline);
@@ -326,6 +331,7 @@ int GatePlan::run(Session& session) const {
           c.threads = st->threads;
           c.isolate = st->isolate;
           c.kernel_seconds = st->kernel_seconds;
+          c.limits = st->limits;
           c.save_dir = "";
           c.kind = "gate";
           c.id = entry_id(c);

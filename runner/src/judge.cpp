@@ -1,18 +1,74 @@
 #include "mhc/runner/judge.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "mhc/fixtures/fixture.hpp"
+#include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/diagnosis.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/driver.hpp"
 #include "worker.hpp"
 
 namespace mhc::runner {
 
-namespace {}  // namespace
+Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens,
+                  double batch) {
+  const oracles::Elements e = oracles::case_elements(op, c, b, tokens);
+  Cost cost;
+  // Peak resident bytes, above what `compare` measured on the V4.1 captures (4 per input element
+  // and 30 per stage element for the pieces, about 50 per element for a Block): the inputs and
+  // params twice as floats (the pristine case and the kernel's copy), the stages as the kernel's
+  // floats and the oracle's bound-carrying values.
+  cost.bytes = 8 * (e.inputs + e.params) + 64 * e.stages;
+  const double n = c.n, d = c.d, M = c.mix(), nd = n * d;
+  if (op == oracles::Op::block || op == oracles::Op::stack) {
+    // Per token and layer: two projections to mixes, q/k/v/o, attention over the sequence's
+    // positions, the router, the chosen and the shared experts.
+    const double hd = double(b.heads) * b.head_dim, positions = tokens / std::max(batch, 1.0);
+    const double layer = 2 * M * nd + 4 * d * hd + 2 * positions * hd + double(b.experts) * d +
+                         (double(b.top_k) + 1) * 3 * double(b.inter) * d;
+    cost.operations =
+        tokens * layer * (op == oracles::Op::stack ? b.layers : 1) + 4 * (e.inputs + e.stages);
+  } else {
+    // The projection (hc_fn against every token) where the op has one, the Sinkhorn rounds, and
+    // a few operations per stream element.
+    const auto& params = oracles::op_spec(op).params;
+    const bool projects =
+        std::any_of(params.begin(), params.end(),
+                    [](const oracles::TensorSpec& t) { return t.name == "hc_fn"; });
+    cost.operations = tokens * ((projects ? M * nd : 0) + 4 * double(c.iters) * n * n) +
+                      (n + 1) * (e.inputs + e.stages);
+  }
+  return cost;
+}
+
+void within_limits(oracles::Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens,
+                   double batch, const Limits& limits) {
+  const Cost cost = judging_cost(op, c, b, tokens, batch);
+  auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return std::string(buf);
+  };
+  const std::string what = "a " + oracles::op_name(op) + " case of " + g(tokens) +
+                           " tokens, n=" + std::to_string(c.n) + ", d=" + std::to_string(c.d);
+  if (cost.bytes > limits.memory)
+    throw TooLarge(what + " needs about " + g(cost.bytes / double(1ull << 30)) +
+                   " GiB to judge, beyond the limit of " + g(limits.memory / double(1ull << 30)) +
+                   " GiB (--case-memory)");
+  if (cost.operations > limits.operations)
+    throw TooLarge(what + " needs about " + g(cost.operations) +
+                   " operations to judge, beyond the limit of " + g(limits.operations) +
+                   " (--case-operations)");
+}
+
+void within_limits(const oracles::OpCase& c, const Limits& limits) {
+  within_limits(c.op, c.cfg, c.block, double(c.tokens), double(c.batch), limits);
+}
 
 oracles::Verdict kernel_verdict(oracles::State state, const std::string& rule,
                                 const std::string& why) {
@@ -99,7 +155,17 @@ Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads) {
 
 Ran run(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
   const bool theirs = b.name.rfind("plugin:", 0) == 0;
-  if ((theirs || j.isolate) && !b.in_process) return run_in_worker(b, c, j.threads, j);
+  if ((theirs || j.isolate) && !b.in_process) {
+    if (!b.device || !impl::cuda_in_use()) return run_in_worker(b, c, j.threads, j);
+    static bool told = false;
+    if (!told)
+      std::fprintf(stderr,
+                   "mhc-verify: warning: %s takes device memory and this process already holds "
+                   "a CUDA context (it ran our CUDA kernels): it runs in this process, unprotected "
+                   "(run it apart from the CUDA kernels to isolate it)\n",
+                   reports::clean_text(b.name).c_str());
+    told = true;
+  }
   return run(b, c, j.threads);
 }
 

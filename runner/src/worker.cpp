@@ -164,7 +164,7 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
   }
   if (pid == 0) {
     ::close(pipe_fds[0]);
-    child(b, c, threads, h, payload, capacity, j.kernel_memory);
+    child(b, c, threads, h, payload, capacity, std::size_t(j.limits.memory));
   }
   ::close(pipe_fds[1]);
   const auto start = std::chrono::steady_clock::now();

@@ -2,7 +2,9 @@
  * names, since a worker process is forked per call), as chosen by MHC_HOSTILE: segv, abort,
  * fpe (integer division by zero), stack (unbounded recursion), hang, exit0 (exit(0) from inside
  * the harness), ignore (ignores SIGINT and SIGTERM, then hangs), or nothing (a faithful hc_pre).
- * The harness must fail that case with what happened and go on. */
+ * The harness must fail that case with what happened and go on. With MHC_HOSTILE_DEVICE set it
+ * takes device memory and computes nothing (its outputs stay unwritten): a crashing device
+ * plug-in (gpu_plugin.sh). */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +57,7 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
       for (;;) pause();
     }
   }
+  if (getenv("MHC_HOSTILE_DEVICE")) return 0; /* device pointers: leaves y unwritten */
   for (uint64_t t = 0; t < c->tokens; ++t)
     for (int k = 0; k < c->d; ++k) {
       float s = 0;
@@ -66,17 +69,18 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
   return 0;
 }
 
-static const mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
-                                 "hostile",
-                                 "misbehaves on call 2",
-                                 MHC_MEMORY_HOST,
-                                 NULL,
-                                 NULL,
-                                 hc_pre,
-                                 NULL,
-                                 NULL,
-                                 NULL};
+static mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
+                           "hostile",
+                           "misbehaves on call 2",
+                           MHC_MEMORY_HOST,
+                           NULL,
+                           NULL,
+                           hc_pre,
+                           NULL,
+                           NULL,
+                           NULL};
 
 const mhc_plugin* mhc_plugin_v1(void) {
+  if (getenv("MHC_HOSTILE_DEVICE")) table.memory = MHC_MEMORY_DEVICE;
   return &table;
 }

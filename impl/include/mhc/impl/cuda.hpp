@@ -16,9 +16,12 @@ struct CudaError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// 0 when CUDA is not compiled in or no device is present.
+// 0 when CUDA is not compiled in or no device is present. Asked once, in a child process, so that
+// asking does not initialize CUDA here.
 int cuda_device_count();
 std::string cuda_device_name();
+// Whether this process has initialized CUDA to run a kernel (its children then cannot use it).
+bool cuda_in_use();
 
 // Device memory of device 0 for plug-ins that take it (checked; CudaError on failure,
 // NotCompiled without CUDA). cuda_free(nullptr) does nothing.

@@ -93,8 +93,12 @@ struct Backend {
   std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
                      const float* x, const float* pre_mix, const BlockWeights&, const BlockStages&)>
       block;
-  // Holds a CUDA context: cannot run in a forked worker process, so it runs in the harness's.
+  // Ours on the GPU (the CUDA backends): run in the harness's process, which then holds a CUDA
+  // context.
   bool in_process = false;
+  // Takes device memory (a plug-in's MHC_MEMORY_DEVICE): a worker process forked from the
+  // harness can run it only while the harness holds no CUDA context (cuda_in_use()).
+  bool device = false;
 };
 
 // Block-level choices of the block kernels: the defaults are the semantics; the others are the

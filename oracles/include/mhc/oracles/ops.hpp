@@ -72,6 +72,14 @@ const std::vector<TensorSpec>& block_stages();
 const std::vector<TensorSpec>& final_stages();
 const std::vector<TensorSpec>& layer_params();
 
+// How many elements a case of these sizes holds (tokens: all of them, batch included), counted in
+// double so that absurd sizes cannot overflow: its inputs, its params (every layer's), and the
+// stages its Trace holds (every block stage of every layer for block and stack).
+struct Elements {
+  double inputs = 0, params = 0, stages = 0;
+};
+Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens);
+
 // The precision model a kernel declares: fp32 arithmetic and storage; tf32 operands of the mixes
 // projection; bf16 storage of the stream tensors (docs/semantics.md, "Precision models").
 enum class Precision { fp32, tf32, bf16 };

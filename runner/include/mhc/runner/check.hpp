@@ -10,6 +10,7 @@
 #include "mhc/oracles/ops.hpp"
 #include "mhc/reference/block.hpp"
 #include "mhc/reference/config.hpp"
+#include "mhc/runner/judge.hpp"
 #include "mhc/runner/session.hpp"
 
 namespace mhc::runner {
@@ -32,6 +33,7 @@ struct CheckSpec {
   std::string save_dir = "mhc-failures";
   bool isolate = false;        // our kernels in a worker process too (plug-ins always are)
   double kernel_seconds = 60;  // a worker's time limit per case
+  Limits limits;
 };
 
 // Case i of the spec (seed + i).

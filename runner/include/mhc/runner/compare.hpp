@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mhc/oracles/error_model.hpp"
+#include "mhc/runner/judge.hpp"
 #include "mhc/runner/session.hpp"
 
 namespace mhc::runner {
@@ -15,6 +16,7 @@ struct CompareSpec {
   oracles::ErrorModel model = oracles::ErrorModel::standard;
   unsigned threads = 0, read_timeout = 60;
   bool diagnose = true;
+  Limits limits;
 };
 
 // One entry per file; prints a line per file (and FAIL, DIAGNOSIS and REPRO lines for a failing

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/runner/judge.hpp"
 #include "mhc/runner/session.hpp"
 
 namespace mhc::runner {
@@ -21,6 +22,7 @@ struct FuzzSpec {
   int shard = 0, shards = 1;   // this process takes the cases i with i % shards == shard
   bool isolate = false;        // our kernels in a worker process too (plug-ins always are)
   double kernel_seconds = 60;  // a worker's time limit per case
+  Limits limits;
 };
 
 // Case i draws its logits from seed and i alone. The kernels are judged on every

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/runner/judge.hpp"
 #include "mhc/runner/session.hpp"
 
 namespace mhc::runner {
@@ -18,6 +19,7 @@ struct GateSpec {
   unsigned threads = 0;
   bool isolate = true;         // every kernel in a worker process: a crash fails its case
   double kernel_seconds = 60;  // a worker's time limit per case
+  Limits limits;
 };
 
 // The suite and baseline read and checked (std::invalid_argument naming the file, line and what

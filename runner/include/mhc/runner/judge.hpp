@@ -8,6 +8,7 @@
 // fails the case ("wrote_input") while its outputs are judged against the pristine case.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,16 +20,40 @@
 
 namespace mhc::runner {
 
+// What one case may cost: memory (the judging estimate, and the address space of a kernel's
+// worker beyond the harness's) and the reference's arithmetic operations (judging time; 1e11 is
+// about 10 minutes of one core: bench/README.md, "Judging limits"). A case beyond them is refused
+// before anything runs: TooLarge, naming the sizes, the estimate and the option that raises it.
+struct Limits {
+  double memory = 16.0 * double(1ull << 30);  // bytes (--case-memory, in GiB)
+  double operations = 1e11;                   // --case-operations
+};
+struct TooLarge : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Estimated cost of judging a case of these sizes (tokens: all of them; for block and stack,
+// batch sequences of tokens / batch positions): peak bytes and the reference's operations.
+struct Cost {
+  double bytes = 0, operations = 0;
+};
+Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens,
+                  double batch = 1);
+// Throws TooLarge when a case of these sizes is beyond the limits.
+void within_limits(oracles::Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens,
+                   double batch, const Limits& limits);
+void within_limits(const oracles::OpCase& c, const Limits& limits);
+
 struct Judging {
   oracles::ErrorModel model = oracles::ErrorModel::standard;
   unsigned threads = 0;  // 0: one per core
   bool diagnose = true;  // on a failure, look for the catalogued deviation that explains it
   // Kernels that are not ours (plug-ins), and ours too with `isolate`, run in a worker process
   // with these limits: a crash, a hang, exit() or exhausted memory fail the case, not the run.
-  // (A kernel that holds a CUDA context runs in the harness's process: Backend::in_process.)
+  // (Our CUDA kernels run in the harness's process: Backend::in_process. A device-memory
+  // plug-in runs in a worker unless the harness already holds a CUDA context.)
   bool isolate = false;
-  double kernel_seconds = 60;                         // per case
-  std::size_t kernel_memory = std::size_t(16) << 30;  // address space beyond the harness's
+  double kernel_seconds = 60;  // per case
+  Limits limits;
 };
 
 // The kernel's run, on its own copy of the case's tensors: its outputs, or why there are none (a
@@ -40,8 +65,6 @@ struct Ran {
   bool ran() const { return verdict.state == oracles::State::pass; }
 };
 Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads);  // in this process
-Ran run(const impl::Backend& b, const oracles::OpCase& c,
-        const Judging& j);  // isolated or not  // in this process
 Ran run(const impl::Backend& b, const oracles::OpCase& c, const Judging& j);  // isolated or not
 
 // Where a block or stack oracle takes the stages it reads. For the mHC pieces and the boundary
