@@ -17,12 +17,6 @@ std::string esc(const std::string& raw) {
   return markup_escape(raw);
 }
 
-std::string g(double x, int digits = 3) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-  return buf;
-}
-
 constexpr double W = 260, H = 190, L = 46, R = 10, T = 22, B = 34;  // plot box and margins
 
 std::string axes(std::ostringstream& o, const std::string& title, const std::string& xlabel,
@@ -94,7 +88,7 @@ void error_plot(std::ostringstream& o, const StageAggregate& a) {
     << "\" class=\"diag\"/>";
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const bool bad = !(ys[i] <= xs[i]);
-    o << "<circle cx=\"" << g(px(xs[i]), 5) << "\" cy=\"" << g(py(ys[i]), 5)
+    o << "<circle cx=\"" << fmt_g(px(xs[i]), 5) << "\" cy=\"" << fmt_g(py(ys[i]), 5)
       << "\" r=\"2.2\" class=\"" << (bad ? "bad" : "ok") << "\"/>";
   }
   o << close;
@@ -108,8 +102,8 @@ void ulp_plot(std::ostringstream& o, const StageAggregate& a) {
   const double bw = (W - L - R) / double(std::max<std::size_t>(nb, 1));
   for (std::size_t b = 0; b < nb; ++b) {
     const double h = mx > 0 ? std::log10(1.0 + double(a.ulp_hist[b])) / mx * (H - T - B) : 0;
-    o << "<rect x=\"" << g(L + double(b) * bw + 0.5, 5) << "\" y=\"" << g(H - B - h, 5)
-      << "\" width=\"" << g(bw - 1, 4) << "\" height=\"" << g(h, 5) << "\" class=\""
+    o << "<rect x=\"" << fmt_g(L + double(b) * bw + 0.5, 5) << "\" y=\"" << fmt_g(H - B - h, 5)
+      << "\" width=\"" << fmt_g(bw - 1, 4) << "\" height=\"" << fmt_g(h, 5) << "\" class=\""
       << (b + 1 == nb ? "bar bad" : "bar") << "\"><title>"
       << (b == 0        ? std::string("0 ulp")
           : b + 1 == nb ? std::string(">= 2^24 ulp or non-finite")
@@ -118,7 +112,7 @@ void ulp_plot(std::ostringstream& o, const StageAggregate& a) {
   }
   for (std::size_t b : {std::size_t(0), std::size_t(9), std::size_t(17), nb - 1})
     if (b < nb)
-      o << "<text x=\"" << g(L + (double(b) + 0.5) * bw, 5) << "\" y=\"" << H - B + 12
+      o << "<text x=\"" << fmt_g(L + (double(b) + 0.5) * bw, 5) << "\" y=\"" << H - B + 12
         << "\" class=\"k\">"
         << (b == 0        ? "0"
             : b + 1 == nb ? "2^24+"
@@ -143,13 +137,14 @@ void sinkhorn_plot(std::ostringstream& o, const SinkhornCurve& c) {
     return H - B - std::clamp(f, 0.0, 1.0) * (H - T - B);
   };
   o << "<polyline class=\"curve\" points=\"";
-  for (std::size_t i = 0; i < n; ++i) o << g(px(i), 5) << "," << g(py(c.residual[i]), 5) << " ";
+  for (std::size_t i = 0; i < n; ++i)
+    o << fmt_g(px(i), 5) << "," << fmt_g(py(c.residual[i]), 5) << " ";
   o << "\"/>";
   const double ky = py(c.kernel_residual);
   if (std::isfinite(c.kernel_residual))
-    o << "<line x1=\"" << L << "\" y1=\"" << g(ky, 5) << "\" x2=\"" << W - R << "\" y2=\""
-      << g(ky, 5) << "\" class=\"kern\"/><text x=\"" << W - R - 2 << "\" y=\"" << g(ky - 3, 5)
-      << "\" class=\"k r\">kernel " << g(c.kernel_residual, 2) << "</text>";
+    o << "<line x1=\"" << L << "\" y1=\"" << fmt_g(ky, 5) << "\" x2=\"" << W - R << "\" y2=\""
+      << fmt_g(ky, 5) << "\" class=\"kern\"/><text x=\"" << W - R - 2 << "\" y=\""
+      << fmt_g(ky - 3, 5) << "\" class=\"k r\">kernel " << fmt_g(c.kernel_residual, 2) << "</text>";
   o << "<text x=\"" << L << "\" y=\"" << H - B + 12 << "\" class=\"k\">0</text><text x=\"" << W - R
     << "\" y=\"" << H - B + 12 << "\" class=\"k r\">" << (n ? n - 1 : 0) << "</text>" << close;
 }
@@ -194,7 +189,7 @@ std::string to_html(const Report& r) {
     << "</div>\n<div class=\"meta\"><code>" << esc(m.command) << "</code><br>mhc-verify "
     << esc(m.version) << " (" << esc(m.git_commit) << "), " << esc(m.compiler) << ", "
     << esc(m.build_type) << "; " << esc(m.fp_flags) << "<br>" << esc(m.host)
-    << "; device: " << esc(m.device) << "; started " << esc(m.started) << ", " << g(m.wall_s)
+    << "; device: " << esc(m.device) << "; started " << esc(m.started) << ", " << fmt_g(m.wall_s)
     << " s</div>\n";
   o << "<table><tr><th>entry</th><th>expect</th><th>cases</th><th>pass</th><th>fail</th>"
        "<th>undecidable</th><th>mistrusted</th><th>max ratio</th><th>result</th></tr>\n";
@@ -204,7 +199,7 @@ std::string to_html(const Report& r) {
     o << "<tr><td>" << esc(e.id) << "</td><td>" << e.expect << "</td><td>" << e.cases.size()
       << "</td><td>" << e.count(oracles::State::pass) << "</td><td>"
       << e.count(oracles::State::fail) << "</td><td>" << e.count(oracles::State::undecidable)
-      << "</td><td>" << e.count(oracles::State::mistrusted) << "</td><td>" << g(worst)
+      << "</td><td>" << e.count(oracles::State::mistrusted) << "</td><td>" << fmt_g(worst)
       << "</td><td class=\"" << (e.ok() ? "ok\">ok" : "notok\">NOT OK") << "</td></tr>\n";
   }
   o << "</table>\n<p class=\"meta\">ratio: observed error / derived bound per element; an element "
@@ -256,11 +251,12 @@ std::string to_html(const Report& r) {
         o << "<tr><td>" << esc(a.stage) << "</td><td>" << n("pass") << "</td><td"
           << (n("fail") ? " class=\"bad\"" : "") << ">" << n("fail") << "</td><td>"
           << n("undecidable") << "</td><td>" << n("mistrusted") << "</td><td"
-          << (a.ratio_max > 1 ? " class=\"bad\"" : "") << ">" << g(a.ratio_max) << "</td><td>"
-          << g(a.ratio_p99) << "</td><td>" << g(a.ratio_median) << "</td><td>" << g(a.max_ulp)
-          << "</td><td>" << g(a.max_rel) << "</td><td>" << a.worst_case << ", " << a.worst.token
-          << ", " << a.worst.index << "</td><td>" << g(a.worst.got, 9) << "</td><td>"
-          << g(a.worst.want, 9) << "</td><td>" << g(a.worst.bound) << "</td></tr>\n";
+          << (a.ratio_max > 1 ? " class=\"bad\"" : "") << ">" << fmt_g(a.ratio_max) << "</td><td>"
+          << fmt_g(a.ratio_p99) << "</td><td>" << fmt_g(a.ratio_median) << "</td><td>"
+          << fmt_g(a.max_ulp) << "</td><td>" << fmt_g(a.max_rel) << "</td><td>" << a.worst_case
+          << ", " << a.worst.token << ", " << a.worst.index << "</td><td>" << fmt_g(a.worst.got, 9)
+          << "</td><td>" << fmt_g(a.worst.want, 9) << "</td><td>" << fmt_g(a.worst.bound)
+          << "</td></tr>\n";
       }
       o << "</table>\n<div class=\"plots\">";
       for (const auto& a : e.stages)

@@ -9,12 +9,6 @@ namespace mhc::reports {
 
 namespace {
 
-std::string g(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", x);
-  return buf;
-}
-
 int state_count(const StageAggregate& a, const char* s) {
   const auto it = a.states.find(s);
   return it == a.states.end() ? 0 : it->second;
@@ -52,7 +46,7 @@ std::string to_markdown(const Report& r) {
   o << "`" << m.command << "`  \n";
   o << "mhc-verify " << m.version << " (" << m.git_commit << "), " << m.compiler << ", "
     << m.build_type << "; " << m.host << "; device: " << m.device << "  \n";
-  o << "started " << m.started << ", " << g(m.wall_s) << " s";
+  o << "started " << m.started << ", " << fmt_g(m.wall_s) << " s";
   if (!r.complete)
     o << "; **incomplete**"
       << (r.interrupted.empty() ? "" : " (interrupted by " + r.interrupted + ")");
@@ -66,7 +60,7 @@ std::string to_markdown(const Report& r) {
     o << "| " << md_cell(e.id) << " | " << e.expect << " | " << e.cases.size() << " | "
       << e.count(oracles::State::pass) << " | " << e.count(oracles::State::fail) << " | "
       << e.count(oracles::State::undecidable) << " | " << e.count(oracles::State::mistrusted)
-      << " | " << g(worst) << " | " << (e.ok() ? "ok" : "**NOT OK**") << " |\n";
+      << " | " << fmt_g(worst) << " | " << (e.ok() ? "ok" : "**NOT OK**") << " |\n";
   }
   for (const auto& e : r.entries) {
     o << "\n## " << md_cell(e.id) << (e.ok() ? "" : " (NOT OK)") << "\n\n";
@@ -85,9 +79,9 @@ std::string to_markdown(const Report& r) {
       for (const auto& a : e.stages)
         o << "| " << a.stage << " | " << state_count(a, "pass") << " | " << state_count(a, "fail")
           << " | " << state_count(a, "undecidable") << " | " << state_count(a, "mistrusted")
-          << " | " << g(a.ratio_max) << " | " << g(a.ratio_p99) << " | " << g(a.ratio_median)
-          << " | " << g(a.max_ulp) << " | case " << a.worst_case << " token " << a.worst.token
-          << " elem " << a.worst.index << " |\n";
+          << " | " << fmt_g(a.ratio_max) << " | " << fmt_g(a.ratio_p99) << " | "
+          << fmt_g(a.ratio_median) << " | " << fmt_g(a.max_ulp) << " | case " << a.worst_case
+          << " token " << a.worst.token << " elem " << a.worst.index << " |\n";
     }
     for (const auto& c : e.cases) {
       if (c.verdict.state != oracles::State::fail) continue;

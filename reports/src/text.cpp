@@ -5,6 +5,12 @@
 
 namespace mhc::reports {
 
+std::string fmt_g(double x, int digits) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+  return buf;
+}
+
 namespace {
 
 // The length of the valid UTF-8 sequence at s[i] (1..4), or 0 where there is none.

@@ -6,6 +6,9 @@
 
 namespace mhc::reports {
 
+// x as printf's %.<digits>g.
+std::string fmt_g(double x, int digits = 3);
+
 // s with every byte that is not part of a valid UTF-8 sequence written as \xNN, and, where
 // `controls`, every control character (C0 and DEL) but those in `keep` as \xNN too.
 std::string clean_text(const std::string& s, bool controls = true, const char* keep = "");
