@@ -43,6 +43,11 @@ TensorSpec with(TensorSpec t, Draw draw) {
   return t;
 }
 
+TensorSpec reading(TensorSpec t, std::vector<std::string> params) {
+  t.reads = std::move(params);
+  return t;
+}
+
 }  // namespace
 
 const std::vector<OpSpec>& op_table() {
@@ -60,7 +65,7 @@ const std::vector<OpSpec>& op_table() {
        "mixes",
        {with(kX, Draw::activations_if_eps)},
        {kHcFn, kHcScale, kHcBase},
-       {{"mixes", {D::M}}, kPre, kPost, kComb},
+       {reading({"mixes", {D::M}}, {"hc_fn"}), kPre, kPost, kComb},
        false,
        true,
        true,
@@ -89,7 +94,12 @@ const std::vector<OpSpec>& op_table() {
        {with(kF, Draw::activations_nonzero), with(kResidual, Draw::activations_nonzero), kPostIn,
         kCombIn, kPreMix},
        {kHcFn, kHcScale, kHcBase},
-       {{"x", {D::n, D::d}}, {"mixes", {D::M}}, kPre, kPost, kComb, {"y", {D::d}}},
+       {reading({"x", {D::n, D::d}}, {}),
+        reading({"mixes", {D::M}}, {"hc_fn"}),
+        kPre,
+        kPost,
+        kComb,
+        {"y", {D::d}}},
        false,
        true,
        true,
@@ -194,6 +204,60 @@ Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, d
     e.stages = count(spec.outputs, tokens);
   }
   return e;
+}
+
+CaseLayout case_layout(const OpCase& c) {
+  const OpSpec& t = op_spec(c.op);
+  auto specs = [&](const std::vector<TensorSpec>& ts, const std::string& prefix) {
+    std::vector<NamedShape> v;
+    for (const auto& x : ts) v.push_back({prefix + x.name, resolve(x.dims, c.cfg, c.block)});
+    return v;
+  };
+  CaseLayout s;
+  s.inputs = specs(t.inputs, "");
+  s.outputs = specs(t.outputs, "");
+  if (!t.whole) {
+    s.params = specs(t.params, "");
+    return s;
+  }
+  s.leading = 2;
+  if (c.op == Op::block) {
+    s.params = specs(t.params, "");
+  } else {
+    for (int l = 0; l < c.block.layers; ++l) {
+      const auto layer = specs(t.params, "layers/" + std::to_string(l) + "/");
+      s.params.insert(s.params.end(), layer.begin(), layer.end());
+    }
+    s.params.push_back({"final_norm/weight", {std::size_t(c.cfg.d)}});
+  }
+  return s;
+}
+
+std::vector<std::size_t> stage_trailing(const OpCase& c, const std::string& stage) {
+  auto find = [&](const std::vector<TensorSpec>& ts, const std::string& name) {
+    for (const auto& t : ts)
+      if (t.name == name) return resolve(t.dims, c.cfg, c.block);
+    return std::vector<std::size_t>{};
+  };
+  std::string s = stage;
+  if (c.op == Op::stack) {
+    if (s.rfind("final.", 0) == 0) return find(final_stages(), s);
+    const std::size_t dot = s.find('.');
+    if (s.size() < 3 || s[0] != 'L' || dot == std::string::npos) return {};
+    const std::string num = s.substr(1, dot - 1);
+    if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(num) >= c.block.layers)
+      return {};
+    s = s.substr(dot + 1);
+  }
+  return find(block_stages(), s);
+}
+
+std::string stage_of_output(const OpCase& c, const std::string& name) {
+  if (c.op == Op::block) return name == "x" ? "x_out" : name;
+  if (c.op == Op::stack)
+    return "L" + std::to_string(c.block.layers - 1) + "." + (name == "x" ? "x_out" : name);
+  return name;
 }
 
 const std::vector<TensorSpec>& block_stages() {

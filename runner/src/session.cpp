@@ -89,10 +89,13 @@ void Progress::done() {
   dirty_ = false;
 }
 
-void print_stage_table(const reports::Entry& e) {
-  std::printf("\n%-16s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage", "pass", "fail",
-              "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp", "max rel",
-              "worst");
+std::string stage_table(const reports::Entry& e) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-16s %5s %5s %6s %6s %11s %11s %11s %9s %11s  %s\n", "stage",
+                "pass", "fail", "undec", "mistr", "max ratio", "p99 ratio", "med ratio", "max ulp",
+                "max rel", "worst");
+  out += line;
   for (const auto& a : e.stages) {
     auto n = [&](const char* s) {
       const auto it = a.states.find(s);
@@ -101,13 +104,19 @@ void print_stage_table(const reports::Entry& e) {
     char worst[96];
     std::snprintf(worst, sizeof worst, "case %zu token %zu elem %zu", a.worst_case, a.worst.token,
                   a.worst.index);
-    std::printf("%-16s %5d %5d %6d %6d %11.3g %11.3g %11.3g %9.3g %11.3g  %s\n", a.stage.c_str(),
-                n("pass"), n("fail"), n("undecidable"), n("mistrusted"), a.ratio_max, a.ratio_p99,
-                a.ratio_median, a.max_ulp, a.max_rel, worst);
+    std::snprintf(line, sizeof line,
+                  "%-16s %5d %5d %6d %6d %11.3g %11.3g %11.3g %9.3g %11.3g  %s\n", a.stage.c_str(),
+                  n("pass"), n("fail"), n("undecidable"), n("mistrusted"), a.ratio_max, a.ratio_p99,
+                  a.ratio_median, a.max_ulp, a.max_rel, worst);
+    out += line;
   }
-  std::printf(
-      "\nratio: observed error / derived bound per element (pass needs <= 1); med: median\n"
-      "over cases of each case's median.\n");
+  return out +
+         "\nratio: observed error / derived bound per element (pass needs <= 1); med: median\n"
+         "over cases of each case's median.\n";
+}
+
+void print_stage_table(const reports::Entry& e) {
+  std::printf("\n%s", stage_table(e).c_str());
 }
 
 }  // namespace mhc::runner

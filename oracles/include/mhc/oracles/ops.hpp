@@ -52,6 +52,9 @@ struct TensorSpec {
   std::string name;
   std::vector<Dim> dims;
   Draw draw = Draw::activations;
+  // An output: the params it depends on ("*": all of the op's). Judging only outputs that do not
+  // read a param needs no value for it (the Python API then fills it with zeros).
+  std::vector<std::string> reads{"*"};
   bool stream() const;  // an activation: stored as bf16 under the bf16 precision model
 };
 struct OpSpec {
@@ -71,6 +74,27 @@ std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config
 const std::vector<TensorSpec>& block_stages();
 const std::vector<TensorSpec>& final_stages();
 const std::vector<TensorSpec>& layer_params();
+
+struct OpCase;
+// The named tensors of a case at its sizes, as fixtures and the Python API name them: inputs and
+// outputs by their trailing dimensions (after the token dimensions: exactly [B, T] for block and
+// stack, leading = 2; any number for the pieces, flattened to tokens, leading = -1), params by
+// their whole shape (every layer's in a stack: "layers/<l>/...", and "final_norm/weight").
+struct NamedShape {
+  std::string name;
+  std::vector<std::size_t> trailing;
+};
+struct CaseLayout {
+  std::vector<NamedShape> inputs, params, outputs;
+  int leading = -1;
+};
+CaseLayout case_layout(const OpCase& header);
+// The trailing dimensions of a block or stack Trace stage, from its name ("L1.ffn.pre" in a
+// stack); empty if the op has no such stage.
+std::vector<std::size_t> stage_trailing(const OpCase& header, const std::string& stage);
+// The Trace stage an output of the op table names ("x" of a block is its stage "x_out"; a stack's
+// outputs are its last layer's stages).
+std::string stage_of_output(const OpCase& header, const std::string& output);
 
 // How many elements a case of these sizes holds (tokens: all of them, batch included), counted in
 // double so that absurd sizes cannot overflow: its inputs, its params (every layer's), and the

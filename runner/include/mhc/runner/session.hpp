@@ -43,7 +43,9 @@ class Progress {
   bool dirty_ = false;
 };
 
-// The concise per-stage table of an entry, printed at the end of a run.
+// The concise per-stage table of an entry, printed at the end of a run (and in the Python API's
+// assertion messages).
+std::string stage_table(const reports::Entry& e);
 void print_stage_table(const reports::Entry& e);
 
 }  // namespace mhc::runner

@@ -1,0 +1,191 @@
+"""mhc-verify from Python: judge an mHC kernel's outputs against the exact oracle with derived
+per-element error bounds, in process.
+
+    import mhc_verify
+    result = mhc_verify.judge("boundary", {"dim": 64}, inputs, outputs, params)
+    mhc_verify.assert_faithful("boundary", {"dim": 64}, inputs, outputs, params)
+
+Arrays are numpy arrays or torch tensors (CPU or CUDA, copied to the host; any layout). Names,
+shapes and config keys are those of the fixture files (fixtures/README.md); `mhc_verify.layout(op,
+config)` lists them. A failing case is saved as a fixture (default folder `mhc-failures/`) and its
+REPRO line reruns it with `mhc-verify compare`.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["judge", "assert_faithful", "layout", "ops", "Judgement", "Stage", "Element"]
+
+DEFAULT_SAVE_DIR = "mhc-failures"
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element of a stage: where it is, the kernel's value, the oracle's, and the bound."""
+    index: int
+    token: int
+    got: float
+    want: float
+    bound: float
+    ratio: float
+    rule: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The verdict of one stage (output) of the op."""
+    stage: str
+    state: str
+    rule: str
+    reason: str
+    elements: int
+    failed: int
+    undecidable: int
+    ratio_max: float
+    ratio_p99: float
+    ratio_median: float
+    max_ulp: float
+    max_rel: float
+    worst: Element
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What judging one case found. `passed` is True only when every stage is within its bounds."""
+    op: str
+    tokens: int
+    precision: str
+    error_model: str
+    state: str
+    first_divergent: str
+    diagnosis: str
+    deviations: List[str]
+    repro: str
+    saved: str
+    table: str
+    stages: List[Stage] = field(default_factory=list)
+    zero_params: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.state == "pass"
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.stage == name:
+                return s
+        raise KeyError(f"no stage {name!r} (judged: {', '.join(s.stage for s in self.stages)})")
+
+    def message(self) -> str:
+        """The report a failing assertion shows: verdict, worst element, stage table, diagnosis,
+        REPRO."""
+        head = (f"mhc_verify: {self.op} ({self.tokens} tokens, {self.precision}, "
+                f"{self.error_model} error model): {self.state.upper()}")
+        lines = [head]
+        if self.first_divergent:
+            s = self.stage(self.first_divergent)
+            w = s.worst
+            lines.append(f"first divergent stage {s.stage!r}: {s.failed} of {s.elements} elements "
+                         f"fail ({s.reason})")
+            lines.append(f"worst element: {s.stage}[{w.index}] (token {w.token}): got {w.got!r}, "
+                         f"want {w.want!r} +- {w.bound:.3g} (error / bound = {w.ratio:.3g}, "
+                         f"rule {w.rule})")
+        lines.append("")
+        lines.append(self.table.rstrip())
+        if self.diagnosis:
+            lines.append(f"DIAGNOSIS: {self.diagnosis}")
+        if self.repro:
+            lines.append(f"REPRO: {self.repro}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.message()
+
+
+def ops() -> List[str]:
+    """The ops the harness judges."""
+    return list(_core.ops())
+
+
+def layout(op: str, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The names and trailing shapes of an op's inputs, params and outputs at a configuration."""
+    return dict(_core.layout(op, dict(config or {})))
+
+
+def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, bool]":
+    """A C-contiguous float32 copy on the host, and whether the source was bf16."""
+    bf16 = False
+    if type(value).__module__.startswith("torch"):
+        import torch
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name}: expected an array or a tensor, got {type(value).__name__}")
+        if value.dtype == torch.float16:
+            raise TypeError(f"{name}: float16 is not a precision this harness judges yet; "
+                            "convert it to float32 and say so, or declare bf16 storage")
+        if value.dtype == torch.bfloat16:
+            bf16 = True
+        elif value.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name}: dtype {value.dtype}, expected a floating tensor")
+        value = value.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+    array = np.asarray(value)
+    if array.dtype == np.float16:
+        raise TypeError(f"{name}: float16 is not a precision this harness judges yet; convert it "
+                        "to float32 and say so, or declare bf16 storage")
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name}: dtype {array.dtype}, expected floating point")
+    return np.ascontiguousarray(array, dtype=np.float32), bf16
+
+
+def _arrays(kind: str, given: Optional[Mapping[str, Any]]) -> "tuple[dict, list]":
+    out, bf16 = {}, []
+    for name, value in (given or {}).items():
+        out[name], is_bf16 = _host_float32(f"{kind}[{name!r}]", value)
+        if is_bf16:
+            bf16.append(name)
+    return out, bf16
+
+
+def _within_limits(op: str, config: Optional[Mapping[str, Any]],
+                   inputs: Mapping[str, Any]) -> None:
+    """Refuses a case too large to judge before any array is copied (ValueError)."""
+    l = layout(op, config)
+    for name, trailing in l["inputs"].items():
+        if name in (inputs or {}):
+            shape = tuple(getattr(inputs[name], "shape", ()))
+            lead = shape[:max(len(shape) - len(trailing), 0)]
+            tokens = int(np.prod(lead, dtype=np.float64)) if lead else 1
+            batch = lead[0] if l["leading"] == 2 and lead else 1
+            _core.within_limits(op, dict(config or {}), tokens, batch)
+            return
+
+
+def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],
+          outputs: Mapping[str, Any], params: Optional[Mapping[str, Any]] = None,
+          precision: str = "fp32", error_model: str = "standard",
+          save_dir: Optional[str] = DEFAULT_SAVE_DIR, threads: int = 0,
+          diagnose: bool = True) -> Judgement:
+    """Judges `outputs` (any of the op's, by name) of an implementation of `op` on `inputs` and
+    `params` under the declared `precision` ("fp32", "tf32" or "bf16"). Params the given outputs
+    do not read may be left out. Outputs given as bfloat16 tensors are judged with their rounding
+    to bf16 in the bound. A failing case is saved under `save_dir` (None: not saved)."""
+    _within_limits(op, config, inputs)
+    ins, _ = _arrays("inputs", inputs)
+    outs, bf16 = _arrays("outputs", outputs)
+    pars, _ = _arrays("params", params)
+    r = _core.judge(op, dict(config or {}), ins, outs, pars, precision, error_model, bf16,
+                    save_dir or "", threads, diagnose)
+    stages = [Stage(**{**s, "worst": Element(**s["worst"])}) for s in r.pop("stages")]
+    return Judgement(stages=stages, **r)
+
+
+def assert_faithful(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],
+                    outputs: Mapping[str, Any], params: Optional[Mapping[str, Any]] = None,
+                    **options: Any) -> Judgement:
+    """judge(), raising AssertionError with the full report unless every stage passes."""
+    result = judge(op, config, inputs, outputs, params, **options)
+    if not result.passed:
+        raise AssertionError(result.message())
+    return result

@@ -1,0 +1,231 @@
+// mhc_verify._core: the judging lifecycle (runner/) for arrays held by Python. The package's
+// Python side (mhc_verify/__init__.py) turns numpy arrays and torch tensors into C-contiguous
+// float32 arrays; this side builds the case (runner::from_tensors), judges it with the GIL
+// released, saves a failing case for its REPRO line, and returns the verdict as plain data.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/runner/judge.hpp"
+#include "mhc/runner/repro.hpp"
+#include "mhc/runner/session.hpp"
+#include "mhc/runner/tensors.hpp"
+
+namespace py = pybind11;
+using namespace mhc;
+
+namespace {
+
+using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+runner::NamedTensors named(const py::dict& d, const char* kind,
+                           const std::vector<std::string>& bf16 = {}) {
+  runner::NamedTensors out;
+  for (const auto& [key, value] : d) {
+    const std::string name = py::str(key);
+    if (!py::isinstance<py::array>(value))
+      throw std::invalid_argument(std::string(kind) + "['" + name +
+                                  "']: expected an array (numpy or torch)");
+    const Array a = Array::ensure(value);
+    if (!a) throw std::invalid_argument(std::string(kind) + "['" + name + "']: not a float array");
+    runner::Named t;
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) t.shape.push_back(std::size_t(a.shape(i)));
+    t.data.assign(a.data(), a.data() + a.size());
+    for (const auto& b : bf16) t.bf16 = t.bf16 || b == name;
+    out[name] = std::move(t);
+  }
+  return out;
+}
+
+// The case's configuration from fixture attribute names; unknown keys are an error.
+oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precision precision) {
+  ref::Config cfg = ref::v41();
+  ref::BlockConfig block;
+  for (const auto& [key, value] : config) {
+    const std::string k = py::str(key);
+    auto whole = [&] { return value.cast<int>(); };
+    if (k == "hc_mult" || k == "n")
+      cfg.n = whole();
+    else if (k == "dim" || k == "d")
+      cfg.d = whole();
+    else if (k == "sinkhorn_iters" || k == "iters")
+      cfg.iters = whole();
+    else if (k == "hc_eps")
+      cfg.hc_eps = value.cast<double>();
+    else if (k == "norm_eps")
+      cfg.norm_eps = value.cast<double>();
+    else if (k == "heads")
+      block.heads = whole();
+    else if (k == "head_dim")
+      block.head_dim = whole();
+    else if (k == "experts")
+      block.experts = whole();
+    else if (k == "top_k")
+      block.top_k = whole();
+    else if (k == "inter")
+      block.inter = whole();
+    else if (k == "route_scale")
+      block.route_scale = value.cast<double>();
+    else if (k == "layers")
+      block.layers = whole();
+    else
+      throw std::invalid_argument("config['" + k +
+                                  "']: unknown (expected hc_mult, dim, sinkhorn_iters, hc_eps, "
+                                  "norm_eps; for block and stack heads, head_dim, experts, "
+                                  "top_k, inter, route_scale, layers)");
+  }
+  if (const auto why = ref::validate(cfg, block); !why.empty())
+    throw std::invalid_argument("config: " + why);
+  oracles::OpCase c = oracles::case_header(op, cfg, 1, 0, precision);
+  c.block = block;
+  return c;
+}
+
+// A stable name for a case: FNV-1a over its op and tensors, so that a test that fails again
+// overwrites its own file.
+std::string case_key(const oracles::OpCase& c, const oracles::Trace<float>& got) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const std::string op = oracles::op_name(c.op);
+  mix(op.data(), op.size());
+  for (const auto* m : {&c.inputs, &c.params})
+    for (const auto& [name, t] : *m) {
+      mix(name.data(), name.size());
+      mix(t.data.data(), t.data.size() * sizeof(float));
+    }
+  for (const auto& s : got) mix(s.values.data(), s.values.size() * sizeof(float));
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(h & 0xffffffffffffull));
+  return buf;
+}
+
+py::dict element(const oracles::Element& e) {
+  py::dict d;
+  d["index"] = e.index;
+  d["token"] = e.token;
+  d["got"] = e.got;
+  d["want"] = e.want;
+  d["bound"] = e.bound;
+  d["ratio"] = e.ratio;
+  d["rule"] = e.rule;
+  return d;
+}
+
+py::dict judge(const std::string& op_name, const py::dict& config, const py::dict& inputs,
+               const py::dict& outputs, const py::dict& params, const std::string& precision,
+               const std::string& error_model, const std::vector<std::string>& bf16_outputs,
+               const std::string& save_dir, unsigned threads, bool diagnose) {
+  const oracles::Op op = oracles::op_from_name(op_name);
+  runner::Judging j;
+  j.model = oracles::error_model_from_name(error_model);
+  j.threads = threads;
+  j.diagnose = diagnose;
+  runner::TensorCase tc = runner::from_tensors(
+      header(op, config, oracles::precision_from_name(precision)), named(inputs, "inputs"),
+      named(params, "params"), named(outputs, "outputs", bf16_outputs));
+  runner::within_limits(tc.c, j.limits);
+  runner::Outcome o;
+  {
+    py::gil_scoped_release free;
+    o = runner::judge_outputs(tc.c, tc.outputs, j, tc.bf16);
+  }
+  std::string saved, repro;
+  if (o.verdict.state == oracles::State::fail && !save_dir.empty()) {
+    saved = runner::save_case(save_dir, "python_" + op_name + "_" + case_key(tc.c, o.got), tc.c,
+                              o.got, "mhc_verify.judge (Python)");
+    if (!saved.empty()) {
+      oracles::OpCase file = tc.c;
+      file.origin = oracles::OpCase::Origin::file;
+      file.file = saved;
+      repro = runner::repro(file, "", j.model);
+    }
+  }
+  reports::Entry entry;
+  entry.add_case(runner::record(o, 0, 0, repro));
+  py::dict r;
+  r["state"] = oracles::state_name(o.verdict.state);
+  r["first_divergent"] = o.verdict.first_divergent;
+  r["diagnosis"] = o.diagnosis;
+  r["deviations"] = o.deviations;
+  r["repro"] = repro;
+  r["saved"] = saved;
+  r["table"] = runner::stage_table(entry);
+  r["op"] = op_name;
+  r["tokens"] = tc.c.tokens;
+  r["precision"] = precision;
+  r["error_model"] = error_model;
+  r["zero_params"] = tc.zero_params;
+  py::list stages;
+  for (const auto& s : o.verdict.stages) {
+    py::dict d;
+    d["stage"] = s.stage;
+    d["state"] = oracles::state_name(s.state);
+    d["rule"] = s.rule;
+    d["reason"] = s.reason;
+    d["elements"] = s.elements;
+    d["failed"] = s.failed;
+    d["undecidable"] = s.undecidable;
+    d["ratio_max"] = s.ratio_max;
+    d["ratio_p99"] = s.ratio_p99;
+    d["ratio_median"] = s.ratio_p50;
+    d["max_ulp"] = s.metrics.max_ulp;
+    d["max_rel"] = s.metrics.max_rel;
+    d["worst"] = element(s.worst);
+    stages.append(d);
+  }
+  r["stages"] = stages;
+  return r;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "mhc-verify's judging lifecycle for arrays (use the mhc_verify package)";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const runner::TooLarge& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  m.def("judge", &judge, py::arg("op"), py::arg("config"), py::arg("inputs"), py::arg("outputs"),
+        py::arg("params"), py::arg("precision"), py::arg("error_model"), py::arg("bf16_outputs"),
+        py::arg("save_dir"), py::arg("threads"), py::arg("diagnose"));
+  m.def("within_limits",
+        [](const std::string& op_name, const py::dict& config, double tokens, double batch) {
+          const oracles::OpCase c =
+              header(oracles::op_from_name(op_name), config, oracles::Precision::fp32);
+          runner::within_limits(c.op, c.cfg, c.block, tokens, batch, runner::Limits{});
+        });
+  m.def("ops", [] {
+    std::vector<std::string> v;
+    for (const auto& s : oracles::op_table()) v.push_back(s.name);
+    return v;
+  });
+  m.def("layout", [](const std::string& op_name, const py::dict& config) {
+    const oracles::OpCase c =
+        header(oracles::op_from_name(op_name), config, oracles::Precision::fp32);
+    const oracles::CaseLayout l = oracles::case_layout(c);
+    auto list = [](const std::vector<oracles::NamedShape>& v) {
+      py::dict d;
+      for (const auto& s : v) d[py::str(s.name)] = py::tuple(py::cast(s.trailing));
+      return d;
+    };
+    py::dict d;
+    d["inputs"] = list(l.inputs);
+    d["params"] = list(l.params);
+    d["outputs"] = list(l.outputs);
+    d["leading"] = l.leading;
+    return d;
+  });
+}

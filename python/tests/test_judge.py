@@ -1,0 +1,139 @@
+"""mhc_verify.judge and assert_faithful on every op: faithful outputs pass, plausible wrong ones
+fail with a report that names the stage, the worst element, the diagnosis and a REPRO line that
+reruns the case."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import mhc_verify
+from conftest import BIN
+
+SMALL = ["--dim", "16", "--tokens", "3"]
+BLOCK = ["--dim", "16", "--tokens", "3", "--heads", "2", "--head-dim", "4", "--experts", "4",
+         "--inter", "8"]
+CASES = {
+    "split_sinkhorn": SMALL, "mixes": SMALL, "pre": SMALL, "post": SMALL, "rmsnorm": SMALL,
+    "boundary": SMALL, "block": BLOCK, "stack": BLOCK + ["--layers", "2"],
+}
+
+
+def test_every_op_of_the_cli_is_covered():
+    assert sorted(mhc_verify.ops()) == sorted(CASES)
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_faithful_outputs_pass(capture, op, tmp_path):
+    config, inputs, params, outputs = capture(op, *CASES[op])
+    r = mhc_verify.assert_faithful(op, config, inputs, outputs, params, save_dir=str(tmp_path))
+    assert r.passed and r.state == "pass" and not r.repro
+    judged = [s for s in r.stages if s.state == "pass"]
+    assert len(judged) == len(outputs)  # every output given, and only those
+    assert all(s.ratio_max <= 1 for s in judged)
+    assert not os.listdir(tmp_path)  # nothing saved for a pass
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_a_perturbed_output_fails_with_a_report(capture, op, tmp_path):
+    config, inputs, params, outputs = capture(op, *CASES[op])
+    name = sorted(outputs)[0]
+    wrong = outputs[name].copy()
+    wrong.reshape(-1)[0] = wrong.reshape(-1)[0] * 1.01 + 0.01  # one element, 1% off
+    outputs[name] = wrong
+    with pytest.raises(AssertionError) as e:
+        mhc_verify.assert_faithful(op, config, inputs, outputs, params, save_dir=str(tmp_path))
+    text = str(e.value)
+    assert "FAIL" in text and "worst element:" in text and "+-" in text
+    assert "REPRO: mhc-verify compare " in text
+    # The REPRO line reruns the same case from the saved fixture, and fails there too.
+    repro = text.split("REPRO: ")[1].splitlines()[0].split()
+    p = subprocess.run([BIN] + repro[1:], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout + p.stderr
+
+
+def test_a_planted_eps_bug_is_diagnosed(tmp_path):
+    # The softmax eps inside the division: the outputs come from our own mutant kernel.
+    case = tmp_path / "bug.h5"
+    subprocess.run([BIN, "capture", "--kernel", "mutant:softmax_eps_inside", "--op",
+                    "split_sinkhorn", "--n", "3", "--hc-eps", "0.01", "--out", str(case)],
+                   check=True, capture_output=True)
+    import h5py
+    with h5py.File(case) as f:
+        config = {k: v.item() for k, v in f["config"].attrs.items()}
+        inputs = {"mixes": f["inputs/mixes"][()]}
+        params = {k: f["params"][k][()] for k in f["params"]}
+        outputs = {k: f["outputs"][k][()] for k in f["outputs"]}
+    r = mhc_verify.judge("split_sinkhorn", config, inputs, outputs, params, save_dir=None)
+    assert not r.passed and r.first_divergent in ("pre", "post", "comb")
+    assert "softmax_eps_in_sum" in r.diagnosis and not r.repro  # save_dir=None: nothing saved
+
+
+def test_params_an_output_does_not_read_may_be_omitted(capture):
+    config, inputs, params, outputs = capture("mixes", *SMALL)
+    r = mhc_verify.judge("mixes", config, inputs, {"mixes": outputs["mixes"]},
+                         {"hc_fn": params["hc_fn"]}, save_dir=None)
+    assert r.passed and sorted(r.zero_params) == ["hc_base", "hc_scale"]
+    with pytest.raises(ValueError, match=r"params\['hc_scale'\]: missing"):
+        mhc_verify.judge("mixes", config, inputs, {"pre": outputs["pre"]},
+                         {"hc_fn": params["hc_fn"]}, save_dir=None)
+
+
+def test_layouts_accept_leading_dimensions_and_any_strides(capture):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    # [3 tokens] as [1, 3], and x through a transposed view (not contiguous)
+    x = np.asfortranarray(inputs["x"])[None]
+    assert not x.flags.c_contiguous
+    r = mhc_verify.judge("pre", config, {"x": x, "pre_mix": inputs["pre_mix"][None]},
+                         {"y": outputs["y"][None]}, save_dir=None)
+    assert r.passed and r.tokens == 3
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda i, o, p: i.__setitem__("x", i["x"][:, :2]), r"inputs\['x'\]: shape \(3, 2, 16\), expected \(\.\.\., 4, 16\)"),
+    (lambda i, o, p: i.pop("pre_mix"), r"inputs\['pre_mix'\]: missing"),
+    (lambda i, o, p: i.__setitem__("w", i["x"]), r"inputs\['w'\]: op pre has no such inputs"),
+    (lambda i, o, p: o.__setitem__("z", o["y"]), r"outputs\['z'\]: op pre has no such output"),
+    (lambda i, o, p: o.__setitem__("y", o["y"][:2]), r"outputs\['y'\]: 2 tokens, but inputs\['x'\] has 3"),
+    (lambda i, o, p: i["x"].__setitem__((0, 0, 0), np.nan), r"inputs\['x'\]: NaN at flat index 0"),
+    (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.int32)), r"dtype int32, expected floating"),
+    (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.float16)), r"float16 is not a precision"),
+    (lambda i, o, p: o.clear(), r"outputs: none given"),
+])
+def test_bad_inputs_are_errors_naming_the_tensor(capture, change, message):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    change(inputs, outputs, params)
+    with pytest.raises((ValueError, TypeError), match=message):
+        mhc_verify.judge("pre", config, inputs, outputs, params, save_dir=None)
+
+
+def test_config_errors(capture):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    with pytest.raises(ValueError, match=r"config\['hc_multt'\]: unknown"):
+        mhc_verify.judge("pre", {**config, "hc_multt": 4}, inputs, outputs, save_dir=None)
+    with pytest.raises(ValueError, match="unknown op"):
+        mhc_verify.judge("prex", config, inputs, outputs, save_dir=None)
+
+
+def test_too_large_is_refused_before_judging():
+    with pytest.raises(ValueError, match=r"--case-memory"):
+        x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (300000, 4, 5120), (0, 0, 0))
+        mhc_verify.judge("mixes", {}, {"x": x}, {"mixes": np.zeros((300000, 24), np.float32)},
+                         save_dir=None)
+
+
+def test_layout_lists_names_and_shapes():
+    l = mhc_verify.layout("boundary", {"dim": 8})
+    assert l["inputs"]["residual"] == (4, 8) and l["params"]["hc_fn"] == (24, 32)
+    assert list(l["outputs"]) == ["x", "mixes", "pre", "post", "comb", "y"]
+
+
+def test_bf16_outputs_carry_their_rounding(capture):
+    torch = pytest.importorskip("torch")
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    y = torch.from_numpy(outputs["y"]).to(torch.bfloat16)
+    r = mhc_verify.judge("pre", config, inputs, {"y": y}, params, save_dir=None)
+    assert r.passed
+    # the same values given as float32 claim fp32 storage: the bf16 rounding is then an error
+    r32 = mhc_verify.judge("pre", config, inputs, {"y": y.float()}, params, save_dir=None)
+    assert not r32.passed and r32.first_divergent == "y"
