@@ -21,6 +21,10 @@ __all__ = ["judge", "assert_faithful", "layout", "ops", "Judgement", "Stage", "E
 
 DEFAULT_SAVE_DIR = "mhc-failures"
 
+# Where judgements are also recorded (the pytest plugin's --mhc-report), and under which label.
+_recorder = None
+_label = "mhc_verify.judge"
+
 
 @dataclass(frozen=True)
 class Element:
@@ -176,7 +180,7 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     outs, bf16 = _arrays("outputs", outputs)
     pars, _ = _arrays("params", params)
     r = _core.judge(op, dict(config or {}), ins, outs, pars, precision, error_model, bf16,
-                    save_dir or "", threads, diagnose)
+                    save_dir or "", threads, diagnose, _recorder, _label)
     stages = [Stage(**{**s, "worst": Element(**s["worst"])}) for s in r.pop("stages")]
     return Judgement(stages=stages, **r)
 

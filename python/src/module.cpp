@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "mhc/oracles/error_model.hpp"
@@ -20,6 +21,39 @@ namespace py = pybind11;
 using namespace mhc;
 
 namespace {
+
+// Judgements gathered into one report (the pytest plugin's --mhc-report): an entry per label (a
+// test's node id), a case per judgement, written through the CLI's report writers as it goes.
+class Recorder {
+ public:
+  explicit Recorder(const reports::Outputs& out) : writer_(out) {
+    report_.meta = reports::make_meta(0, nullptr);
+    writer_.write(report_, true);  // an unwritable path fails now
+  }
+  void add(const std::string& label, const oracles::OpCase& c, const runner::Outcome& o,
+           const std::string& precision, const std::string& model, const std::string& repro) {
+    reports::Entry& e = report_.entry(label);
+    e.kind = "python";
+    e.op = oracles::op_name(c.op);
+    e.precision = precision;
+    e.error_model = model;
+    e.settings = {{"n", std::to_string(c.cfg.n)},
+                  {"d", std::to_string(c.cfg.d)},
+                  {"iters", std::to_string(c.cfg.iters)},
+                  {"tokens", std::to_string(c.tokens)}};
+    e.add_case(runner::record(o, e.cases.size(), 0, repro));
+    writer_.write(report_);
+  }
+  void finish(int code) {
+    report_.complete = true;
+    report_.exit_code = code;
+    writer_.write(report_, true);
+  }
+
+ private:
+  reports::Report report_;
+  reports::Writer writer_;
+};
 
 using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
@@ -122,7 +156,8 @@ py::dict element(const oracles::Element& e) {
 py::dict judge(const std::string& op_name, const py::dict& config, const py::dict& inputs,
                const py::dict& outputs, const py::dict& params, const std::string& precision,
                const std::string& error_model, const std::vector<std::string>& bf16_outputs,
-               const std::string& save_dir, unsigned threads, bool diagnose) {
+               const std::string& save_dir, unsigned threads, bool diagnose, Recorder* recorder,
+               const std::string& label) {
   const oracles::Op op = oracles::op_from_name(op_name);
   runner::Judging j;
   j.model = oracles::error_model_from_name(error_model);
@@ -148,6 +183,7 @@ py::dict judge(const std::string& op_name, const py::dict& config, const py::dic
       repro = runner::repro(file, "", j.model);
     }
   }
+  if (recorder) recorder->add(label, tc.c, o, precision, error_model, repro);
   reports::Entry entry;
   entry.add_case(runner::record(o, 0, 0, repro));
   py::dict r;
@@ -196,11 +232,21 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::runtime_error& e) {  // a report path that cannot be written
+      PyErr_SetString(PyExc_OSError, e.what());
     }
   });
   m.def("judge", &judge, py::arg("op"), py::arg("config"), py::arg("inputs"), py::arg("outputs"),
         py::arg("params"), py::arg("precision"), py::arg("error_model"), py::arg("bf16_outputs"),
-        py::arg("save_dir"), py::arg("threads"), py::arg("diagnose"));
+        py::arg("save_dir"), py::arg("threads"), py::arg("diagnose"),
+        py::arg("recorder").none(true), py::arg("label"));
+  py::class_<Recorder>(m, "Recorder")
+      .def(py::init([](const std::string& json, const std::string& md, const std::string& html,
+                       const std::string& junit) {
+             return std::make_unique<Recorder>(reports::Outputs{json, md, html, junit});
+           }),
+           py::arg("json"), py::arg("md"), py::arg("html"), py::arg("junit"))
+      .def("finish", &Recorder::finish);
   m.def("within_limits",
         [](const std::string& op_name, const py::dict& config, double tokens, double batch) {
           const oracles::OpCase c =

@@ -1,0 +1,41 @@
+"""The pytest plugin: the example folder run with --mhc-report gives one report with an entry per
+judging test, its cases and their verdicts, in JSON (the CLI's schema), Markdown, HTML and JUnit."""
+import json
+import os
+import subprocess
+import sys
+import xml.dom.minidom
+
+import pytest
+
+pytest.importorskip("torch")
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def run(tmp_path, bug):
+    env = dict(os.environ, MHC_EXAMPLE_BUG="1" if bug else "0")
+    report = tmp_path / "report"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                        "mhc_verify.pytest_plugin", "--mhc-report", str(report), EXAMPLES],
+                       cwd=tmp_path, env=env, capture_output=True, text=True)
+    return p, report
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_report_of_a_pytest_run(tmp_path, bug):
+    p, report = run(tmp_path, bug)
+    assert p.returncode == (1 if bug else 0), p.stdout + p.stderr
+    r = json.loads((report / "report.json").read_text())
+    assert r["complete"] and r["exit_code"] == (1 if bug else 0)
+    ids = sorted(e["id"] for e in r["entries"])
+    assert ids == [f"test_assert_faithful.py::test_split_sinkhorn_faithful[{i}]" for i in range(3)]
+    for e in r["entries"]:
+        assert e["kind"] == "python" and e["op"] == "split_sinkhorn"
+        states = [c["state"] for c in e["cases"]]
+        assert states == (["fail"] if bug else ["pass"])
+        if bug:
+            assert "softmax_eps_in_sum" in e["cases"][0]["diagnosis"]
+            assert e["cases"][0]["repro"].startswith("mhc-verify compare mhc-failures/")
+    xml.dom.minidom.parse(str(report / "junit.xml"))  # well-formed
+    assert "split_sinkhorn" in (report / "report.html").read_text()
+    assert "test_split_sinkhorn_faithful" in (report / "report.md").read_text()
