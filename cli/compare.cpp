@@ -21,8 +21,12 @@ Run add_compare(CLI::App& app) {
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
-  app.add_option("files", st->spec.files, "mhc-fixture/1 HDF5 files (layout: fixtures/README.md)")
+  app.add_option("files", st->spec.files,
+                 "mhc-fixture/1 files (one case) or mhc-capture/1 files (many: a model's forward); "
+                 "layout: fixtures/README.md")
       ->required();
+  app.add_option("--case", st->spec.cases,
+                 "judge only the cases of these names in capture files (repeatable)");
   app.add_option("--error-model", st->model, "rigorous, probabilistic, empirical or standard")
       ->capture_default_str()
       ->check(CLI::IsMember(error_model_names()));

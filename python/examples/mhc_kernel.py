@@ -23,3 +23,8 @@ def split_sinkhorn(mixes, hc_scale, hc_base, n, iters=20, eps=1e-6):
         comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
         comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
     return pre, post, comb
+
+
+def hc_pre(x, pre_mix):
+    """x [T, n, d], pre_mix [T, n] -> y [T, d]: the sublayer's input, read from the streams."""
+    return (pre_mix.unsqueeze(-1) * x).sum(dim=-2)

@@ -17,7 +17,8 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["judge", "assert_faithful", "layout", "ops", "Judgement", "Stage", "Element"]
+__all__ = ["judge", "assert_faithful", "judge_file", "write_capture", "layout", "ops", "Judgement",
+           "Stage", "Element"]
 
 DEFAULT_SAVE_DIR = "mhc-failures"
 
@@ -72,6 +73,7 @@ class Judgement:
     table: str
     stages: List[Stage] = field(default_factory=list)
     zero_params: List[str] = field(default_factory=list)
+    name: str = ""  # the case's name in a capture file
 
     @property
     def passed(self) -> bool:
@@ -86,7 +88,8 @@ class Judgement:
     def message(self) -> str:
         """The report a failing assertion shows: verdict, worst element, stage table, diagnosis,
         REPRO."""
-        head = (f"mhc_verify: {self.op} ({self.tokens} tokens, {self.precision}, "
+        where = f" case {self.name!r}" if self.name else ""
+        head = (f"mhc_verify: {self.op}{where} ({self.tokens} tokens, {self.precision}, "
                 f"{self.error_model} error model): {self.state.upper()}")
         lines = [head]
         if self.first_divergent:
@@ -181,8 +184,38 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     pars, _ = _arrays("params", params)
     r = _core.judge(op, dict(config or {}), ins, outs, pars, precision, error_model, bf16,
                     save_dir or "", threads, diagnose, _recorder, _label)
+    return _judgement(r)
+
+
+def _judgement(r: dict) -> Judgement:
     stages = [Stage(**{**s, "worst": Element(**s["worst"])}) for s in r.pop("stages")]
     return Judgement(stages=stages, **r)
+
+
+def judge_file(path: str, cases: Optional[List[str]] = None, error_model: str = "standard",
+               threads: int = 0, diagnose: bool = True) -> List[Judgement]:
+    """Judges every case of a fixture file (mhc-fixture/1: one case) or capture file
+    (mhc-capture/1: many, e.g. a model's forward from mhc_verify.torch.capture), or only the
+    cases named. Each Judgement's REPRO line reruns its case with `mhc-verify compare`."""
+    return [_judgement(r) for r in _core.judge_file(str(path), list(cases or []), error_model,
+                                                    threads, diagnose, _recorder, _label)]
+
+
+def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
+                  producer: str = "mhc_verify.write_capture") -> None:
+    """Writes many cases as one mhc-capture/1 file (atomically). `cases` maps a case name (no
+    '/'; names sort in judging order) to a dict with the arguments of judge(): op, config,
+    inputs, params, outputs, precision."""
+    names, payload = [], []
+    for name, case in cases.items():
+        ins, _ = _arrays("inputs", case.get("inputs"))
+        outs, bf16 = _arrays("outputs", case.get("outputs"))
+        pars, _ = _arrays("params", case.get("params"))
+        names.append(str(name))
+        payload.append({"op": case["op"], "config": dict(case.get("config") or {}), "inputs": ins,
+                        "outputs": outs, "params": pars, "bf16": bf16,
+                        "precision": case.get("precision", "fp32")})
+    _core.write_capture(str(path), names, payload, producer)
 
 
 def assert_faithful(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],

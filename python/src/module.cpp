@@ -6,11 +6,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 
+#include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
@@ -153,37 +155,38 @@ py::dict element(const oracles::Element& e) {
   return d;
 }
 
-py::dict judge(const std::string& op_name, const py::dict& config, const py::dict& inputs,
-               const py::dict& outputs, const py::dict& params, const std::string& precision,
-               const std::string& error_model, const std::vector<std::string>& bf16_outputs,
-               const std::string& save_dir, unsigned threads, bool diagnose, Recorder* recorder,
-               const std::string& label) {
-  const oracles::Op op = oracles::op_from_name(op_name);
+struct Options {
   runner::Judging j;
-  j.model = oracles::error_model_from_name(error_model);
-  j.threads = threads;
-  j.diagnose = diagnose;
-  runner::TensorCase tc = runner::from_tensors(
-      header(op, config, oracles::precision_from_name(precision)), named(inputs, "inputs"),
-      named(params, "params"), named(outputs, "outputs", bf16_outputs));
-  runner::within_limits(tc.c, j.limits);
+  std::string save_dir, label;
+  Recorder* recorder = nullptr;
+};
+
+// Judges a case and returns the verdict as plain data (what mhc_verify.Judgement holds).
+py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
+                const std::vector<std::string>& bf16, const std::vector<std::string>& zero_params,
+                const Options& opt) {
   runner::Outcome o;
   {
     py::gil_scoped_release free;
-    o = runner::judge_outputs(tc.c, tc.outputs, j, tc.bf16);
+    o = runner::judge_outputs(c, got, opt.j, bf16);
   }
+  const std::string op = oracles::op_name(c.op), precision = oracles::precision_name(c.precision),
+                    model = oracles::error_model_name(opt.j.model);
   std::string saved, repro;
-  if (o.verdict.state == oracles::State::fail && !save_dir.empty()) {
-    saved = runner::save_case(save_dir, "python_" + op_name + "_" + case_key(tc.c, o.got), tc.c,
-                              o.got, "mhc_verify.judge (Python)");
+  if (c.origin == oracles::OpCase::Origin::file) {
+    repro = runner::repro(c, "", opt.j.model);  // the case is already a file
+  } else if (o.verdict.state == oracles::State::fail && !opt.save_dir.empty()) {
+    saved = runner::save_case(opt.save_dir, "python_" + op + "_" + case_key(c, o.got), c, o.got,
+                              "mhc_verify.judge (Python)");
     if (!saved.empty()) {
-      oracles::OpCase file = tc.c;
+      oracles::OpCase file = c;
       file.origin = oracles::OpCase::Origin::file;
       file.file = saved;
-      repro = runner::repro(file, "", j.model);
+      repro = runner::repro(file, "", opt.j.model);
     }
   }
-  if (recorder) recorder->add(label, tc.c, o, precision, error_model, repro);
+  if (o.verdict.state != oracles::State::fail) repro.clear();
+  if (opt.recorder) opt.recorder->add(opt.label, c, o, precision, model, repro);
   reports::Entry entry;
   entry.add_case(runner::record(o, 0, 0, repro));
   py::dict r;
@@ -194,11 +197,12 @@ py::dict judge(const std::string& op_name, const py::dict& config, const py::dic
   r["repro"] = repro;
   r["saved"] = saved;
   r["table"] = runner::stage_table(entry);
-  r["op"] = op_name;
-  r["tokens"] = tc.c.tokens;
+  r["op"] = op;
+  r["tokens"] = c.tokens;
   r["precision"] = precision;
-  r["error_model"] = error_model;
-  r["zero_params"] = tc.zero_params;
+  r["error_model"] = model;
+  r["zero_params"] = zero_params;
+  r["name"] = c.file_case;
   py::list stages;
   for (const auto& s : o.verdict.stages) {
     py::dict d;
@@ -221,6 +225,87 @@ py::dict judge(const std::string& op_name, const py::dict& config, const py::dic
   return r;
 }
 
+Options options(const std::string& error_model, const std::string& save_dir, unsigned threads,
+                bool diagnose, Recorder* recorder, const std::string& label) {
+  Options o;
+  o.j.model = oracles::error_model_from_name(error_model);
+  o.j.threads = threads;
+  o.j.diagnose = diagnose;
+  o.save_dir = save_dir;
+  o.recorder = recorder;
+  o.label = label;
+  return o;
+}
+
+runner::TensorCase tensor_case(const py::dict& k) {
+  const auto get = [&](const char* key) -> py::object {
+    return k.contains(key) ? py::object(k[key]) : py::object(py::dict());
+  };
+  const std::string precision = k.contains("precision") ? py::str(k["precision"]) : "fp32";
+  return runner::from_tensors(header(oracles::op_from_name(py::str(k["op"])), get("config"),
+                                     oracles::precision_from_name(precision)),
+                              named(get("inputs"), "inputs"), named(get("params"), "params"),
+                              named(get("outputs"), "outputs",
+                                    k.contains("bf16") ? k["bf16"].cast<std::vector<std::string>>()
+                                                       : std::vector<std::string>{}));
+}
+
+py::dict judge(const std::string& op_name, const py::dict& config, const py::dict& inputs,
+               const py::dict& outputs, const py::dict& params, const std::string& precision,
+               const std::string& error_model, const std::vector<std::string>& bf16_outputs,
+               const std::string& save_dir, unsigned threads, bool diagnose, Recorder* recorder,
+               const std::string& label) {
+  const Options opt = options(error_model, save_dir, threads, diagnose, recorder, label);
+  const runner::TensorCase tc = runner::from_tensors(
+      header(oracles::op_from_name(op_name), config, oracles::precision_from_name(precision)),
+      named(inputs, "inputs"), named(params, "params"), named(outputs, "outputs", bf16_outputs));
+  runner::within_limits(tc.c, opt.j.limits);
+  return judged(tc.c, tc.outputs, tc.bf16, tc.zero_params, opt);
+}
+
+// Every case of a fixture or capture file (only those named in `cases`, when given).
+py::list judge_file(const std::string& path, const std::vector<std::string>& cases,
+                    const std::string& error_model, unsigned threads, bool diagnose,
+                    Recorder* recorder, const std::string& label) {
+  const Options base = options(error_model, "", threads, diagnose, recorder, label);
+  std::vector<fixtures::Fixture> all;
+  try {
+    all = fixtures::read_fixtures(path);
+  } catch (const fixtures::FixtureError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  py::list out;
+  for (const auto& fx : all) {
+    if (!cases.empty() && !std::count(cases.begin(), cases.end(), fx.name)) continue;
+    runner::within_limits(fx.c, base.j.limits);
+    Options opt = base;
+    if (!fx.name.empty()) opt.label = label + "[" + fx.name + "]";
+    out.append(judged(fx.c, fx.outputs, fx.bf16, {}, opt));
+  }
+  return out;
+}
+
+// Writes many cases (dicts of op, config, inputs, params, outputs, precision, bf16) as one
+// mhc-capture/1 file, each checked as judge() checks its arrays.
+void write_capture(const std::string& path, const std::vector<std::string>& names,
+                   const py::list& cases, const std::string& producer) {
+  std::vector<fixtures::CaptureCase> out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    runner::TensorCase tc;
+    try {
+      tc = tensor_case(cases[i].cast<py::dict>());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("case '" + names[i] + "': " + e.what());
+    }
+    out.push_back({names[i], std::move(tc.c), std::move(tc.outputs), ""});
+  }
+  try {
+    fixtures::write_capture(path, out, producer);
+  } catch (const fixtures::FixtureError& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -236,6 +321,10 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_OSError, e.what());
     }
   });
+  m.def("judge_file", &judge_file, py::arg("path"), py::arg("cases"), py::arg("error_model"),
+        py::arg("threads"), py::arg("diagnose"), py::arg("recorder").none(true), py::arg("label"));
+  m.def("write_capture", &write_capture, py::arg("path"), py::arg("names"), py::arg("cases"),
+        py::arg("producer"));
   m.def("judge", &judge, py::arg("op"), py::arg("config"), py::arg("inputs"), py::arg("outputs"),
         py::arg("params"), py::arg("precision"), py::arg("error_model"), py::arg("bf16_outputs"),
         py::arg("save_dir"), py::arg("threads"), py::arg("diagnose"),

@@ -21,7 +21,7 @@ def run(tmp_path, bug):
 def test_faithful_kernel_passes(tmp_path):
     p = run(tmp_path, bug=False)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "6 passed" in p.stdout
+    assert "7 passed" in p.stdout
 
 
 def test_planted_bug_fails_only_assert_faithful(tmp_path):
@@ -30,6 +30,7 @@ def test_planted_bug_fails_only_assert_faithful(tmp_path):
     assert p.returncode == 1, out + p.stderr
     failed = [l for l in out.splitlines() if l.startswith("FAILED")]
     assert sum("test_assert_faithful.py::test_split_sinkhorn_faithful" in l for l in failed) == 3
+    assert any("test_model_capture.py::test_a_captured_forward_is_faithful" in l for l in failed)
     assert "DIAGNOSIS: matches the oracle with softmax_eps_in_sum" in out
     # one saved case per failing input, each named in its REPRO line
     repros = set(re.findall(r"REPRO: mhc-verify compare (mhc-failures/python_split_sinkhorn_\w+\.h5)", out))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/reports/curves.hpp"
@@ -19,70 +20,88 @@ int run_compare(const CompareSpec& spec, Session& session) {
   judging.limits = spec.limits;
   Progress progress("compare", long(spec.files.size()));
   int rc = 0;
-  for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
-    const std::string& f = spec.files[i];
-    const std::string shown = reports::clean_text(f);  // a name may hold newlines or escapes
-    reports::Entry& entry = session.report.entry("compare " + f);
+  std::set<std::string> unmatched(spec.cases.begin(), spec.cases.end());
+  // One case of a file: an entry of its own ("compare FILE", or "compare FILE --case NAME").
+  auto judge_case = [&](const fixtures::Fixture& fx, const std::string& f, std::size_t index) {
+    const std::string label = fx.name.empty() ? f : f + " --case " + fx.name;
+    const std::string shown = reports::clean_text(fx.name.empty() ? f : f + "[" + fx.name + "]");
+    reports::Entry& entry = session.report.entry("compare " + label);
     entry.kind = "compare";
     entry.error_model = oracles::error_model_name(spec.model);
+    entry.op = oracles::op_name(fx.c.op);
+    entry.precision = oracles::precision_name(fx.c.precision);
+    entry.settings = {{"n", std::to_string(fx.c.cfg.n)},
+                      {"d", std::to_string(fx.c.cfg.d)},
+                      {"iters", std::to_string(fx.c.cfg.iters)},
+                      {"tokens", std::to_string(fx.c.tokens)}};
+    if (!fx.producer.empty()) entry.facts.push_back({"producer", fx.producer});
+    for (const auto& name : fx.skipped)
+      std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", shown.c_str(),
+                   reports::clean_text(name).c_str());
     reports::CaseRecord rec;
-    rec.index = i;
-    rec.label = f;
-    try {
-      const auto fx = fixtures::read_fixture(f, spec.read_timeout);
-      try {
-        within_limits(fx.c, spec.limits);
-      } catch (const TooLarge& e) {
-        throw fixtures::FixtureError(f + ": too large to judge: " + e.what());
-      }
-      entry.op = oracles::op_name(fx.c.op);
-      entry.precision = oracles::precision_name(fx.c.precision);
-      entry.settings = {{"n", std::to_string(fx.c.cfg.n)},
-                        {"d", std::to_string(fx.c.cfg.d)},
-                        {"iters", std::to_string(fx.c.cfg.iters)},
-                        {"tokens", std::to_string(fx.c.tokens)}};
-      if (!fx.producer.empty()) entry.facts.push_back({"producer", fx.producer});
-      for (const auto& name : fx.skipped)
-        std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", f.c_str(),
-                     name.c_str());
-      if (fx.outputs.empty()) {
-        std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", shown.c_str(),
-                    entry.op.c_str(), fx.c.tokens);
-        rec.verdict.state = oracles::State::skipped;
-      } else {
-        const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.bf16);
-        const std::string line = repro(fx.c, "", spec.model);
-        const std::string label = rec.label;
-        rec = record(o, i, 0, line);
-        rec.label = label;
-        const auto& v = o.verdict;
-        double worst = 0;
-        std::string worst_stage;
-        for (const auto& s : v.stages)
-          if (s.state != oracles::State::skipped && s.ratio_max >= worst) {
-            worst = s.ratio_max;
-            worst_stage = s.stage;
-          }
-        const bool fail = v.state == oracles::State::fail;
-        if (fail) rc = std::max(rc, 1);
-        progress.done();
-        std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
-                    fail                              ? "FAIL"
-                    : v.state == oracles::State::pass ? "PASS"
-                                                      : "UNDECIDED",
-                    shown.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
-                    worst_stage.c_str(), fail ? "; first divergent stage " : "",
-                    fail ? v.first_divergent.c_str() : "");
-        if (fail) {
-          if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
-          std::printf("REPRO: %s\n", reports::clean_text(rec.repro).c_str());
+    rec.index = index;
+    rec.label = label;
+    if (fx.outputs.empty()) {
+      std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", shown.c_str(),
+                  entry.op.c_str(), fx.c.tokens);
+      rec.verdict.state = oracles::State::skipped;
+    } else {
+      const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.bf16);
+      rec = record(o, index, 0, repro(fx.c, "", spec.model));
+      rec.label = label;
+      const auto& v = o.verdict;
+      double worst = 0;
+      std::string worst_stage;
+      for (const auto& s : v.stages)
+        if (s.state != oracles::State::skipped && s.ratio_max >= worst) {
+          worst = s.ratio_max;
+          worst_stage = s.stage;
         }
-        if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs))
-          entry.sinkhorn.push_back(*curve);
+      const bool fail = v.state == oracles::State::fail;
+      if (fail) rc = std::max(rc, 1);
+      progress.done();
+      std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
+                  fail                              ? "FAIL"
+                  : v.state == oracles::State::pass ? "PASS"
+                                                    : "UNDECIDED",
+                  shown.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
+                  worst_stage.c_str(), fail ? "; first divergent stage " : "",
+                  fail ? v.first_divergent.c_str() : "");
+      if (fail) {
+        if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
+        std::printf("REPRO: %s\n", reports::clean_text(rec.repro).c_str());
+      }
+      if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs)) entry.sinkhorn.push_back(*curve);
+    }
+    entry.add_case(std::move(rec));
+    session.update();
+  };
+  for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
+    const std::string& f = spec.files[i];
+    try {
+      const auto all = fixtures::read_fixtures(f, spec.read_timeout);
+      for (const auto& fx : all) try {
+          within_limits(fx.c, spec.limits);
+        } catch (const TooLarge& e) {
+          throw fixtures::FixtureError(f + (fx.name.empty() ? "" : ": case '" + fx.name + "'") +
+                                       ": too large to judge: " + e.what());
+        }
+      for (std::size_t k = 0; k < all.size() && !session.stop(); ++k) {
+        if (!spec.cases.empty() &&
+            (all[k].name.empty() || !std::count(spec.cases.begin(), spec.cases.end(), all[k].name)))
+          continue;
+        unmatched.erase(all[k].name);
+        judge_case(all[k], f, k);
       }
     } catch (const fixtures::FixtureError& e) {
       std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(e.what()).c_str());
-      std::printf("INVALID %s\n", shown.c_str());
+      std::printf("INVALID %s\n", reports::clean_text(f).c_str());
+      reports::Entry& entry = session.report.entry("compare " + f);
+      entry.kind = "compare";
+      entry.error_model = oracles::error_model_name(spec.model);
+      reports::CaseRecord rec;
+      rec.index = i;
+      rec.label = f;
       oracles::StageVerdict sv;
       sv.stage = "file";
       sv.state = oracles::State::fail;
@@ -92,11 +111,16 @@ int run_compare(const CompareSpec& spec, Session& session) {
       rec.verdict.first_divergent = "file";
       rec.verdict.stages.push_back(sv);
       entry.facts.push_back({"error", e.what()});
+      entry.add_case(std::move(rec));
+      session.update();
       rc = 2;
     }
-    entry.add_case(std::move(rec));
-    session.update();
     progress.step(long(i + 1));
+  }
+  for (const auto& name : unmatched) {
+    std::fprintf(stderr, "mhc-verify: error: --case %s: no such case in the files given\n",
+                 reports::clean_text(name).c_str());
+    rc = 2;
   }
   progress.done();
   const auto& es = session.report.entries;
@@ -104,7 +128,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
     return std::count_if(es.begin(), es.end(),
                          [&](const reports::Entry& e) { return e.count(x) > 0; });
   };
-  std::printf("compare: %s (%zu files: %ld pass, %ld fail, %ld undecided or skipped)\n",
+  std::printf("compare: %s (%zu cases: %ld pass, %ld fail, %ld undecided or skipped)\n",
               rc == 0 ? "PASS" : "FAIL", es.size(), long(n(oracles::State::pass)),
               long(n(oracles::State::fail)),
               long(es.size()) - long(n(oracles::State::pass)) - long(n(oracles::State::fail)));

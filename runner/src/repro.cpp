@@ -50,7 +50,8 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
   const std::string model_flag =
       model == d.model ? "" : " --error-model " + oracles::error_model_name(model);
   if (c.origin == OpCase::Origin::file)
-    return "mhc-verify compare " + shell_quote(c.file) + model_flag;
+    return "mhc-verify compare " + shell_quote(c.file) +
+           (c.file_case.empty() ? "" : " --case " + shell_quote(c.file_case)) + model_flag;
   if (c.origin == OpCase::Origin::derived) return "";
   const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
   std::string r = "mhc-verify check --kernel " + shell_quote(kernel) + " --op " +

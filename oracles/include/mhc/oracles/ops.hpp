@@ -135,6 +135,7 @@ struct OpCase {
   enum class Origin { generated, file, derived };
   Origin origin = Origin::generated;
   std::string file;
+  std::string file_case;  // the case's name within a multi-case capture file
   const Tensor& input(const std::string& name) const;
   const Tensor& param(const std::string& name) const;
 };

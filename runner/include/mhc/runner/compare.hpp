@@ -13,6 +13,7 @@ namespace mhc::runner {
 
 struct CompareSpec {
   std::vector<std::string> files;
+  std::vector<std::string> cases;  // of capture files, only these names (empty: all)
   oracles::ErrorModel model = oracles::ErrorModel::standard;
   unsigned threads = 0, read_timeout = 60;
   bool diagnose = true;

@@ -1,0 +1,68 @@
+"""Capture files (mhc-capture/1): many cases in one file, written by write_capture (and by
+mhc_verify.torch.capture), judged by judge_file and by `mhc-verify compare`, one case selected by
+--case; bad captures are errors naming the case."""
+import subprocess
+
+import numpy as np
+import pytest
+
+import mhc_verify
+from conftest import BIN
+
+SMALL = ["--dim", "16", "--tokens", "3"]
+
+
+def case(capture, op):
+    config, inputs, params, outputs = capture(op, *SMALL)
+    return {"op": op, "config": config, "inputs": inputs, "params": params, "outputs": outputs}
+
+
+def test_a_capture_is_judged_case_by_case(capture, tmp_path):
+    path = tmp_path / "forward.h5"
+    cases = {f"{k}.{op}": case(capture, op) for k, op in enumerate(["mixes", "pre", "post"])}
+    wrong = cases["1.pre"]["outputs"]["y"]
+    wrong[0, 0] += 1.0
+    mhc_verify.write_capture(path, cases)
+    results = mhc_verify.judge_file(path)
+    assert [(r.name, r.passed) for r in results] == [("0.mixes", True), ("1.pre", False),
+                                                      ("2.post", True)]
+    assert results[1].repro == f"mhc-verify compare {path} --case 1.pre"
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 1 and "compare: FAIL (3 cases: 2 pass, 1 fail" in p.stdout, p.stdout
+    p = subprocess.run([BIN, "compare", str(path), "--case", "2.post"], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and "(1 cases: 1 pass" in p.stdout, p.stdout
+    p = subprocess.run([BIN, "compare", str(path), "--case", "9.nothing"], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "--case 9.nothing: no such case" in p.stderr
+    assert [r.name for r in mhc_verify.judge_file(path, cases=["2.post"])] == ["2.post"]
+
+
+def test_bad_captures_name_the_case(capture, tmp_path):
+    good = case(capture, "pre")
+    bad = dict(good, inputs={"x": good["inputs"]["x"][:, :2], "pre_mix": good["inputs"]["pre_mix"]})
+    with pytest.raises(ValueError, match=r"case 'b': inputs\['x'\]: shape"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {"a": good, "b": bad})
+    with pytest.raises(ValueError, match=r"case name 'a/b'"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {"a/b": good})
+    assert not (tmp_path / "c.h5").exists()
+
+
+def test_torch_capture_records_every_call_by_name(tmp_path):
+    torch = pytest.importorskip("torch")
+    import types
+
+    import mhc_verify.torch as mt
+    kernels = types.SimpleNamespace(pre=lambda x, pre_mix, scale=1.0: (pre_mix.unsqueeze(-1) * x).sum(-2))
+    path = tmp_path / "calls.h5"
+    x = torch.randn(2, 5, 4, 8, dtype=torch.float64)  # [B, T, n, d] flattens to 10 tokens
+    w = torch.rand(2, 5, 4, dtype=torch.float64)
+    site = mt.Site(kernels, "pre", op="pre", args=("x", "pre_mix"), returns=("y",), name="read")
+    original = kernels.pre
+    with mt.capture(path, [site], config={"dim": 8}):
+        for _ in range(3):
+            kernels.pre(x.float(), w.float(), 2.0)
+    assert kernels.pre is original  # restored
+    results = mhc_verify.judge_file(path)
+    assert [r.name for r in results] == ["0000.read.0", "0001.read.1", "0002.read.2"]
+    assert all(r.passed and r.tokens == 10 for r in results)
