@@ -16,7 +16,8 @@ def run(tmp_path, bug):
     env = dict(os.environ, MHC_EXAMPLE_BUG="1" if bug else "0")
     report = tmp_path / "report"
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                        "mhc_verify.pytest_plugin", "--mhc-report", str(report), EXAMPLES],
+                        "mhc_verify.pytest_plugin", "--mhc-report", str(report),
+                        "--rootdir", EXAMPLES, EXAMPLES],  # node ids relative to the folder
                        cwd=tmp_path, env=env, capture_output=True, text=True)
     return p, report
 
