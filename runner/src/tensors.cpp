@@ -67,7 +67,8 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
   };
   auto unknown = [&](const NamedTensors& given, const std::vector<oracles::NamedShape>& known,
                      const char* kind) {
-    for (const auto& [name, t] : given) {
+    for (const auto& entry : given) {
+      const std::string& name = entry.first;
       const bool ok = std::any_of(known.begin(), known.end(),
                                   [&](const oracles::NamedShape& k) { return k.name == name; });
       if (!ok)
@@ -110,7 +111,9 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
   std::set<std::string> needed;
   if (outputs.empty())
     bad("outputs", "none given (expected some of: " + names(layout.outputs) + ")");
-  for (auto& [name, t] : outputs) {
+  for (auto& entry : outputs) {
+    const std::string& name = entry.first;
+    Named& t = entry.second;
     const std::string where = "outputs['" + name + "']";
     std::vector<std::size_t> trailing;
     std::string stage = name;
