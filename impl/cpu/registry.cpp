@@ -20,7 +20,7 @@ const std::vector<const Backend*>& gpu_backends() {
 }
 
 const Backend* find_backend(const std::string& name) {
-  if (name.rfind("plugin:", 0) == 0) return &load_plugin(name.substr(7));
+  if (is_plugin(name)) return &load_plugin(name.substr(7));
   for (const Backend* b : backends())
     if (b->name == name) return b;
   for (const Backend* b : gpu_backends())

@@ -88,7 +88,7 @@ void run_boundary(const KernelConfig& k, std::size_t T, const BoundaryIn& in,
 
 Backend make(bool fused) {
   Backend b;
-  b.in_process = true;
+  b.device = true;
   b.name = fused ? "cuda-fused" : "cuda";
   b.description = fused ? "CUDA, single-pass fused boundary, projection on the tensor cores in "
                           "split tf32 (n = 4; others fall back to four launches)"

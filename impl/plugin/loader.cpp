@@ -2,7 +2,15 @@
 #include "mhc/impl/plugin.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,10 +74,38 @@ class Memory {
   std::vector<Buf> bufs_;
 };
 
+// A plug-in opened in this process only when a kernel of it runs here: in a worker process, or
+// in-process when it cannot be isolated. The harness itself reads the table in a child.
 struct Loaded {
-  void* handle = nullptr;
-  const mhc_plugin* table = nullptr;
+  std::string path, open_path;
   Backend backend;
+  std::mutex mu;
+  const mhc_plugin* loaded = nullptr;
+  const mhc_plugin* table() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!loaded) loaded = open_table(path, open_path);
+    return loaded;
+  }
+  // dlopen, the entry point and the table's checks; throws PluginError naming what is wrong.
+  static const mhc_plugin* open_table(const std::string& path, const std::string& open_path) {
+    void* h = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw PluginError("cannot load plug-in " + path + ": " + dlerror());
+    using Entry = const mhc_plugin* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(h, "mhc_plugin_v1"));
+    if (!entry)
+      throw PluginError(
+          "plug-in " + path +
+          " exports no mhc_plugin_v1 (see impl/plugin/include/mhc/plugin/mhc_plugin.h)");
+    const mhc_plugin* t = entry();
+    auto bad = [&](const std::string& why) { return PluginError("plug-in " + path + ": " + why); };
+    if (!t) throw bad("mhc_plugin_v1 returned NULL");
+    if (t->abi_version != MHC_PLUGIN_ABI_VERSION)
+      throw bad("ABI version " + std::to_string(t->abi_version) +
+                ", this harness speaks version " + std::to_string(MHC_PLUGIN_ABI_VERSION));
+    if (t->memory != MHC_MEMORY_HOST && t->memory != MHC_MEMORY_DEVICE)
+      throw bad("memory must be MHC_MEMORY_HOST or MHC_MEMORY_DEVICE");
+    return t;  // never closed: the table lives on
+  }
 };
 
 void check(const std::string& who, int rc, const char* err) {
@@ -79,70 +115,75 @@ void check(const std::string& who, int rc, const char* err) {
 }
 
 template <class F>
-void call(const Loaded& p, const char* op, bool present, F&& body) {
+void call(const Loaded& p, const mhc_plugin* t, const char* op, bool present, F&& body) {
   if (!present) throw NotCompiled("plug-in " + p.backend.name + " has no " + op + " entry point");
   char err[512] = {0};
-  Memory mem(p.table->memory == MHC_MEMORY_DEVICE);
+  Memory mem(t->memory == MHC_MEMORY_DEVICE);
   const int rc = body(mem, err, sizeof err);
   err[sizeof err - 1] = 0;
   check("plug-in " + p.backend.name + " " + op, rc, err);
   mem.finish();
 }
 
-Backend wrap(const Loaded& L) {
-  const Loaded* p = &L;
-  const mhc_plugin* t = L.table;
+Backend wrap(Loaded& L) {
+  Loaded* p = &L;
   Backend b;
   b.name = L.backend.name;
   b.description = L.backend.description;
-  b.mixes = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn,
+  b.mixes = [p](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn,
                    float* out) {
     const std::size_t nd = std::size_t(k.n) * std::size_t(k.d), M = std::size_t(k.mix());
-    call(*p, "mixes", t->mixes, [&](Memory& m, char* err, std::size_t n) {
+    const mhc_plugin* t = p->table();
+    call(*p, t, "mixes", t->mixes != nullptr, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->mixes(&c, m.in(x, T * nd), m.in(hc_fn, M * nd), m.out(out, T * M), err, n);
     });
   };
-  b.split_sinkhorn = [p, t](const KernelConfig& k, std::size_t T, const float* mixes,
+  b.split_sinkhorn = [p](const KernelConfig& k, std::size_t T, const float* mixes,
                             const float* scale, const float* base, float* pre, float* post,
                             float* comb) {
     const std::size_t n_ = std::size_t(k.n), M = std::size_t(k.mix());
-    call(*p, "split_sinkhorn", t->split_sinkhorn, [&](Memory& m, char* err, std::size_t n) {
+    const mhc_plugin* t = p->table();
+    call(*p, t, "split_sinkhorn", t->split_sinkhorn != nullptr, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->split_sinkhorn(&c, m.in(mixes, T * M), m.in(scale, 3), m.in(base, M),
                                m.out(pre, T * n_), m.out(post, T * n_), m.out(comb, T * n_ * n_),
                                err, n);
     });
   };
-  b.hc_pre = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix,
+  b.hc_pre = [p](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix,
                     float* y) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
-    call(*p, "hc_pre", t->hc_pre, [&](Memory& m, char* err, std::size_t n) {
+    const mhc_plugin* t = p->table();
+    call(*p, t, "hc_pre", t->hc_pre != nullptr, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->hc_pre(&c, m.in(x, T * n_ * d), m.in(pre_mix, T * n_), m.out(y, T * d), err, n);
     });
   };
-  b.hc_post = [p, t](const KernelConfig& k, std::size_t T, const float* f, const float* residual,
+  b.hc_post = [p](const KernelConfig& k, std::size_t T, const float* f, const float* residual,
                      const float* post, const float* comb, float* y) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
-    call(*p, "hc_post", t->hc_post, [&](Memory& m, char* err, std::size_t n) {
+    const mhc_plugin* t = p->table();
+    call(*p, t, "hc_post", t->hc_post != nullptr, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->hc_post(&c, m.in(f, T * d), m.in(residual, T * n_ * d), m.in(post, T * n_),
                         m.in(comb, T * n_ * n_), m.out(y, T * n_ * d), err, n);
     });
   };
-  b.rmsnorm = [p, t](const KernelConfig& k, std::size_t T, const float* x, const float* w,
+  b.rmsnorm = [p](const KernelConfig& k, std::size_t T, const float* x, const float* w,
                      float* y) {
     const std::size_t d = std::size_t(k.d);
-    call(*p, "rmsnorm", t->rmsnorm, [&](Memory& m, char* err, std::size_t n) {
+    const mhc_plugin* t = p->table();
+    call(*p, t, "rmsnorm", t->rmsnorm != nullptr, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       return t->rmsnorm(&c, m.in(x, T * d), m.in(w, d), m.out(y, T * d), err, n);
     });
   };
-  b.boundary = [p, t](const KernelConfig& k, std::size_t T, const BoundaryIn& in,
+  b.boundary = [p](const KernelConfig& k, std::size_t T, const BoundaryIn& in,
                       const BoundaryOut& out) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d), M = std::size_t(k.mix());
-    call(*p, "boundary", t->boundary, [&](Memory& m, char* err, std::size_t n) {
+    const mhc_plugin* t = p->table();
+    call(*p, t, "boundary", t->boundary != nullptr, [&](Memory& m, char* err, std::size_t n) {
       const mhc_config c = to_c(k, T);
       const mhc_boundary_in ci{m.in(in.f, T * d),        m.in(in.residual, T * n_ * d),
                                m.in(in.post, T * n_),    m.in(in.comb, T * n_ * n_),
@@ -157,47 +198,113 @@ Backend wrap(const Loaded& L) {
   return b;
 }
 
+
+// What the harness needs of a table, read in a forked child: a plug-in that crashes, exits or
+// hangs while it is opened ends that child only.
+struct Table {
+  bool device = false;
+  std::string name, description;
+};
+
+std::string died_of(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return std::string("SIG") + (name ? name : std::to_string(sig).c_str()) + " (" + strsignal(sig) +
+         ")";
+}
+
+Table read_table(const std::string& path, const std::string& open_path) {
+  constexpr double limit_s = 10;  // opening a plug-in takes milliseconds (a CUDA one, a second)
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw PluginError("cannot read plug-in " + path + ": pipe");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw PluginError("cannot read plug-in " + path + ": fork");
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string msg;
+    try {
+      const mhc_plugin* t = Loaded::open_table(path, open_path);
+      msg = std::string(t->memory == MHC_MEMORY_DEVICE ? "D" : "H") +
+            std::string(t->name ? t->name : "?").substr(0, 200) + '\0' +
+            std::string(t->description ? t->description : "").substr(0, 1000);
+    } catch (const std::exception& e) {
+      msg = std::string("E") + e.what();
+    }
+    for (std::size_t at = 0; at < msg.size();) {
+      const ssize_t w = ::write(fds[1], msg.data() + at, msg.size() - at);
+      if (w <= 0) break;
+      at += std::size_t(w);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  bool timed_out = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, int(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buf[4096];
+    const ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got <= 0) break;
+    if (msg.size() < 8192) msg.append(buf, std::size_t(got));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const std::string reading = "plug-in " + path + " ";
+  if (timed_out)
+    throw PluginError(reading + "took longer than its time limit of 10 s while its table was " +
+                      "read: killed");
+  if (WIFSIGNALED(status))
+    throw PluginError(reading + "died of " + died_of(WTERMSIG(status)) +
+                      " while its table was read");
+  if (msg.empty())
+    throw PluginError(reading + "ended its process (exit code " +
+                      std::to_string(WEXITSTATUS(status)) + ") while its table was read");
+  if (msg[0] == 'E') throw PluginError(msg.substr(1));
+  Table t;
+  t.device = msg[0] == 'D';
+  const std::size_t nul = msg.find('\0');
+  t.name = msg.substr(1, nul == std::string::npos ? std::string::npos : nul - 1);
+  if (nul != std::string::npos) t.description = msg.substr(nul + 1);
+  return t;
+}
+
 }  // namespace
 
 const Backend& load_plugin(const std::string& path) {
   static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<Loaded>> loaded;  // never unloaded: tables live on
+  static std::map<std::string, std::unique_ptr<Loaded>> loaded;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = loaded.find(path); it != loaded.end()) return it->second->backend;
   // A bare file name would make dlopen search the library path; the user means this file.
   const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
-  void* h = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) throw PluginError("cannot load plug-in " + path + ": " + dlerror());
-  using Entry = const mhc_plugin* (*)();
-  auto entry = reinterpret_cast<Entry>(dlsym(h, "mhc_plugin_v1"));
-  if (!entry) {
-    dlclose(h);
-    throw PluginError(
-        "plug-in " + path +
-        " exports no mhc_plugin_v1 (see impl/plugin/include/mhc/plugin/mhc_plugin.h)");
-  }
-  const mhc_plugin* t = entry();
-  auto bad = [&](const std::string& why) {
-    dlclose(h);
-    return PluginError("plug-in " + path + ": " + why);
-  };
-  if (!t) throw bad("mhc_plugin_v1 returned NULL");
-  if (t->abi_version != MHC_PLUGIN_ABI_VERSION)
-    throw bad("ABI version " + std::to_string(t->abi_version) + ", this harness speaks version " +
-              std::to_string(MHC_PLUGIN_ABI_VERSION));
-  if (t->memory != MHC_MEMORY_HOST && t->memory != MHC_MEMORY_DEVICE)
-    throw bad("memory must be MHC_MEMORY_HOST or MHC_MEMORY_DEVICE");
-  if (t->memory == MHC_MEMORY_DEVICE && cuda_device_count() == 0)
-    throw bad("it takes device memory and there is no CUDA device here");
+  const Table t = read_table(path, open_path);
+  if (t.device && cuda_device_count() == 0)
+    throw PluginError("plug-in " + path +
+                      ": it takes device memory and there is no CUDA device here");
   auto L = std::make_unique<Loaded>();
-  L->handle = h;
-  L->table = t;
-  L->backend.name = "plugin:" + path;
-  L->backend.description =
-      std::string(t->name ? t->name : "?") + ": " + (t->description ? t->description : "");
+  L->path = path;
+  L->open_path = open_path;
   L->backend = wrap(*L);
   L->backend.name = "plugin:" + path;
-  L->backend.device = t->memory == MHC_MEMORY_DEVICE;
+  L->backend.description = t.name + ": " + t.description;
+  L->backend.device = t.device;
   return (loaded[path] = std::move(L))->backend;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/impl/plugin.hpp"
 #include "mhc/runner/fuzz.hpp"
 
 #include "mhc/fixtures/fixture.hpp"
@@ -156,7 +157,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   };
   Judging judging;
   judging.threads = 1;
-  judging.isolate = st->isolate;
+  judging.isolate =  // as in the gate: with a plug-in, ours too
+      st->isolate || std::any_of(st->kernels.begin(), st->kernels.end(), impl::is_plugin);
   judging.kernel_seconds = st->kernel_seconds;
   judging.limits = st->limits;
   std::vector<long> skipped(st->kernels.size(), 0);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/impl/plugin.hpp"
 #include "mhc/runner/gate.hpp"
 
 #include "mhc/impl/kernels.hpp"
@@ -313,6 +314,9 @@ int GatePlan::run(Session& session) const {
   const Suite& suite = d_->suite;
   const std::vector<std::string>& kernels = d_->kernels;
   const json& base = d_->base;
+  // With a plug-in among them, ours are isolated too: this process then never holds the CUDA
+  // context that would keep a plug-in on the GPU out of its worker.
+  const bool isolate = st->isolate || std::any_of(kernels.begin(), kernels.end(), impl::is_plugin);
   std::vector<CheckSpec> specs;
   for (const auto& k : kernels)
     for (const auto& op : suite.ops)
@@ -329,7 +333,7 @@ int GatePlan::run(Session& session) const {
           c.cases = suite.cases;
           c.seed = suite.seed;
           c.threads = st->threads;
-          c.isolate = st->isolate;
+          c.isolate = isolate;
           c.kernel_seconds = st->kernel_seconds;
           c.limits = st->limits;
           c.save_dir = "";

@@ -1,3 +1,4 @@
+#include "mhc/impl/plugin.hpp"
 #include "mhc/runner/judge.hpp"
 
 #include <algorithm>
@@ -154,15 +155,14 @@ Ran run(const impl::Backend& b, const oracles::OpCase& c, unsigned threads) {
 }
 
 Ran run(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
-  const bool theirs = b.name.rfind("plugin:", 0) == 0;
-  if ((theirs || j.isolate) && !b.in_process) {
+  if (impl::is_plugin(b.name) || j.isolate) {
     if (!b.device || !impl::cuda_in_use()) return run_in_worker(b, c, j.threads, j);
     static bool told = false;
     if (!told)
       std::fprintf(stderr,
-                   "mhc-verify: warning: %s takes device memory and this process already holds "
-                   "a CUDA context (it ran our CUDA kernels): it runs in this process, unprotected "
-                   "(run it apart from the CUDA kernels to isolate it)\n",
+                   "mhc-verify: warning: %s needs the GPU and this process already holds a CUDA "
+                   "context (an earlier run in it used our CUDA kernels unisolated): it runs in "
+                   "this process, unprotected\n",
                    reports::clean_text(b.name).c_str());
     told = true;
   }

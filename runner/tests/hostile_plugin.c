@@ -4,7 +4,8 @@
  * the harness), ignore (ignores SIGINT and SIGTERM, then hangs), or nothing (a faithful hc_pre).
  * The harness must fail that case with what happened and go on. With MHC_HOSTILE_DEVICE set it
  * takes device memory and computes nothing (its outputs stay unwritten): a crashing device
- * plug-in (gpu_plugin.sh). */
+ * plug-in (gpu_plugin.sh). MHC_HOSTILE_LOAD (segv, abort, exit0, hang) misbehaves in
+ * mhc_plugin_v1 instead, while the harness reads the table. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,6 +82,12 @@ static mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
                            NULL};
 
 const mhc_plugin* mhc_plugin_v1(void) {
+  const char* load = getenv("MHC_HOSTILE_LOAD");
+  if (load && !strcmp(load, "segv")) *(volatile int*)(uintptr_t)16 = 1;
+  if (load && !strcmp(load, "abort")) abort();
+  if (load && !strcmp(load, "exit0")) exit(0);
+  if (load && !strcmp(load, "hang"))
+    for (;;) pause();
   if (getenv("MHC_HOSTILE_DEVICE")) table.memory = MHC_MEMORY_DEVICE;
   return &table;
 }

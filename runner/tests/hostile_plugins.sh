@@ -20,6 +20,17 @@ for mode in segv:SIGSEGV abort:SIGABRT fpe:SIGFPE stack:SIGSEGV hang:"time limit
   grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "$name: the other cases did not pass"
   echo "ok: $name"
 done
+# Misbehaving while its table is read: the harness says so and exits 2, the way it does for a
+# plug-in that cannot be loaded. (A hang there is killed after 10 s: not run here, for time.)
+for mode in segv:SIGSEGV abort:SIGABRT exit0:"ended its process (exit code 0)"; do
+  name=${mode%%:*} want=${mode#*:}
+  MHC_HOSTILE_LOAD=$name timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "load $name: exit $rc, expected 2"
+  grep -q "plug-in $plugin .*$want.* while its table was read" "$d/out" ||
+    fail "load $name: no error naming the plug-in and '$want'"
+  echo "ok: load $name"
+done
 printf 'kernels plugin:%s\nops pre\ncases 3\ntokens 2\ndim 8\n' "$plugin" > "$d/suite"
 MHC_HOSTILE=none "$bin" gate --suite "$d/suite" --baseline "$d/base.json" --update > "$d/out" 2>&1 ||
   fail "recording the baseline"

@@ -93,11 +93,8 @@ struct Backend {
   std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
                      const float* x, const float* pre_mix, const BlockWeights&, const BlockStages&)>
       block;
-  // Ours on the GPU (the CUDA backends): run in the harness's process, which then holds a CUDA
-  // context.
-  bool in_process = false;
-  // Takes device memory (a plug-in's MHC_MEMORY_DEVICE): a worker process forked from the
-  // harness can run it only while the harness holds no CUDA context (cuda_in_use()).
+  // Needs a CUDA context (ours on the GPU, a plug-in's MHC_MEMORY_DEVICE): a worker process
+  // forked from the harness can run it only while the harness itself holds none (cuda_in_use()).
   bool device = false;
 };
 

@@ -49,8 +49,8 @@ struct Judging {
   bool diagnose = true;  // on a failure, look for the catalogued deviation that explains it
   // Kernels that are not ours (plug-ins), and ours too with `isolate`, run in a worker process
   // with these limits: a crash, a hang, exit() or exhausted memory fail the case, not the run.
-  // (Our CUDA kernels run in the harness's process: Backend::in_process. A device-memory
-  // plug-in runs in a worker unless the harness already holds a CUDA context.)
+  // A kernel that needs the GPU runs in a worker only while this process holds no CUDA context:
+  // a run that judges a plug-in isolates all its kernels, so that ours never create one here.
   bool isolate = false;
   double kernel_seconds = 60;  // per case
   Limits limits;
