@@ -100,8 +100,8 @@ struct Loaded {
     auto bad = [&](const std::string& why) { return PluginError("plug-in " + path + ": " + why); };
     if (!t) throw bad("mhc_plugin_v1 returned NULL");
     if (t->abi_version != MHC_PLUGIN_ABI_VERSION)
-      throw bad("ABI version " + std::to_string(t->abi_version) +
-                ", this harness speaks version " + std::to_string(MHC_PLUGIN_ABI_VERSION));
+      throw bad("ABI version " + std::to_string(t->abi_version) + ", this harness speaks version " +
+                std::to_string(MHC_PLUGIN_ABI_VERSION));
     if (t->memory != MHC_MEMORY_HOST && t->memory != MHC_MEMORY_DEVICE)
       throw bad("memory must be MHC_MEMORY_HOST or MHC_MEMORY_DEVICE");
     return t;  // never closed: the table lives on
@@ -131,7 +131,7 @@ Backend wrap(Loaded& L) {
   b.name = L.backend.name;
   b.description = L.backend.description;
   b.mixes = [p](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn,
-                   float* out) {
+                float* out) {
     const std::size_t nd = std::size_t(k.n) * std::size_t(k.d), M = std::size_t(k.mix());
     const mhc_plugin* t = p->table();
     call(*p, t, "mixes", t->mixes != nullptr, [&](Memory& m, char* err, std::size_t n) {
@@ -140,19 +140,20 @@ Backend wrap(Loaded& L) {
     });
   };
   b.split_sinkhorn = [p](const KernelConfig& k, std::size_t T, const float* mixes,
-                            const float* scale, const float* base, float* pre, float* post,
-                            float* comb) {
+                         const float* scale, const float* base, float* pre, float* post,
+                         float* comb) {
     const std::size_t n_ = std::size_t(k.n), M = std::size_t(k.mix());
     const mhc_plugin* t = p->table();
-    call(*p, t, "split_sinkhorn", t->split_sinkhorn != nullptr, [&](Memory& m, char* err, std::size_t n) {
-      const mhc_config c = to_c(k, T);
-      return t->split_sinkhorn(&c, m.in(mixes, T * M), m.in(scale, 3), m.in(base, M),
-                               m.out(pre, T * n_), m.out(post, T * n_), m.out(comb, T * n_ * n_),
-                               err, n);
-    });
+    call(*p, t, "split_sinkhorn", t->split_sinkhorn != nullptr,
+         [&](Memory& m, char* err, std::size_t n) {
+           const mhc_config c = to_c(k, T);
+           return t->split_sinkhorn(&c, m.in(mixes, T * M), m.in(scale, 3), m.in(base, M),
+                                    m.out(pre, T * n_), m.out(post, T * n_),
+                                    m.out(comb, T * n_ * n_), err, n);
+         });
   };
   b.hc_pre = [p](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix,
-                    float* y) {
+                 float* y) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
     const mhc_plugin* t = p->table();
     call(*p, t, "hc_pre", t->hc_pre != nullptr, [&](Memory& m, char* err, std::size_t n) {
@@ -161,7 +162,7 @@ Backend wrap(Loaded& L) {
     });
   };
   b.hc_post = [p](const KernelConfig& k, std::size_t T, const float* f, const float* residual,
-                     const float* post, const float* comb, float* y) {
+                  const float* post, const float* comb, float* y) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
     const mhc_plugin* t = p->table();
     call(*p, t, "hc_post", t->hc_post != nullptr, [&](Memory& m, char* err, std::size_t n) {
@@ -170,8 +171,7 @@ Backend wrap(Loaded& L) {
                         m.in(comb, T * n_ * n_), m.out(y, T * n_ * d), err, n);
     });
   };
-  b.rmsnorm = [p](const KernelConfig& k, std::size_t T, const float* x, const float* w,
-                     float* y) {
+  b.rmsnorm = [p](const KernelConfig& k, std::size_t T, const float* x, const float* w, float* y) {
     const std::size_t d = std::size_t(k.d);
     const mhc_plugin* t = p->table();
     call(*p, t, "rmsnorm", t->rmsnorm != nullptr, [&](Memory& m, char* err, std::size_t n) {
@@ -180,7 +180,7 @@ Backend wrap(Loaded& L) {
     });
   };
   b.boundary = [p](const KernelConfig& k, std::size_t T, const BoundaryIn& in,
-                      const BoundaryOut& out) {
+                   const BoundaryOut& out) {
     const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d), M = std::size_t(k.mix());
     const mhc_plugin* t = p->table();
     call(*p, t, "boundary", t->boundary != nullptr, [&](Memory& m, char* err, std::size_t n) {
@@ -197,7 +197,6 @@ Backend wrap(Loaded& L) {
   };
   return b;
 }
-
 
 // What the harness needs of a table, read in a forked child: a plug-in that crashes, exits or
 // hangs while it is opened ends that child only.

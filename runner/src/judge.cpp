@@ -1,5 +1,5 @@
-#include "mhc/impl/plugin.hpp"
 #include "mhc/runner/judge.hpp"
+#include "mhc/impl/plugin.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -16,7 +16,9 @@ struct PluginError : std::runtime_error {
 };
 
 // A kernel name "plugin:PATH": a user's kernel, always judged in a worker process.
-inline bool is_plugin(const std::string& kernel) { return kernel.rfind("plugin:", 0) == 0; }
+inline bool is_plugin(const std::string& kernel) {
+  return kernel.rfind("plugin:", 0) == 0;
+}
 
 // Loads PATH once (later calls return the same Backend). Throws PluginError.
 const Backend& load_plugin(const std::string& path);
