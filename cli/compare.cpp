@@ -1,5 +1,7 @@
 // mhc-verify compare (judge captured fixtures) and capture (write one from our kernels).
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -59,12 +61,17 @@ Run add_compare(CLI::App& app) {
 Run add_capture(CLI::App& app) {
   struct State : CaseFlags {
     std::string out;
+    bool captured_sublayers = false;
     reports::Outputs reports;
   };
   auto st = std::make_shared<State>();
   st->spec.tokens = 4;
   st->add(app, "kernel whose outputs are captured");
   app.add_option("--out", st->out, "the fixture file to write")->required();
+  app.add_flag("--captured-sublayers", st->captured_sublayers,
+               "block, stack: write the case as a model's capture would be, its sublayers black "
+               "boxes (config sublayers = captured): the mHC params and norms only, each "
+               "sublayer's output in the trace");
   add_limit_options(app, st->spec.limits);
   add_report_options(app, st->reports);
   app.footer(
@@ -88,9 +95,22 @@ Run add_capture(CLI::App& app) {
       session.finish(2);
       throw std::runtime_error(ran.verdict.stages.at(0).reason);
     }
-    fixtures::write_fixture(st->out, c, ran.got,
+    oracles::OpCase written = c;
+    if (st->captured_sublayers) {
+      if (!oracles::op_spec(c.op).whole)
+        throw std::invalid_argument("--captured-sublayers: only block and stack have sublayers");
+      written.block.captured_sublayers = true;
+      const auto keep = oracles::case_layout(written).params;
+      for (auto it = written.params.begin(); it != written.params.end();)
+        it = std::any_of(keep.begin(), keep.end(),
+                         [&](const oracles::NamedShape& k) { return k.name == it->first; })
+                 ? std::next(it)
+                 : written.params.erase(it);
+    }
+    fixtures::write_fixture(st->out, written, ran.got,
                             "mhc-verify capture --kernel " + runner::shell_quote(spec.kernel) +
-                                " --op " + st->op + " --seed " + std::to_string(spec.seed));
+                                " --op " + st->op + " --seed " + std::to_string(spec.seed) +
+                                (st->captured_sublayers ? " --captured-sublayers" : ""));
     std::printf("capture: wrote %s (%s, %zu tokens, kernel %s)\n", st->out.c_str(), st->op.c_str(),
                 c.tokens, spec.kernel.c_str());
     return session.finish(0);

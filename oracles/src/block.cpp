@@ -79,6 +79,7 @@ ref::BlockParams block_params(const OpCase& c, int layer) {
   b.ffn_hc_scale = w("ffn/hc_scale");
   b.attn_norm = w("attn_norm/weight");
   b.ffn_norm = w("ffn_norm/weight");
+  if (c.block.captured_sublayers) return b;  // the sublayers' weights are not read
   b.wq = w("attn/wq");
   b.wk = w("attn/wk");
   b.wv = w("attn/wv");

@@ -64,6 +64,8 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
   }
   if (c.op == Op::block || c.op == Op::stack)
     for (const auto& sem : block_deviation_catalogue()) {
+      // Inside a captured sublayer: nothing of the case depends on it.
+      if (c.block.captured_sublayers && (!sem.causal || !sem.normalise_routing)) continue;
       OpCase alt = c;
       alt.block.sem = sem;
       alternatives.push_back(std::move(alt));

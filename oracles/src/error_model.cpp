@@ -109,7 +109,8 @@ RoutingPlan plan_routing(const OpCase& c, const std::vector<ref::Routing<bnd::Bo
   RoutingPlan plan;
   plan.forced.assign(routings.size(), std::vector<int>(N * K, -1));
   plan.unknown.assign(routings.size(), {});
-  if (c.block.top_k >= c.block.experts) return plan;  // every expert chosen: nothing to decide
+  // Every expert chosen, or the FFN's output captured: no routing to decide.
+  if (c.block.top_k >= c.block.experts || c.block.captured_sublayers) return plan;
   for (std::size_t l = 0; l < routings.size(); ++l) {
     const Stage<float>* chosen = nullptr;
     if (kernel)
@@ -163,11 +164,11 @@ void mark_undecidable(const OpCase& c, const RoutingPlan& plan, Trace<bnd::Bound
 
 Trace<bnd::Bounded> block_oracle(const OpCase& c, const bnd::Model& m, const RoutingPlan* plan,
                                  std::vector<ref::Routing<bnd::Bounded>>* routings,
-                                 const Trace<float>* anchor) {
+                                 const Trace<float>* anchor, unsigned threads = 1) {
   const std::vector<std::vector<int>> none;
   return evaluate_block<bnd::Bounded>(
       c, [&m](std::size_t) { return bnd::ModelScope(m); }, routings,
-      plan && plan->any_forced ? plan->forced : none, anchor);
+      plan && plan->any_forced ? plan->forced : none, anchor, threads);
 }
 
 }  // namespace
@@ -185,11 +186,11 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
     bnd::Model prob = rig;
     prob.probabilistic = true;
     std::vector<ref::Routing<bnd::Bounded>> routings;
-    Trace<bnd::Bounded> t = block_oracle(c, rig, nullptr, &routings, kernel);
+    Trace<bnd::Bounded> t = block_oracle(c, rig, nullptr, &routings, kernel, threads);
     const RoutingPlan plan = plan_routing(c, routings, kernel);
-    if (plan.any_forced) t = block_oracle(c, rig, &plan, nullptr, kernel);
+    if (plan.any_forced) t = block_oracle(c, rig, &plan, nullptr, kernel, threads);
     if (model == ErrorModel::probabilistic || model == ErrorModel::standard) {
-      const Trace<bnd::Bounded> p = block_oracle(c, prob, &plan, nullptr, kernel);
+      const Trace<bnd::Bounded> p = block_oracle(c, prob, &plan, nullptr, kernel, threads);
       for (std::size_t s = 0; s < t.size(); ++s)
         if (model == ErrorModel::probabilistic ||
             standard_model(c.op, t[s].name) == ErrorModel::probabilistic)

@@ -1,5 +1,6 @@
 // The ops' names and outputs, and a Case's named tensors: what readers of fixtures need, kept
 // apart from the oracle (the fixture reader's fuzz target links this file alone).
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -181,6 +182,24 @@ std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config
   return out;
 }
 
+namespace {
+
+// A layer's params that a Block reads: with captured sublayers only the mHC boundaries' and the
+// norms'.
+std::vector<TensorSpec> layer_params_read(const ref::BlockConfig& b) {
+  std::vector<TensorSpec> params = layer_params();
+  if (b.captured_sublayers)
+    params.erase(std::remove_if(params.begin(), params.end(),
+                                [](const TensorSpec& p) {
+                                  return p.name.find("/hc_") == std::string::npos &&
+                                         p.name.find("_norm/") == std::string::npos;
+                                }),
+                 params.end());
+  return params;
+}
+
+}  // namespace
+
 Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens) {
   auto count = [&](const std::vector<TensorSpec>& ts, double times) {
     double sum = 0;
@@ -196,7 +215,7 @@ Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, d
   Elements e;
   e.inputs = count(spec.inputs, tokens);
   if (spec.whole) {
-    e.params = count(layer_params(), layers) + (op == Op::stack ? double(c.d) : 0.0);
+    e.params = count(layer_params_read(b), layers) + (op == Op::stack ? double(c.d) : 0.0);
     e.stages = count(block_stages(), tokens * layers) +
                (op == Op::stack ? count(final_stages(), tokens) : 0.0);
   } else {
@@ -221,16 +240,28 @@ CaseLayout case_layout(const OpCase& c) {
     return s;
   }
   s.leading = 2;
+  const std::vector<TensorSpec> params = layer_params_read(c.block);
   if (c.op == Op::block) {
-    s.params = specs(t.params, "");
+    s.params = specs(params, "");
   } else {
     for (int l = 0; l < c.block.layers; ++l) {
-      const auto layer = specs(t.params, "layers/" + std::to_string(l) + "/");
+      const auto layer = specs(params, "layers/" + std::to_string(l) + "/");
       s.params.insert(s.params.end(), layer.begin(), layer.end());
     }
     s.params.push_back({"final_norm/weight", {std::size_t(c.cfg.d)}});
   }
   return s;
+}
+
+std::vector<std::string> given_stages(const OpCase& c) {
+  std::vector<std::string> v;
+  if (!op_spec(c.op).whole || !c.block.captured_sublayers) return v;
+  for (int l = 0; l < c.block.layers; ++l) {
+    const std::string p = c.op == Op::stack ? "L" + std::to_string(l) + "." : "";
+    v.push_back(p + "attn.out");
+    v.push_back(p + "ffn.out");
+  }
+  return v;
 }
 
 std::vector<std::size_t> stage_trailing(const OpCase& c, const std::string& stage) {

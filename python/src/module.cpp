@@ -109,11 +109,17 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
       block.route_scale = value.cast<double>();
     else if (k == "layers")
       block.layers = whole();
-    else
+    else if (k == "sublayers") {
+      const std::string v = py::str(value);
+      if (v != "reference" && v != "captured")
+        throw std::invalid_argument("config['sublayers']: '" + v +
+                                    "', expected 'reference' or 'captured'");
+      block.captured_sublayers = v == "captured";
+    } else
       throw std::invalid_argument("config['" + k +
                                   "']: unknown (expected hc_mult, dim, sinkhorn_iters, hc_eps, "
                                   "norm_eps; for block and stack heads, head_dim, experts, "
-                                  "top_k, inter, route_scale, layers)");
+                                  "top_k, inter, route_scale, layers, sublayers)");
   }
   if (const auto why = ref::validate(cfg, block); !why.empty())
     throw std::invalid_argument("config: " + why);

@@ -30,7 +30,8 @@ def capture(tmp_path_factory):
             subprocess.run([BIN, "capture", "--op", op, "--out", str(path), *options], check=True,
                            capture_output=True)
             with h5py.File(path, "r") as f:
-                config = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["config"].attrs.items()}
+                config = {k: (v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v)
+                          for k, v in f["config"].attrs.items()}
                 outputs = {k: v for k, v in _walk(f["outputs"]).items() if not k.startswith("trace/")}
                 outputs.update({k[len("trace/"):]: v for k, v in _walk(f["outputs"]).items()
                                 if k.startswith("trace/")})

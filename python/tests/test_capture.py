@@ -66,3 +66,63 @@ def test_torch_capture_records_every_call_by_name(tmp_path):
     results = mhc_verify.judge_file(path)
     assert [r.name for r in results] == ["0000.read.0", "0001.read.1", "0002.read.2"]
     assert all(r.passed and r.tokens == 10 for r in results)
+
+
+STACK = ["--layers", "2", "--tokens", "3", "--batch", "2", "--dim", "16", "--heads", "2",
+         "--head-dim", "4", "--experts", "4", "--top-k", "2", "--inter", "8",
+         "--captured-sublayers"]
+
+
+def test_captured_sublayers_are_given_and_the_mhc_around_them_judged(capture):
+    config, inputs, params, outputs = capture("stack", *STACK)
+    assert config["sublayers"] == "captured" and "layers/0/attn/wq" not in params
+    r = mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
+    assert r.passed and "L1.x_out" in {s.stage for s in r.stages}
+    assert not {"L0.attn.out", "L1.ffn.out"} & {s.stage for s in r.stages}
+    outputs["L0.attn.normed"][0, 1, 3] *= 1.001
+    r = mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
+    assert r.first_divergent == "L0.attn.normed"
+    del outputs["L1.ffn.out"]
+    with pytest.raises(ValueError, match=r"outputs\['L1.ffn.out'\]: missing"):
+        mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
+
+
+def blocks_model():
+    torch = pytest.importorskip("torch")
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import mhc_blocks
+    import mhc_verify.torch as mt
+    model = mhc_blocks.Model(layers=2)
+    blocks = [mt.Block(b, b.attn, b.ffn, b.mhc_params()) for b in model.blocks]
+    x = torch.randn(2, 4, mhc_blocks.N, mhc_blocks.D, generator=torch.Generator().manual_seed(3))
+    return torch, mt, model, blocks, x
+
+
+def test_capture_blocks_splits_a_forward_into_parts_of_tokens(tmp_path):
+    torch, mt, model, blocks, x = blocks_model()
+    path = tmp_path / "parts.h5"
+    with torch.no_grad(), mt.capture_blocks(path, blocks, {"hc_mult": 4, "dim": 16},
+                                            final_norm=model.final_norm.weight,
+                                            final=model.final_norm, tokens_per_case=3):
+        model(x[0])
+    results = mhc_verify.judge_file(path)
+    assert [(r.name, r.tokens, r.passed) for r in results] == [
+        ("forward.0.tokens000000-000002", 3, True), ("forward.0.tokens000003-000003", 1, True)]
+
+
+def test_capture_blocks_keeps_the_forwards_that_completed(tmp_path):
+    torch, mt, model, blocks, x = blocks_model()
+    path = tmp_path / "raised.h5"
+
+    def broken(mod, args, out):
+        raise RuntimeError("the model's own error")
+
+    with pytest.raises(RuntimeError, match="the model's own error"), torch.no_grad(), \
+            mt.capture_blocks(path, blocks, {"hc_mult": 4, "dim": 16},
+                              final_norm=model.final_norm.weight, tokens_per_case=None):
+        model(x[0])
+        model.blocks[1].ffn.register_forward_hook(broken)
+        model(x[1])
+    assert [(r.name, r.passed) for r in mhc_verify.judge_file(path)] == [("forward.0", True)]

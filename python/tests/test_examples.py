@@ -21,7 +21,7 @@ def run(tmp_path, bug):
 def test_faithful_kernel_passes(tmp_path):
     p = run(tmp_path, bug=False)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "7 passed" in p.stdout
+    assert "8 passed" in p.stdout
 
 
 def test_planted_bug_fails_only_assert_faithful(tmp_path):

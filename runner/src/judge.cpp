@@ -29,9 +29,12 @@ Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& 
   if (op == oracles::Op::block || op == oracles::Op::stack) {
     // Per token and layer: two projections to mixes, q/k/v/o, attention over the sequence's
     // positions, the router, the chosen and the shared experts.
+    // Captured sublayers: the projections alone.
     const double hd = double(b.heads) * b.head_dim, positions = tokens / std::max(batch, 1.0);
-    const double layer = 2 * M * nd + 4 * d * hd + 2 * positions * hd + double(b.experts) * d +
-                         (double(b.top_k) + 1) * 3 * double(b.inter) * d;
+    const double layer = b.captured_sublayers ? 2 * M * nd
+                                              : 2 * M * nd + 4 * d * hd + 2 * positions * hd +
+                                                    double(b.experts) * d +
+                                                    (double(b.top_k) + 1) * 3 * double(b.inter) * d;
     cost.operations =
         tokens * layer * (op == oracles::Op::stack ? b.layers : 1) + 4 * (e.inputs + e.stages);
   } else {

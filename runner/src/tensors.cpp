@@ -139,6 +139,11 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
     if (t.bf16) r.bf16.push_back(stage);
     r.outputs.push_back({stage, shape, std::move(t.data)});
   }
+  for (const auto& name : oracles::given_stages(c))
+    if (std::none_of(r.outputs.begin(), r.outputs.end(),
+                     [&](const auto& o) { return o.name == name; }))
+      bad("outputs['" + name + "']",
+          "missing: with sublayers = 'captured', each sublayer's output is given");
   // In the order the op computes them, as a kernel's Trace is.
   const oracles::Trace<float> order = [&] {
     oracles::Trace<float> o;

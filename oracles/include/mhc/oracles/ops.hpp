@@ -2,11 +2,14 @@
 // boundary), their Cases, and the oracle's Trace of them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -89,6 +92,10 @@ struct CaseLayout {
   int leading = -1;
 };
 CaseLayout case_layout(const OpCase& header);
+// The stages a block or stack case with captured sublayers (BlockConfig::captured_sublayers)
+// takes from the capture instead of computing them: each layer's attn.out and ffn.out ("L<l>."
+// in a stack). Empty otherwise.
+std::vector<std::string> given_stages(const OpCase& header);
 // The trailing dimensions of a block or stack Trace stage, from its name ("L1.ffn.pre" in a
 // stack); empty if the op has no such stage.
 std::vector<std::size_t> stage_trailing(const OpCase& header, const std::string& stage);
@@ -189,10 +196,58 @@ using ref::store_all;
 // positions of a sequence). routings: per layer, filled when not null; forced: per layer, experts
 // per token to use instead of the Scalar's own choice (-1: own choice), or empty; anchor: a
 // kernel's Trace whose intermediates feed the next stages (ref::Feed).
+//
+// With captured sublayers every stage is per token, so the tokens are evaluated in `threads`
+// contiguous parts in parallel (the values do not depend on the split).
 template <class B, class Scope>
 Trace<B> evaluate_block(const OpCase& c, Scope scope_of, std::vector<ref::Routing<B>>* routings,
                         const std::vector<std::vector<int>>& forced,
-                        const Trace<float>* anchor = nullptr) {
+                        const Trace<float>* anchor = nullptr, unsigned threads = 1) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (c.block.captured_sublayers && threads > 1 && c.tokens > 1 && anchor) {
+    const std::size_t parts = std::min<std::size_t>(threads, c.tokens);
+    std::vector<Trace<B>> traces(parts);
+    std::vector<std::exception_ptr> errors(parts);
+    for_tokens(parts, threads, [&](std::size_t k) {
+      try {
+        const std::size_t t0 = c.tokens * k / parts, t1 = c.tokens * (k + 1) / parts;
+        OpCase part = c;
+        part.tokens = t1 - t0;
+        part.batch = 1;
+        for (auto& [name, t] : part.inputs) {
+          const std::size_t per = t.data.size() / c.tokens;
+          t.data.assign(t.data.begin() + std::ptrdiff_t(t0 * per),
+                        t.data.begin() + std::ptrdiff_t(t1 * per));
+          std::vector<std::size_t> shape{1, part.tokens};  // [B, T, ...] with B = 1
+          if (t.shape.size() > 2) shape.insert(shape.end(), t.shape.begin() + 2, t.shape.end());
+          t.shape = shape;
+        }
+        Trace<float> sub;
+        for (const auto& st : *anchor) {
+          const std::size_t per = st.values.size() / c.tokens;
+          std::vector<std::size_t> shape = st.shape;
+          if (!shape.empty()) shape[0] = part.tokens;
+          sub.push_back({st.name, shape,
+                         std::vector<float>(st.values.begin() + std::ptrdiff_t(t0 * per),
+                                            st.values.begin() + std::ptrdiff_t(t1 * per))});
+        }
+        traces[k] = evaluate_block<B>(part, scope_of, nullptr, forced, &sub, 1);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    Trace<B> whole = std::move(traces[0]);
+    for (std::size_t k = 1; k < parts; ++k)
+      for (std::size_t s = 0; s < whole.size(); ++s) {
+        auto& v = whole[s].values;
+        v.insert(v.end(), traces[k][s].values.begin(), traces[k][s].values.end());
+        whole[s].shape[0] += traces[k][s].shape[0];
+      }
+    if (routings) routings->assign(std::size_t(c.block.layers), {});
+    return whole;
+  }
   const auto scope = scope_of(0);
   (void)scope;
   const std::size_t N = c.tokens, T = N / c.batch;

@@ -48,6 +48,9 @@ struct BlockConfig {
   double route_scale = 1.0;
   int layers = 1;  // Blocks in a stack
   BlockSemantics sem;
+  // The sublayers' outputs are given, not computed: captured from a model whose attention and
+  // FFN the reference does not implement. Only the mHC stages around them are evaluated.
+  bool captured_sublayers = false;
 };
 
 inline std::string validate(const Config& c, const BlockConfig& b) {
@@ -202,6 +205,17 @@ class Feed {
         }
     return computed;
   }
+  // A stage only the anchor can give (a captured sublayer's output).
+  const std::vector<S>& given(const std::string& name, std::size_t size) {
+    if (anchor_)
+      for (const auto& st : *anchor_)
+        if (st.name == prefix_ + name && st.values.size() == size) {
+          held_.emplace_back(st.values.begin(), st.values.end());
+          return held_.back();
+        }
+    throw std::invalid_argument("the sublayers are captured, and the capture holds no stage " +
+                                prefix_ + name + " of " + std::to_string(size) + " values");
+  }
 
  private:
   const std::vector<Stage<float>>* anchor_;
@@ -273,22 +287,34 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
   const Site a = site("attn", x, p.attn_hc_fn, p.attn_hc_scale, p.attn_hc_base);
   const auto& h_in = read("attn.in", x, b.sem.shifted_pre ? pre_mix : a.pre->data());
   const auto& h_norm = norm("attn.normed", h_in, p.attn_norm, b.sem.attn_norm);
-  auto& h_out = stage("attn.out", {N, d});
-  for (std::size_t s = 0; s < B; ++s) attn(c, b, T, &h_norm[s * T * d], p, &h_out[s * T * d]);
-  store_all(h_out.data(), h_out.size());
-  const auto& x_mid = write("x_mid", fed("attn.out", h_out), x, a, 0);
+  const std::vector<S>* h_out = nullptr;
+  if (b.captured_sublayers) {
+    h_out = &fed.given("attn.out", N * d);
+  } else {
+    auto& out = stage("attn.out", {N, d});
+    for (std::size_t s = 0; s < B; ++s) attn(c, b, T, &h_norm[s * T * d], p, &out[s * T * d]);
+    store_all(out.data(), out.size());
+    h_out = &fed("attn.out", out);
+  }
+  const auto& x_mid = write("x_mid", *h_out, x, a, 0);
 
   const Site f = site("ffn", x_mid.data(), p.ffn_hc_fn, p.ffn_hc_scale, p.ffn_hc_base);
   const auto& f_in =
       read("ffn.in", x_mid.data(), b.sem.shifted_pre ? a.pre->data() : f.pre->data());
   const auto& f_norm = norm("ffn.normed", f_in, p.ffn_norm, b.sem.ffn_norm);
-  auto& experts = stage("ffn.experts", {N, K});  // the routing, decided before the output
-  auto& f_out = stage("ffn.out", {N, d});
   Routing<S> routing;
-  ffn(c, b, N, f_norm.data(), p, f_out.data(), routing, forced);
-  store_all(f_out.data(), f_out.size());
-  for (std::size_t i = 0; i < N * K; ++i) experts[i] = S(double(routing.chosen[i]));
-  write("x_out", fed("ffn.out", f_out), x_mid.data(), f, 1);
+  const std::vector<S>* f_out = nullptr;
+  if (b.captured_sublayers) {
+    f_out = &fed.given("ffn.out", N * d);
+  } else {
+    auto& experts = stage("ffn.experts", {N, K});  // the routing, decided before the output
+    auto& out = stage("ffn.out", {N, d});
+    ffn(c, b, N, f_norm.data(), p, out.data(), routing, forced);
+    store_all(out.data(), out.size());
+    for (std::size_t i = 0; i < N * K; ++i) experts[i] = S(double(routing.chosen[i]));
+    f_out = &fed("ffn.out", out);
+  }
+  write("x_out", *f_out, x_mid.data(), f, 1);
   auto& next = stage("next_pre_mix", {N, n});
   next = *f.pre_own;
   if (routing_out) *routing_out = std::move(routing);
