@@ -55,7 +55,7 @@ namespace {
 using Decision = std::optional<State>;
 struct Rule {
   RuleInfo info;
-  std::function<Decision(float got, const bnd::Bounded& want)> decide;
+  Decision (*decide)(float got, const bnd::Bounded& want);  // a plain function: called per element
 };
 
 // The ordered rules; the first that decides an element decides it.
@@ -148,26 +148,32 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   std::optional<Element> first_fail;
   bool all_zero = true;
   double diff2 = 0, want2 = 0;
+  const auto& rules = element_rules();
   for (std::size_t i = 0; i < count; ++i) {
     const float g = got[i];
     const bnd::Bounded& w = want[i];
     all_zero = all_zero && g == 0 && w.v == 0;
-    std::string decided_by;
+    std::size_t decided = rules.size();  // the rule that decided, if any
     State st = State::pass;
-    for (const auto& r : element_rules())
-      if (auto d = r.decide(g, w)) {
+    for (std::size_t r = 0; r < rules.size(); ++r)
+      if (auto d = rules[r].decide(g, w)) {
         st = *d;
-        decided_by = r.info.name;
+        decided = r;
         break;
       }
-    const double diff = std::fabs(double(g) - w.v);
-    double ratio = diff == 0 ? 0 : (w.e > 0 ? diff / w.e : std::numeric_limits<double>::infinity());
-    if (std::isnan(ratio)) ratio = std::numeric_limits<double>::infinity();
-    Element el{i, i / per_token, double(g), w.v, w.e, ratio, decided_by};
     if (st == State::undecidable) {
       ++s.undecidable;
       continue;
     }
+    const double diff = std::fabs(double(g) - w.v);
+    double ratio = diff == 0 ? 0 : (w.e > 0 ? diff / w.e : std::numeric_limits<double>::infinity());
+    if (std::isnan(ratio) || (st == State::fail && std::isnan(diff)))
+      ratio = std::numeric_limits<double>::infinity();
+    // Built only where kept: most elements are counted, not recorded.
+    auto element = [&] {
+      return Element{i, i / per_token, double(g), w.v, w.e, ratio,
+                     decided < rules.size() ? rules[decided].info.name : std::string()};
+    };
     if (std::isfinite(diff)) {
       s.metrics.max_abs = std::max(s.metrics.max_abs, diff);
       s.metrics.max_rel = std::max(s.metrics.max_rel, diff / std::max(std::fabs(w.v), rel_floor));
@@ -179,11 +185,10 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
     ++s.ulp_hist[std::size_t(ulp_bin(ulp))];
     if (st == State::fail) {
       ++s.failed;
-      if (!first_fail) first_fail = el;
-      if (std::isnan(diff)) ratio = el.ratio = std::numeric_limits<double>::infinity();
+      if (!first_fail) first_fail = element();
     }
-    if (ratios.empty() || ratio > s.worst.ratio) s.worst = el;
-    if (i % sample_step == 0 && s.samples.size() < kSamples) s.samples.push_back(el);
+    if (ratios.empty() || ratio > s.worst.ratio) s.worst = element();
+    if (i % sample_step == 0 && s.samples.size() < kSamples) s.samples.push_back(element());
     ratios.push_back(ratio);
   }
   const bool worst_kept = std::any_of(s.samples.begin(), s.samples.end(),
@@ -199,8 +204,9 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
     const std::size_t k = std::min(ratios.size() - 1, std::size_t(0.99 * double(ratios.size())));
     std::nth_element(ratios.begin(), ratios.begin() + std::ptrdiff_t(k), ratios.end());
     s.ratio_p99 = ratios[k];
-    const std::size_t h = ratios.size() / 2;
-    std::nth_element(ratios.begin(), ratios.begin() + std::ptrdiff_t(h), ratios.end());
+    const std::size_t h = ratios.size() / 2;  // <= k: among the elements before the p99's
+    std::nth_element(ratios.begin(), ratios.begin() + std::ptrdiff_t(h),
+                     ratios.begin() + std::ptrdiff_t(std::max(k, h + 1)));
     s.ratio_p50 = ratios[h];
   }
   char buf[256];

@@ -6,8 +6,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -316,6 +319,13 @@ void write_capture(const std::string& path, const std::vector<std::string>& name
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mhc-verify's judging lifecycle for arrays (use the mhc_verify package)";
+  // A judgement allocates and frees megabytes; glibc's defaults give them back to the kernel each
+  // time, and faulting them in again was two thirds of a small judgement's time (bench/README.md,
+  // "The Python API in process"). Left alone when the user set glibc's own variables.
+  if (!std::getenv("MALLOC_MMAP_THRESHOLD_") && !std::getenv("MALLOC_TRIM_THRESHOLD_")) {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  }
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
