@@ -171,7 +171,12 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
       ratio = std::numeric_limits<double>::infinity();
     // Built only where kept: most elements are counted, not recorded.
     auto element = [&] {
-      return Element{i, i / per_token, double(g), w.v, w.e, ratio,
+      return Element{i,
+                     i / per_token,
+                     double(g),
+                     w.v,
+                     w.e,
+                     ratio,
                      decided < rules.size() ? rules[decided].info.name : std::string()};
     };
     if (std::isfinite(diff)) {

@@ -6,17 +6,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/error_model.hpp"
+#include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
 #include "mhc/runner/session.hpp"
@@ -277,19 +275,20 @@ py::list judge_file(const std::string& path, const std::vector<std::string>& cas
                     const std::string& error_model, unsigned threads, bool diagnose,
                     Recorder* recorder, const std::string& label) {
   const Options base = options(error_model, "", threads, diagnose, recorder, label);
-  std::vector<fixtures::Fixture> all;
+  py::list out;
   try {
-    all = fixtures::read_fixtures(path);
+    fixtures::read_fixtures(
+        path,
+        [&](fixtures::Fixture&& fx) {  // one case held at a time
+          if (!cases.empty() && !std::count(cases.begin(), cases.end(), fx.name)) return;
+          runner::within_limits(fx.c, base.j.limits);
+          Options opt = base;
+          if (!fx.name.empty()) opt.label = label + "[" + fx.name + "]";
+          out.append(judged(fx.c, fx.outputs, fx.bf16, {}, opt));
+        },
+        60, cases);
   } catch (const fixtures::FixtureError& e) {
     throw std::invalid_argument(e.what());
-  }
-  py::list out;
-  for (const auto& fx : all) {
-    if (!cases.empty() && !std::count(cases.begin(), cases.end(), fx.name)) continue;
-    runner::within_limits(fx.c, base.j.limits);
-    Options opt = base;
-    if (!fx.name.empty()) opt.label = label + "[" + fx.name + "]";
-    out.append(judged(fx.c, fx.outputs, fx.bf16, {}, opt));
   }
   return out;
 }
@@ -319,13 +318,9 @@ void write_capture(const std::string& path, const std::vector<std::string>& name
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mhc-verify's judging lifecycle for arrays (use the mhc_verify package)";
-  // A judgement allocates and frees megabytes; glibc's defaults give them back to the kernel each
-  // time, and faulting them in again was two thirds of a small judgement's time (bench/README.md,
-  // "The Python API in process"). Left alone when the user set glibc's own variables.
-  if (!std::getenv("MALLOC_MMAP_THRESHOLD_") && !std::getenv("MALLOC_TRIM_THRESHOLD_")) {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  }
+  // A judgement allocates and frees megabytes; with glibc's defaults faulting them in again was
+  // two thirds of a small judgement's time (bench/README.md, "The Python API in process").
+  runner::keep_freed_memory();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -110,6 +110,8 @@ def test_capture_blocks_splits_a_forward_into_parts_of_tokens(tmp_path):
     results = mhc_verify.judge_file(path)
     assert [(r.name, r.tokens, r.passed) for r in results] == [
         ("forward.0.tokens000000-000002", 3, True), ("forward.0.tokens000003-000003", 1, True)]
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 0 and "compare: PASS (2 cases: 2 pass" in p.stdout, p.stdout + p.stderr
 
 
 def test_capture_blocks_keeps_the_forwards_that_completed(tmp_path):

@@ -12,6 +12,10 @@
 
 namespace mhc::runner {
 
+namespace {
+struct Stopped {};  // the run was interrupted between two cases of a file
+}  // namespace
+
 int run_compare(const CompareSpec& spec, Session& session) {
   Judging judging;
   judging.model = spec.model;
@@ -79,20 +83,27 @@ int run_compare(const CompareSpec& spec, Session& session) {
   for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
     const std::string& f = spec.files[i];
     try {
-      const auto all = fixtures::read_fixtures(f, spec.read_timeout);
-      for (const auto& fx : all) try {
-          within_limits(fx.c, spec.limits);
-        } catch (const TooLarge& e) {
-          throw fixtures::FixtureError(f + (fx.name.empty() ? "" : ": case '" + fx.name + "'") +
-                                       ": too large to judge: " + e.what());
-        }
-      for (std::size_t k = 0; k < all.size() && !session.stop(); ++k) {
-        if (!spec.cases.empty() &&
-            (all[k].name.empty() || !std::count(spec.cases.begin(), spec.cases.end(), all[k].name)))
-          continue;
-        unmatched.erase(all[k].name);
-        judge_case(all[k], f, k);
-      }
+      // Case by case as the reader hands them over: one held at a time.
+      std::size_t k = 0;
+      fixtures::read_fixtures(
+          f,
+          [&](fixtures::Fixture&& fx) {
+            if (session.stop()) throw Stopped{};
+            if (!spec.cases.empty() &&
+                (fx.name.empty() || !std::count(spec.cases.begin(), spec.cases.end(), fx.name)))
+              return;
+            try {
+              within_limits(fx.c, spec.limits);
+            } catch (const TooLarge& e) {
+              throw fixtures::FixtureError(f + (fx.name.empty() ? "" : ": case '" + fx.name + "'") +
+                                           ": too large to judge: " + e.what());
+            }
+            unmatched.erase(fx.name);
+            judge_case(fx, f, k++);
+          },
+          spec.read_timeout, spec.cases);
+    } catch (const Stopped&) {
+      break;
     } catch (const fixtures::FixtureError& e) {
       std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(e.what()).c_str());
       std::printf("INVALID %s\n", reports::clean_text(f).c_str());
