@@ -128,3 +128,21 @@ def test_capture_blocks_keeps_the_forwards_that_completed(tmp_path):
         model.blocks[1].ffn.register_forward_hook(broken)
         model(x[1])
     assert [(r.name, r.passed) for r in mhc_verify.judge_file(path)] == [("forward.0", True)]
+
+
+def test_cases_are_read_one_at_a_time(capture, tmp_path):
+    """The reader hands cases over as it reads them: the cases before a malformed one are judged,
+    the error names the malformed one, and a case not asked for is never read."""
+    import h5py
+    path = tmp_path / "three.h5"
+    mhc_verify.write_capture(path, {k: case(capture, "pre") for k in ("a", "b", "c")})
+    with h5py.File(path, "r+") as f:
+        del f["cases/b/inputs/pre_mix"]
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 2 and f"PASS {path}[a]" in p.stdout, p.stdout + p.stderr
+    assert "case 'b': dataset /inputs/pre_mix" in p.stderr and f"{path}[c]" not in p.stdout
+    p = subprocess.run([BIN, "compare", str(path), "--case", "c"], capture_output=True, text=True)
+    assert p.returncode == 0 and f"PASS {path}[c]" in p.stdout, p.stdout + p.stderr
+    assert [r.name for r in mhc_verify.judge_file(path, cases=["a", "c"])] == ["a", "c"]
+    with pytest.raises(ValueError, match="case 'b'"):
+        mhc_verify.judge_file(path)
