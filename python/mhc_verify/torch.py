@@ -98,11 +98,16 @@ class Block:
     then the next Block's reading weights); `attn` and `ffn` are its sublayer modules, whose
     first argument is the normed read of the streams and whose result is the sublayer's output.
     `params`: this layer's mHC params by their fixture names (attn/hc_fn, attn/hc_base,
-    attn/hc_scale, the ffn site's, attn_norm/weight, ffn_norm/weight)."""
+    attn/hc_scale, the ffn site's, attn_norm/weight, ffn_norm/weight). `attn_site`, `ffn_site`
+    (optional): modules whose result is that site's (pre, post, comb); captured, they anchor the
+    writes, whose bounds are otherwise those of a comb computed from uncaptured mixes (at V4.1
+    sizes often infinite: the streams then undecidable)."""
     module: Any
     attn: Any
     ffn: Any
     params: Mapping[str, Any]
+    attn_site: Any = None
+    ffn_site: Any = None
 
 
 def _first(value):
@@ -152,6 +157,12 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
                 record(f"L{l}.next_pre_mix", out[1], 1)
         return hook
 
+    def site_out(prefix):
+        def hook(mod, args, out):
+            for k, v in zip(("pre", "post", "comb"), out):
+                record(prefix + k, v, 1 if k != "comb" else 2)
+        return hook
+
     def sublayer(stage, which):
         if which == "in":
             return lambda mod, args: record(stage, args[0], 1)
@@ -161,6 +172,9 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
         for l, b in enumerate(blocks):
             handles.append(b.module.register_forward_pre_hook(block_in(l)))
             handles.append(b.module.register_forward_hook(block_out(l)))
+            for site, m in (("attn", b.attn_site), ("ffn", b.ffn_site)):
+                if m is not None:
+                    handles.append(m.register_forward_hook(site_out(f"L{l}.{site}.")))
             for site, m in (("attn", b.attn), ("ffn", b.ffn)):
                 handles.append(m.register_forward_pre_hook(sublayer(f"L{l}.{site}.normed", "in")))
                 handles.append(m.register_forward_hook(sublayer(f"L{l}.{site}.out", "out")))
