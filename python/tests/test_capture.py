@@ -146,3 +146,17 @@ def test_cases_are_read_one_at_a_time(capture, tmp_path):
     assert [r.name for r in mhc_verify.judge_file(path, cases=["a", "c"])] == ["a", "c"]
     with pytest.raises(ValueError, match="case 'b'"):
         mhc_verify.judge_file(path)
+
+
+def test_capture_blocks_takes_each_sites_weights_when_given(tmp_path):
+    torch, mt, model, blocks, x = blocks_model()
+    blocks = [mt.Block(b.module, b.attn, b.ffn, b.params, m.attn_site, m.ffn_site)
+              for b, m in zip(blocks, model.blocks)]
+    path = tmp_path / "sites.h5"
+    with torch.no_grad(), mt.capture_blocks(path, blocks, {"hc_mult": 4, "dim": 16},
+                                            final_norm=model.final_norm.weight):
+        model(x[0])
+    [r] = mhc_verify.judge_file(path)
+    judged = {s.stage for s in r.stages if s.state == "pass"}
+    assert r.passed and {f"L{l}.{s}.{w}" for l in (0, 1) for s in ("attn", "ffn")
+                         for w in ("pre", "post", "comb")} <= judged
