@@ -36,8 +36,9 @@ Run add_compare(CLI::App& app) {
       ->capture_default_str()
       ->check(whole_number(4096));
   app.add_option("--read-timeout", st->spec.read_timeout,
-                 "seconds a file may take to read before it is declared malformed (HDF5 can loop "
-                 "forever on a corrupt file)")
+                 "seconds the reader may take for one case (a fixture file, or one case of a "
+                 "capture) before the file is declared malformed (HDF5 can loop forever on a "
+                 "corrupt file)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 86400u));
   app.add_flag("!--no-diagnosis", st->spec.diagnose,
