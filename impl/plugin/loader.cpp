@@ -205,12 +205,6 @@ struct Table {
   std::string name, description;
 };
 
-std::string died_of(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return std::string("SIG") + (name ? name : std::to_string(sig).c_str()) + " (" + strsignal(sig) +
-         ")";
-}
-
 Table read_table(const std::string& path, const std::string& open_path) {
   constexpr double limit_s = 10;  // opening a plug-in takes milliseconds (a CUDA one, a second)
   int fds[2];
@@ -270,7 +264,7 @@ Table read_table(const std::string& path, const std::string& open_path) {
     throw PluginError(reading + "took longer than its time limit of 10 s while its table was " +
                       "read: killed");
   if (WIFSIGNALED(status))
-    throw PluginError(reading + "died of " + died_of(WTERMSIG(status)) +
+    throw PluginError(reading + "died of " + signal_text(WTERMSIG(status)) +
                       " while its table was read");
   if (msg.empty())
     throw PluginError(reading + "ended its process (exit code " +
@@ -285,6 +279,12 @@ Table read_table(const std::string& path, const std::string& open_path) {
 }
 
 }  // namespace
+
+std::string signal_text(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return std::string("SIG") + (name ? name : std::to_string(sig).c_str()) + " (" + strsignal(sig) +
+         ")";
+}
 
 const Backend& load_plugin(const std::string& path) {
   static std::mutex mu;

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "mhc/impl/plugin.hpp"
 #include "mhc/reports/report.hpp"
 #include "mhc/runner/driver.hpp"
 
@@ -131,12 +132,6 @@ void copy_message(char* to, std::size_t size, const std::string& from) {
   ::_exit(0);
 }
 
-std::string signal_text(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return std::string("SIG") + (name ? name : std::to_string(sig).c_str()) + " (" + strsignal(sig) +
-         ")";
-}
-
 }  // namespace
 
 Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned threads,
@@ -212,7 +207,7 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
     std::snprintf(buf, sizeof buf, "%g", j.kernel_seconds);
     fail(std::string("took longer than its time limit of ") + buf + " s: killed");
   } else if (WIFSIGNALED(status)) {
-    fail("died of " + signal_text(WTERMSIG(status)));
+    fail("died of " + impl::signal_text(WTERMSIG(status)));
   } else if (st == done) {
     const char* p = payload;
     const auto stages = take<std::uint32_t>(p);

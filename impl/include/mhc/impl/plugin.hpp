@@ -20,6 +20,9 @@ inline bool is_plugin(const std::string& kernel) {
   return kernel.rfind("plugin:", 0) == 0;
 }
 
+// A signal as the harness names a worker's death: "SIGSEGV (Segmentation fault)".
+std::string signal_text(int sig);
+
 // Loads PATH once (later calls return the same Backend). Throws PluginError.
 const Backend& load_plugin(const std::string& path);
 
