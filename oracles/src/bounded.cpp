@@ -73,67 +73,120 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
   return detail::reduce(v, A, E, n, model().u_prod, seq);
 }
 
+namespace detail {
 #ifdef __AVX2__
-namespace {
-// For project(): detail::sequential_error of every (token, row) of x W^T into seq, and sum |w x|
-// (in fp32: it only scales the premise's threshold) into A. Four tokens and four rows at a time:
-// independent sequential sums, which the compiler runs in vector lanes. Repeats as there, from
-// masks per operand (bit l - 1: equal to the value l places before, and nonzero).
+// For project(): detail::sequential_error of every (token, row) of x W^T into seq, and the fp32
+// sum of |w x| (it only scales the premise's threshold) into A, the same operations in the same
+// order, bit for bit. Four tokens and four rows at a time in vector lanes: lane (r, k) of a float
+// vector holds row r's and token k's running sum. Repeats are counted from masks per operand
+// (bit l - 1: equal to the value l places before, and nonzero), and only where both operands have
+// more than the threshold: the count never exceeds either operand's.
 void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
                        std::size_t n, double* seq, double* A) {
+  const Model& m = model();
   auto repeat_mask = [n](auto value, unsigned char* mask) {
+    std::size_t count = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const float v = value(i);
       unsigned char bits = 0;
-      for (std::size_t l = 1; l <= detail::kRepeatLag && l <= i; ++l)
-        if (v != 0 && value(i - l) == v) bits = static_cast<unsigned char>(bits | 1u << (l - 1));
+      for (std::size_t l = 1; l <= kRepeatLag && l <= i; ++l)
+        bits = static_cast<unsigned char>(bits | unsigned(v != 0 && value(i - l) == v) << (l - 1));
       mask[i] = bits;
+      count += bits != 0;
     }
+    return count;
   };
-  std::vector<unsigned char> mw(rows * n), mx(4 * n);
-  for (std::size_t a = 0; a < rows; ++a)
-    repeat_mask([&](std::size_t i) { return W[a * n + i]; }, &mw[a * n]);
-  const Model& m = model();
-  std::vector<float> xt(n * 4);
-  for (std::size_t t0 = 0; t0 < tokens; t0 += 4) {
-    const std::size_t nt = std::min<std::size_t>(4, tokens - t0);
-    std::fill(xt.begin(), xt.end(), 0.0f);
-    for (std::size_t k = 0; k < nt; ++k) {
-      for (std::size_t i = 0; i < n; ++i) xt[i * 4 + k] = float(x[(t0 + k) * n + i].v);
-      repeat_mask([&](std::size_t i) { return xt[i * 4 + k]; }, &mx[k * n]);
-    }
-    for (std::size_t a0 = 0; a0 < rows; a0 += 4) {
-      const std::size_t nr = std::min<std::size_t>(4, rows - a0);
-      float f[4][4] = {}, b[4][4] = {}, sa[4][4] = {};
-      double ex[4][4] = {};
-      for (std::size_t i = 0, j = n - 1; i < n; ++i, --j)
-        for (std::size_t r = 0; r < nr; ++r) {
-          const float wi = W[(a0 + r) * n + i], wj = W[(a0 + r) * n + j];
-          for (std::size_t k = 0; k < 4; ++k) {
-            const float p = wi * xt[i * 4 + k];
-            f[r][k] += p;
-            b[r][k] += wj * xt[j * 4 + k];
-            sa[r][k] += std::fabs(p);
-            ex[r][k] += double(wi) * double(xt[i * 4 + k]);
-          }
-        }
+  const std::size_t padded = (tokens + 3) / 4 * 4, prows = (rows + 3) / 4 * 4;
+  std::vector<unsigned char> mx(padded * n), mw;
+  std::vector<std::size_t> cx(padded, 0), cw;
+  std::vector<float> xt(padded * n, 0.0f);  // [token block][i][4 tokens]
+  for (std::size_t t = 0; t < tokens; ++t) {
+    float* dst = &xt[(t / 4) * n * 4 + t % 4];
+    for (std::size_t i = 0; i < n; ++i) dst[i * 4] = float(x[t * n + i].v);
+    cx[t] = repeat_mask([dst](std::size_t i) { return dst[i * 4]; }, &mx[t * n]);
+  }
+  auto many = [&](std::size_t c) { return too_many_repeats(m, double(n), c); };
+  if (std::any_of(cx.begin(), cx.end(), many)) {
+    mw.resize(rows * n);
+    cw.resize(rows);
+    for (std::size_t a = 0; a < rows; ++a)
+      cw[a] = repeat_mask([&](std::size_t i) { return W[a * n + i]; }, &mw[a * n]);
+  }
+  std::vector<float> wt(n * 4);
+  std::vector<double> wd(n * 4);
+  const __m256i lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+                hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (std::size_t a0 = 0; a0 < prows; a0 += 4) {
+    const std::size_t nr = std::min<std::size_t>(4, rows - a0);
+    std::fill(wt.begin(), wt.end(), 0.0f);
+    for (std::size_t r = 0; r < nr; ++r)
+      for (std::size_t i = 0; i < n; ++i) wt[i * 4 + r] = W[(a0 + r) * n + i];
+    for (std::size_t i = 0; i < n * 4; ++i) wd[i] = double(wt[i]);
+    for (std::size_t t0 = 0; t0 < padded; t0 += 4) {
+      const float* xb = &xt[t0 * n];
+      // Lanes: rows 0-1 (f01) and 2-3 (f23), four tokens each; ex per row, four tokens.
+      __m256 f01 = _mm256_setzero_ps(), f23 = f01, b01 = f01, b23 = f01, s01 = f01, s23 = f01;
+      __m256d e0 = _mm256_setzero_pd(), e1 = e0, e2 = e0, e3 = e0;
+      for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
+        const __m256 xi = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xb + i * 4));
+        const __m256 xj = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xb + j * 4));
+        const __m256 wi = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(&wt[i * 4]));
+        const __m256 wj = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(&wt[j * 4]));
+        const __m256 p01 = _mm256_mul_ps(_mm256_permutevar8x32_ps(wi, lo), xi);
+        const __m256 p23 = _mm256_mul_ps(_mm256_permutevar8x32_ps(wi, hi), xi);
+        f01 = _mm256_add_ps(f01, p01);
+        f23 = _mm256_add_ps(f23, p23);
+        b01 = _mm256_add_ps(b01, _mm256_mul_ps(_mm256_permutevar8x32_ps(wj, lo), xj));
+        b23 = _mm256_add_ps(b23, _mm256_mul_ps(_mm256_permutevar8x32_ps(wj, hi), xj));
+        s01 = _mm256_add_ps(s01, _mm256_and_ps(p01, abs_mask));
+        s23 = _mm256_add_ps(s23, _mm256_and_ps(p23, abs_mask));
+        // Products of two floats are exact in double: a fused add rounds as add(mul) does.
+        const __m256d xd = _mm256_cvtps_pd(_mm_loadu_ps(xb + i * 4));
+        e0 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 0]), xd, e0);
+        e1 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 1]), xd, e1);
+        e2 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 2]), xd, e2);
+        e3 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 3]), xd, e3);
+      }
+      alignas(32) float f[16], b[16], sa[16];
+      alignas(32) double ex[16];
+      _mm256_store_ps(f, f01);
+      _mm256_store_ps(f + 8, f23);
+      _mm256_store_ps(b, b01);
+      _mm256_store_ps(b + 8, b23);
+      _mm256_store_ps(sa, s01);
+      _mm256_store_ps(sa + 8, s23);
+      _mm256_store_pd(ex, e0);
+      _mm256_store_pd(ex + 4, e1);
+      _mm256_store_pd(ex + 8, e2);
+      _mm256_store_pd(ex + 12, e3);
       for (std::size_t r = 0; r < nr; ++r)
-        for (std::size_t k = 0; k < nt; ++k) {
-          const std::size_t o = (t0 + k) * rows + a0 + r;
+        for (std::size_t k = 0; k < 4 && t0 + k < tokens; ++k) {
+          const std::size_t t = t0 + k, a = a0 + r, o = t * rows + a, l = r * 4 + k;
           std::size_t repeats = 0;
-          for (std::size_t i = 0; i < n; ++i)
-            repeats += (mx[k * n + i] & mw[(a0 + r) * n + i]) != 0;
-          seq[o] = detail::too_many_repeats(m, double(n), repeats)
+          if (many(cx[t]) && many(cw[a]))
+            for (std::size_t i = 0; i < n; ++i) repeats += (mx[t * n + i] & mw[a * n + i]) != 0;
+          seq[o] = many(repeats)
                        ? HUGE_VAL
-                       : std::max(std::fabs(double(f[r][k]) - ex[r][k]),
-                                  std::fabs(double(b[r][k]) - ex[r][k]));
-          A[o] = double(sa[r][k]);
+                       : std::max(std::fabs(double(f[l]) - ex[l]), std::fabs(double(b[l]) - ex[l]));
+          A[o] = double(sa[l]);
         }
     }
   }
 }
-}  // namespace
+#else
+void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                       std::size_t n, double* seq, double* A) {
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      seq[t * rows + a] = sequential_error(x + t * n, W + a * n, n);
+      float sa = 0;
+      for (std::size_t i = 0; i < n; ++i) sa += std::fabs(float(x[t * n + i].v) * W[a * n + i]);
+      A[t * rows + a] = double(sa);
+    }
+}
 #endif
+}  // namespace detail
 
 // The projection is the oracle's hot loop. Its bound, regrouped per term (sum |w_i| c_i + n eta),
 // is a dot product of nonnegative terms, run in fp32 with c rounded up and the result enlarged by
@@ -236,7 +289,7 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
   // Where the probabilistic premise fails, linear() gives the element its gamma_n bound.
   if (detail::premise_checked(m, nn)) {
     std::vector<double> seq(tokens * rows), A(tokens * rows);
-    sequential_errors(x, tokens, W, rows, n, seq.data(), A.data());
+    detail::sequential_errors(x, tokens, W, rows, n, seq.data(), A.data());
     for (std::size_t o = 0; o < tokens * rows; ++o)
       if (!detail::premise_holds(m, nn, A[o], seq[o]))
         out[o] = linear(x + o / rows * n, W + o % rows * n, n);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -308,4 +309,45 @@ TEST_CASE("birkhoff: contraction coefficient of the seed 004 example", "[birkhof
   CHECK(oracles::birkhoff_kappa(S, 2) == Approx(want).epsilon(1e-12));
   std::vector<double> Z{1, 0, 1, 1};
   CHECK(std::isinf(oracles::projective_diameter(Z, 2)));
+}
+
+// project()'s premise check in vector lanes against detail::sequential_error, bit for bit, with
+// repeated terms in x, in W and in both (the count only matters where both repeat), and token and
+// row counts that leave partial blocks.
+TEST_CASE("bounded: the vector premise check is the sequential definition", "[bounded]") {
+  bnd::Model m = bnd::fp32();
+  m.probabilistic = true;
+  bnd::ModelScope scope(m);
+  const std::size_t n = GENERATE(65, 2051, 20480);
+  const std::size_t tokens = GENERATE(1, 6);
+  const std::size_t rows = GENERATE(3, 24);
+  const std::string repeats = GENERATE("none", "x", "w", "both");
+  std::uint64_t state = n * 31 + tokens * 7 + rows;
+  auto uniform = [&state] {  // splitmix64 -> [-1, 1)
+    state += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return double((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1;
+  };
+  // Repeating operands: every third value equal to the one two places before.
+  const bool rx = repeats == "x" || repeats == "both", rw = repeats == "w" || repeats == "both";
+  std::vector<B> x(tokens * n);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = B(rx && i % n >= 2 && i % n % 3 == 0 ? x[i - 2].v : double(float(uniform() * 3)));
+  std::vector<float> W(rows * n);
+  for (std::size_t i = 0; i < W.size(); ++i)
+    W[i] = rw && i % n >= 2 && i % n % 3 == 0 ? W[i - 2] : float(uniform() * 0.05);
+  std::vector<double> seq(tokens * rows), A(tokens * rows);
+  bnd::detail::sequential_errors(x.data(), tokens, W.data(), rows, n, seq.data(), A.data());
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      const double want = bnd::detail::sequential_error(&x[t * n], &W[a * n], n);
+      float sa = 0;
+      for (std::size_t i = 0; i < n; ++i) sa += std::fabs(float(x[t * n + i].v) * W[a * n + i]);
+      CAPTURE(n, tokens, rows, repeats, t, a, seq[t * rows + a], want);
+      CHECK(std::memcmp(&seq[t * rows + a], &want, sizeof want) == 0);
+      CHECK(A[t * rows + a] == double(sa));
+      if (repeats == "both" && n > 64) CHECK(std::isinf(want));  // the repeats do count
+    }
 }

@@ -1,7 +1,10 @@
 // Self-tests of the comparison code on hand-built buffers (nothing here runs a kernel).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "mhc/oracles/verdict.hpp"
@@ -183,4 +186,70 @@ TEST_CASE("verdict: the ulp histogram bins by powers of two and counts every dec
   REQUIRE(s.samples.size() == 4);
   CHECK(s.samples.back().index == 3);
   CHECK(s.worst.index == 3);
+}
+
+// Every element is decided as the rules read in order (restated here from their texts): a poison
+// NaN is unwritten; a NaN oracle agrees only with NaN; an infinite bound is undecidable; a
+// non-finite got passes only as the oracle's own infinity; the rest is |got - want| <= bound.
+// judge() decides the common case without calling the rules: both paths must agree.
+TEST_CASE("verdict: each element is decided by the first rule that applies", "[verdict]") {
+  const double inf = HUGE_VAL, nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<float> gots{
+      1.0f, 1.5f, -2.0f, float(inf), float(-inf), float(nan), oracles::poison()};
+  const std::vector<double> values{1.0, -2.0, inf, -inf, nan};
+  const std::vector<double> bounds{0.0, 0.25, 1.0, inf, nan};
+  for (const float g : gots)
+    for (const double v : values)
+      for (const double e : bounds) {
+        std::string rule;
+        State want;
+        if (oracles::is_poison(g)) {
+          rule = "unwritten", want = State::fail;
+        } else if (std::isnan(v)) {
+          rule = "nan_agrees", want = std::isnan(g) ? State::pass : State::fail;
+        } else if (!std::isfinite(e)) {
+          rule = "unbounded", want = State::undecidable;
+        } else if (!std::isfinite(g)) {
+          rule = "nonfinite";
+          want = std::isinf(g) && std::isinf(v) && (g > 0) == (v > 0) ? State::pass : State::fail;
+        } else {
+          rule = "within_bound", want = std::fabs(double(g) - v) <= e ? State::pass : State::fail;
+        }
+        const B w(v, e);
+        const auto s = oracles::judge("y", &g, &w, 1, 1);
+        CAPTURE(g, v, e, rule, s.rule, s.reason);
+        CHECK(s.state == want);
+        if (want == State::fail) CHECK(s.rule == rule);
+        if (want == State::pass) CHECK(s.worst.rule == rule);
+      }
+}
+
+// The p99 and the median by radix selection against a sort, on ratios with ties, zeros, +inf,
+// subnormals, and values sharing their leading bits (so the selection narrows more than once).
+TEST_CASE("verdict: kth_nonnegative is the k-th of the sorted ratios", "[verdict]") {
+  std::uint64_t state = 7;
+  auto next = [&state] {  // splitmix64
+    state += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (const std::size_t size : {1, 2, 63, 65, 1000, 100000})
+    for (const int kind : {0, 1, 2, 3}) {
+      std::vector<double> v(size);
+      for (auto& d : v) {
+        const double u = double(next() >> 11) * 0x1.0p-53;
+        d = kind == 0   ? u * std::exp2(-40.0 * u)                // spread over binades
+            : kind == 1 ? 0.5 + double(next() >> 40) * 0x1.0p-60  // one binade, shared top bits
+            : kind == 2 ? double(next() % 4) * 0x1.0p-1070        // ties, zeros, subnormals
+                        : (next() % 8 == 0 ? HUGE_VAL : u);       // infinities
+      }
+      std::vector<double> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      for (const std::size_t k : {std::size_t(0), size / 2, size * 99 / 100, size - 1}) {
+        CAPTURE(size, kind, k);
+        CHECK(oracles::kth_nonnegative(v, k) == sorted[k]);
+      }
+    }
 }

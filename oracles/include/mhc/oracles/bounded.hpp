@@ -352,6 +352,12 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n);
 // chunk of x stays in the L1 cache while all rows use it.
 void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
              Bounded* out);
+namespace detail {
+// project()'s premise check: detail::sequential_error of every (token, row) of x W^T into seq
+// (tokens x rows), and the fp32 sum of |w x| into A.
+void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                       std::size_t n, double* seq, double* A);
+}  // namespace detail
 
 // The Sinkhorn of the comb as one function: the values from the reference in double, the bound
 // from the first-order propagation of relative perturbations through the linearised

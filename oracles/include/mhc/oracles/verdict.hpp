@@ -44,6 +44,9 @@ struct Metrics {
 // last bin 2^24 and beyond (NaN and Inf against a number included).
 constexpr int kUlpBins = 26;
 int ulp_bin(double ulp);
+// The k-th smallest (from 0) of v, whose elements are nonnegative or +inf (the ratios): the p99 and
+// the median of a stage, without reordering v.
+double kth_nonnegative(const std::vector<double>& v, std::size_t k);
 // Elements kept per stage for plots of observed error against bound (evenly spaced, and the worst).
 constexpr std::size_t kSamples = 48;
 
