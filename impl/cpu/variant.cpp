@@ -148,7 +148,14 @@ struct Kernel {
   }
   float rscale(const float* x, std::size_t m, float eps, bool of_sum) const {
     const float ss = dot(x, x, m);
-    return div(1.0f, std::sqrt((of_sum ? ss : div(ss, float(m))) + eps));
+    const float r = div(1.0f, std::sqrt((of_sum ? ss : div(ss, float(m))) + eps));
+    if (!v.rsqrt_estimate) return r;
+    std::uint32_t b;  // a hardware estimate's accuracy: relative error up to 2^-11
+    std::memcpy(&b, &r, 4);
+    b &= 0xFFFFF000u;
+    float e;
+    std::memcpy(&e, &b, 4);
+    return e;
   }
 
   void mixes_token(const KernelConfig& c, const float* x, const float* W, float* out) const {
@@ -172,7 +179,7 @@ struct Kernel {
       for (float& e : xs) e *= r;
     for (std::size_t a = 0; a < M; ++a) {
       std::vector<float> w(W + a * nd, W + (a + 1) * nd);
-      if (c.arith == Arith::tf32)
+      if (c.arith == Arith::tf32 || v.tf32_products)
         for (std::size_t i = 0; i < nd; ++i) {
           w[i] = round_tf32(w[i]);
           xs[i] = round_tf32(xs[i]);
@@ -363,6 +370,8 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("no_max_subtraction", "no_max_subtraction",
           [](Variant& x) { x.no_max_subtraction = true; });
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
+    wrong("rsqrt_estimate", "", [](Variant& x) { x.rsqrt_estimate = true; });
+    wrong("tf32_products_undeclared", "", [](Variant& x) { x.tf32_products = true; });
     wrong("block_pre_not_shifted", "pre_not_shifted",
           [](Variant& x) { x.block.shifted_pre = false; });
     wrong("block_attention_not_causal", "attention_not_causal",

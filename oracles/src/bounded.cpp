@@ -74,44 +74,34 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
 }
 
 namespace detail {
+namespace {
+
+// Bit l - 1 of mask[i]: value(i) equals value(i - l) and is nonzero. Returns how many i have a bit.
+template <class Value>
+std::size_t repeat_mask(Value value, std::size_t n, unsigned char* mask) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = value(i);
+    unsigned char bits = 0;
+    for (std::size_t l = 1; l <= kRepeatLag && l <= i; ++l)
+      bits = static_cast<unsigned char>(bits | unsigned(v != 0 && value(i - l) == v) << (l - 1));
+    mask[i] = bits;
+    count += bits != 0;
+  }
+  return count;
+}
+
 #ifdef __AVX2__
-// For project(): detail::sequential_error of every (token, row) of x W^T into seq, and the fp32
-// sum of |w x| (it only scales the premise's threshold) into A, the same operations in the same
-// order, bit for bit. Four tokens and four rows at a time in vector lanes: lane (r, k) of a float
-// vector holds row r's and token k's running sum. Repeats are counted from masks per operand
-// (bit l - 1: equal to the value l places before, and nonzero), and only where both operands have
-// more than the threshold: the count never exceeds either operand's.
-void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
-                       std::size_t n, double* seq, double* A) {
-  const Model& m = model();
-  auto repeat_mask = [n](auto value, unsigned char* mask) {
-    std::size_t count = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = value(i);
-      unsigned char bits = 0;
-      for (std::size_t l = 1; l <= kRepeatLag && l <= i; ++l)
-        bits = static_cast<unsigned char>(bits | unsigned(v != 0 && value(i - l) == v) << (l - 1));
-      mask[i] = bits;
-      count += bits != 0;
-    }
-    return count;
-  };
+// Four tokens and four rows at a time in vector lanes: lane (r, k) of a float vector holds row r's
+// and token k's running sum; the same operations in the same order as the scalar definition.
+// kSquares: also the sums of squared partial sums and products (float: only a scale).
+template <bool kSquares>
+void sums_avx2(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+               std::size_t n, SequentialSums* out) {
   const std::size_t padded = (tokens + 3) / 4 * 4, prows = (rows + 3) / 4 * 4;
-  std::vector<unsigned char> mx(padded * n), mw;
-  std::vector<std::size_t> cx(padded, 0), cw;
   std::vector<float> xt(padded * n, 0.0f);  // [token block][i][4 tokens]
-  for (std::size_t t = 0; t < tokens; ++t) {
-    float* dst = &xt[(t / 4) * n * 4 + t % 4];
-    for (std::size_t i = 0; i < n; ++i) dst[i * 4] = float(x[t * n + i].v);
-    cx[t] = repeat_mask([dst](std::size_t i) { return dst[i * 4]; }, &mx[t * n]);
-  }
-  auto many = [&](std::size_t c) { return too_many_repeats(m, double(n), c); };
-  if (std::any_of(cx.begin(), cx.end(), many)) {
-    mw.resize(rows * n);
-    cw.resize(rows);
-    for (std::size_t a = 0; a < rows; ++a)
-      cw[a] = repeat_mask([&](std::size_t i) { return W[a * n + i]; }, &mw[a * n]);
-  }
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t i = 0; i < n; ++i) xt[(t / 4) * n * 4 + i * 4 + t % 4] = float(x[t * n + i].v);
   std::vector<float> wt(n * 4);
   std::vector<double> wd(n * 4);
   const __m256i lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
@@ -127,6 +117,7 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
       const float* xb = &xt[t0 * n];
       // Lanes: rows 0-1 (f01) and 2-3 (f23), four tokens each; ex per row, four tokens.
       __m256 f01 = _mm256_setzero_ps(), f23 = f01, b01 = f01, b23 = f01, s01 = f01, s23 = f01;
+      __m256 qf01 = f01, qf23 = f01, qb01 = f01, qb23 = f01, qp01 = f01, qp23 = f01;
       __m256d e0 = _mm256_setzero_pd(), e1 = e0, e2 = e0, e3 = e0;
       for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
         const __m256 xi = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xb + i * 4));
@@ -141,6 +132,14 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
         b23 = _mm256_add_ps(b23, _mm256_mul_ps(_mm256_permutevar8x32_ps(wj, hi), xj));
         s01 = _mm256_add_ps(s01, _mm256_and_ps(p01, abs_mask));
         s23 = _mm256_add_ps(s23, _mm256_and_ps(p23, abs_mask));
+        if (kSquares) {
+          qf01 = _mm256_fmadd_ps(f01, f01, qf01);
+          qf23 = _mm256_fmadd_ps(f23, f23, qf23);
+          qb01 = _mm256_fmadd_ps(b01, b01, qb01);
+          qb23 = _mm256_fmadd_ps(b23, b23, qb23);
+          qp01 = _mm256_fmadd_ps(p01, p01, qp01);
+          qp23 = _mm256_fmadd_ps(p23, p23, qp23);
+        }
         // Products of two floats are exact in double: a fused add rounds as add(mul) does.
         const __m256d xd = _mm256_cvtps_pd(_mm_loadu_ps(xb + i * 4));
         e0 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 0]), xd, e0);
@@ -148,44 +147,115 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
         e2 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 2]), xd, e2);
         e3 = _mm256_fmadd_pd(_mm256_broadcast_sd(&wd[i * 4 + 3]), xd, e3);
       }
-      alignas(32) float f[16], b[16], sa[16];
+      alignas(32) float f[16], b[16], sa[16], qf[16], qb[16], qp[16];
       alignas(32) double ex[16];
-      _mm256_store_ps(f, f01);
-      _mm256_store_ps(f + 8, f23);
-      _mm256_store_ps(b, b01);
-      _mm256_store_ps(b + 8, b23);
-      _mm256_store_ps(sa, s01);
-      _mm256_store_ps(sa + 8, s23);
+      auto store = [](float* to, __m256 v01, __m256 v23) {
+        _mm256_store_ps(to, v01);
+        _mm256_store_ps(to + 8, v23);
+      };
+      store(f, f01, f23);
+      store(b, b01, b23);
+      store(sa, s01, s23);
+      store(qf, qf01, qf23);
+      store(qb, qb01, qb23);
+      store(qp, qp01, qp23);
       _mm256_store_pd(ex, e0);
       _mm256_store_pd(ex + 4, e1);
       _mm256_store_pd(ex + 8, e2);
       _mm256_store_pd(ex + 12, e3);
       for (std::size_t r = 0; r < nr; ++r)
         for (std::size_t k = 0; k < 4 && t0 + k < tokens; ++k) {
-          const std::size_t t = t0 + k, a = a0 + r, o = t * rows + a, l = r * 4 + k;
-          std::size_t repeats = 0;
-          if (many(cx[t]) && many(cw[a]))
-            for (std::size_t i = 0; i < n; ++i) repeats += (mx[t * n + i] & mw[a * n + i]) != 0;
-          seq[o] = many(repeats)
-                       ? HUGE_VAL
-                       : std::max(std::fabs(double(f[l]) - ex[l]), std::fabs(double(b[l]) - ex[l]));
-          A[o] = double(sa[l]);
+          const std::size_t l = r * 4 + k;
+          SequentialSums& o = out[(t0 + k) * rows + a0 + r];
+          o.forward = f[l];
+          o.backward = b[l];
+          o.magnitude = sa[l];
+          o.exact = ex[l];
+          if (kSquares) {
+            o.partials2_forward = qf[l];
+            o.partials2_backward = qb[l];
+            o.products2 = qp[l];
+          }
         }
     }
   }
 }
+#endif
+
+template <bool kSquares>
+void sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
+          SequentialSums* out) {
+#ifdef __AVX2__
+  sums_avx2<kSquares>(x, tokens, W, rows, n, out);
 #else
-void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
-                       std::size_t n, double* seq, double* A) {
   for (std::size_t t = 0; t < tokens; ++t)
     for (std::size_t a = 0; a < rows; ++a) {
-      seq[t * rows + a] = sequential_error(x + t * n, W + a * n, n);
-      float sa = 0;
-      for (std::size_t i = 0; i < n; ++i) sa += std::fabs(float(x[t * n + i].v) * W[a * n + i]);
-      A[t * rows + a] = double(sa);
+      SequentialSums& o = out[t * rows + a];
+      o = SequentialSums{};
+      const float* w = W + a * n;
+      const Bounded* xt = x + t * n;
+      for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
+        const float p = float(xt[i].v) * w[i];
+        o.forward += p;
+        o.backward += float(xt[j].v) * w[j];
+        o.magnitude += std::fabs(p);
+        o.exact += double(float(xt[i].v)) * double(w[i]);
+        if (kSquares) {
+          o.partials2_forward += o.forward * o.forward;
+          o.partials2_backward += o.backward * o.backward;
+          o.products2 += p * p;
+        }
+      }
     }
-}
 #endif
+}
+
+}  // namespace
+
+void sequential_sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                     std::size_t n, SequentialSums* out) {
+  sums<true>(x, tokens, W, rows, n, out);
+}
+
+void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                       std::size_t n, double* seq, double* A) {
+  std::vector<SequentialSums> s(tokens * rows);
+  sums<false>(x, tokens, W, rows, n, s.data());
+  const std::vector<bool> repeated = repeated_terms(x, tokens, W, rows, n);
+  for (std::size_t o = 0; o < tokens * rows; ++o) {
+    seq[o] = repeated[o] ? HUGE_VAL
+                         : std::max(std::fabs(double(s[o].forward) - s[o].exact),
+                                    std::fabs(double(s[o].backward) - s[o].exact));
+    A[o] = double(s[o].magnitude);
+  }
+}
+
+// Repeats are counted from masks per operand, and only where both operands have more than the
+// threshold: the count never exceeds either operand's.
+std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const float* W,
+                                 std::size_t rows, std::size_t n) {
+  const Model& m = model();
+  std::vector<bool> out(tokens * rows, false);
+  std::vector<unsigned char> mx(tokens * n), mw;
+  std::vector<std::size_t> cx(tokens, 0), cw;
+  for (std::size_t t = 0; t < tokens; ++t)
+    cx[t] = repeat_mask([&](std::size_t i) { return float(x[t * n + i].v); }, n, &mx[t * n]);
+  auto many = [&](std::size_t c) { return too_many_repeats(m, double(n), c); };
+  if (std::any_of(cx.begin(), cx.end(), many)) {
+    mw.resize(rows * n);
+    cw.resize(rows);
+    for (std::size_t a = 0; a < rows; ++a)
+      cw[a] = repeat_mask([&](std::size_t i) { return W[a * n + i]; }, n, &mw[a * n]);
+  }
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      std::size_t repeats = 0;
+      if (many(cx[t]) && many(cw[a]))
+        for (std::size_t i = 0; i < n; ++i) repeats += (mx[t * n + i] & mw[a * n + i]) != 0;
+      out[t * rows + a] = many(repeats);
+    }
+  return out;
+}
 }  // namespace detail
 
 // The projection is the oracle's hot loop. Its bound, regrouped per term (sum |w_i| c_i + n eta),

@@ -104,6 +104,11 @@ const std::vector<RuleInfo>& rules() {
     std::vector<RuleInfo> v;
     for (const auto& r : element_rules()) v.push_back(r.info);
     v.push_back({"empty", "a stage with no elements proves nothing: mistrusted"});
+    v.push_back({"noise",
+                 "second tier, statistical, only where the bounds pass: the error of mixes is "
+                 "more than 6 times its modelled fp32 rounding noise at some element, or more "
+                 "than 1.5 times in root mean square over the stage (oracles/noise.hpp; false "
+                 "alarms measured in bench/README.md)"});
     // Rules of a whole case (stage "kernel"), applied by the runner before any stage's.
     v.push_back({"threw",
                  "the kernel threw or returned an error code: the case fails with its "
@@ -275,9 +280,22 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   return s;
 }
 
+void settle(Verdict& v) {
+  bool any_undecidable = false, any_mistrusted = false;
+  v.first_divergent.clear();
+  for (const auto& sv : v.stages) {
+    if (sv.state == State::fail && v.first_divergent.empty()) v.first_divergent = sv.stage;
+    any_undecidable = any_undecidable || sv.state == State::undecidable;
+    any_mistrusted = any_mistrusted || sv.state == State::mistrusted;
+  }
+  v.state = !v.first_divergent.empty() ? State::fail
+            : any_undecidable          ? State::undecidable
+            : any_mistrusted           ? State::mistrusted
+                                       : State::pass;
+}
+
 Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
   Verdict v;
-  bool any_undecidable = false, any_mistrusted = false;
   for (const auto& w : want) {
     const Stage<float>* g = nullptr;
     for (const auto& s : got)
@@ -299,15 +317,9 @@ Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
           w.shape.empty() || w.shape[0] == 0 ? w.values.size() : w.values.size() / w.shape[0];
       sv = judge(w.name, g->values.data(), w.values.data(), w.values.size(), per_token);
     }
-    if (sv.state == State::fail && v.first_divergent.empty()) v.first_divergent = sv.stage;
-    any_undecidable = any_undecidable || sv.state == State::undecidable;
-    any_mistrusted = any_mistrusted || sv.state == State::mistrusted;
     v.stages.push_back(std::move(sv));
   }
-  v.state = !v.first_divergent.empty() ? State::fail
-            : any_undecidable          ? State::undecidable
-            : any_mistrusted           ? State::mistrusted
-                                       : State::pass;
+  settle(v);
   return v;
 }
 

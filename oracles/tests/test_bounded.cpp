@@ -350,4 +350,29 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
       CHECK(A[t * rows + a] == double(sa));
       if (repeats == "both" && n > 64) CHECK(std::isinf(want));  // the repeats do count
     }
+  // The same sums with the noise model's squares: values bit for bit as above, squares of the
+  // fp32 partial sums and products within a float sum's n u of their double sums.
+  std::vector<bnd::detail::SequentialSums> s(tokens * rows);
+  bnd::detail::sequential_sums(x.data(), tokens, W.data(), rows, n, s.data());
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      float f = 0, b = 0;
+      double qf = 0, qb = 0, qp = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float p = float(x[t * n + i].v) * W[a * n + i];
+        f += p;
+        b += float(x[t * n + n - 1 - i].v) * W[a * n + n - 1 - i];
+        qf += double(f) * double(f);
+        qb += double(b) * double(b);
+        qp += double(p) * double(p);
+      }
+      const auto& o = s[t * rows + a];
+      const double tol = double(n) * 0x1.0p-23;
+      CAPTURE(n, tokens, rows, repeats, t, a);
+      CHECK(o.forward == f);
+      CHECK(o.backward == b);
+      CHECK(std::fabs(double(o.partials2_forward) - qf) <= tol * qf);
+      CHECK(std::fabs(double(o.partials2_backward) - qb) <= tol * qb);
+      CHECK(std::fabs(double(o.products2) - qp) <= tol * qp);
+    }
 }

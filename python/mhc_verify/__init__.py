@@ -55,6 +55,10 @@ class Stage:
     max_ulp: float
     max_rel: float
     worst: Element
+    # The second tier (statistical), where it models the stage (mixes in fp32): state, reason,
+    # z_max and z_rms (error / modelled fp32 rounding noise) and the worst element (bound: its
+    # noise scale, ratio: its z). A flag fails the stage with rule "noise". None elsewhere.
+    noise: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,12 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
 
 
 def _judgement(r: dict) -> Judgement:
-    stages = [Stage(**{**s, "worst": Element(**s["worst"])}) for s in r.pop("stages")]
+    def stage(s):
+        noise = s.pop("noise", None)
+        if noise is not None:
+            noise = {**noise, "worst": Element(**noise["worst"])}
+        return Stage(**{**s, "worst": Element(**s["worst"]), "noise": noise})
+    stages = [stage(s) for s in r.pop("stages")]
     return Judgement(stages=stages, **r)
 
 

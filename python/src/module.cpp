@@ -226,6 +226,15 @@ py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
     d["max_ulp"] = s.metrics.max_ulp;
     d["max_rel"] = s.metrics.max_rel;
     d["worst"] = element(s.worst);
+    if (s.has_noise) {
+      py::dict n;
+      n["state"] = oracles::state_name(s.noise.state);
+      n["reason"] = s.noise.reason;
+      n["z_max"] = s.noise.z_max;
+      n["z_rms"] = s.noise.z_rms;
+      n["worst"] = element(s.noise.worst);
+      d["noise"] = n;
+    }
     stages.append(d);
   }
   r["stages"] = stages;

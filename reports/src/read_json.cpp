@@ -154,6 +154,16 @@ Report read_report(const std::string& path) {
           s.metrics.max_ulp = num(js.at("max_ulp"));
           s.metrics.normwise = num(js.at("normwise"));
           s.worst = element(js.at("worst"));
+          if (js.contains("noise")) {
+            const json& jn = js.at("noise");
+            s.has_noise = true;
+            s.noise.state = state(jn.at("state"));
+            s.noise.reason = jn.at("reason");
+            s.noise.elements = jn.at("elements");
+            s.noise.z_max = num(jn.at("z_max"));
+            s.noise.z_rms = num(jn.at("z_rms"));
+            s.noise.worst = element(jn.at("worst"));
+          }
           c.verdict.stages.push_back(std::move(s));
         }
         e.cases.push_back(std::move(c));

@@ -52,22 +52,30 @@ json pairs(const std::vector<std::pair<std::string, std::string>>& kv) {
 }
 
 json stage_verdict(const oracles::StageVerdict& s) {
-  return {{"stage", s.stage},
-          {"state", oracles::state_name(s.state)},
-          {"rule", s.rule},
-          {"reason", s.reason},
-          {"elements", s.elements},
-          {"failed", s.failed},
-          {"undecidable", s.undecidable},
-          {"ratio_max", num(s.ratio_max)},
-          {"ratio_p99", num(s.ratio_p99)},
-          {"ratio_p50", num(s.ratio_p50)},
-          {"max_abs", num(s.metrics.max_abs)},
-          {"max_rel", num(s.metrics.max_rel)},
-          {"rel_floor", num(s.metrics.rel_floor)},
-          {"max_ulp", num(s.metrics.max_ulp)},
-          {"normwise", num(s.metrics.normwise)},
-          {"worst", element(s.worst)}};
+  json j = {{"stage", s.stage},
+            {"state", oracles::state_name(s.state)},
+            {"rule", s.rule},
+            {"reason", s.reason},
+            {"elements", s.elements},
+            {"failed", s.failed},
+            {"undecidable", s.undecidable},
+            {"ratio_max", num(s.ratio_max)},
+            {"ratio_p99", num(s.ratio_p99)},
+            {"ratio_p50", num(s.ratio_p50)},
+            {"max_abs", num(s.metrics.max_abs)},
+            {"max_rel", num(s.metrics.max_rel)},
+            {"rel_floor", num(s.metrics.rel_floor)},
+            {"max_ulp", num(s.metrics.max_ulp)},
+            {"normwise", num(s.metrics.normwise)},
+            {"worst", element(s.worst)}};
+  if (s.has_noise)
+    j["noise"] = {{"state", oracles::state_name(s.noise.state)},
+                  {"reason", s.noise.reason},
+                  {"elements", s.noise.elements},
+                  {"z_max", num(s.noise.z_max)},
+                  {"z_rms", num(s.noise.z_rms)},
+                  {"worst", element(s.noise.worst)}};
+  return j;
 }
 
 json aggregate(const StageAggregate& a) {

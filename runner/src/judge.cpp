@@ -10,6 +10,7 @@
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/diagnosis.hpp"
+#include "mhc/oracles/noise.hpp"
 #include "mhc/reports/text.hpp"
 #include "mhc/runner/driver.hpp"
 #include "worker.hpp"
@@ -94,6 +95,7 @@ Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& wa
                const oracles::OpCase& c, const Judging& j, const std::string& wrote = "") {
   Outcome o;
   o.verdict = oracles::compare(got, want);
+  oracles::second_tier(c, got, o.verdict);
   if (!wrote.empty()) {  // a failure of the case before any stage's
     oracles::Verdict v = kernel_verdict(oracles::State::fail, "wrote_input", wrote);
     v.stages.insert(v.stages.end(), o.verdict.stages.begin(), o.verdict.stages.end());

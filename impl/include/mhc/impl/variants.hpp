@@ -45,7 +45,10 @@ struct Variant {
   float hc_eps_scale = 1;
   bool no_max_subtraction = false;  // exp(L) without subtracting the row max
   bool bf16_accumulation = false;   // the projection's accumulator rounded to bf16 each step
-  BlockKnobs block;                 // Block-level deviations (pre not shifted, not causal, ...)
+  // Precision regressions that stay inside the bounds (the second tier's band):
+  bool rsqrt_estimate = false;  // r's reciprocal square root to 11 mantissa bits, no Newton step
+  bool tf32_products = false;   // the projection's operands rounded to tf32, declared fp32
+  BlockKnobs block;             // Block-level deviations (pre not shifted, not causal, ...)
 };
 
 const std::vector<Variant>& variant_catalogue();

@@ -353,6 +353,23 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n);
 void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
              Bounded* out);
 namespace detail {
+// One element of x W^T summed in fp32 as a straightforward kernel does (products rounded, then
+// added one at a time), both ways, with what the second tier's noise model reads.
+struct SequentialSums {
+  float forward = 0, backward = 0;  // first to last, last to first
+  float magnitude = 0;              // sum of |w x| (forward)
+  double exact = 0;                 // in double: each product of two floats is exact
+  // Sums of the squared partial sums (each forward and backward sum after each addition) and of
+  // the squared products, in float: scales only.
+  float partials2_forward = 0, partials2_backward = 0, products2 = 0;
+};
+// Every (token, row) of x W^T (x's values rounded to float), into out[token * rows + row].
+void sequential_sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                     std::size_t n, SequentialSums* out);
+// Whether each (token, row) of x W^T has more repeated terms than the premise allows (as in
+// sequential_error).
+std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const float* W,
+                                 std::size_t rows, std::size_t n);
 // project()'s premise check: detail::sequential_error of every (token, row) of x W^T into seq
 // (tokens x rows), and the fp32 sum of |w x| into A.
 void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,

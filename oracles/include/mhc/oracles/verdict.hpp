@@ -50,6 +50,16 @@ double kth_nonnegative(const std::vector<double>& v, std::size_t k);
 // Elements kept per stage for plots of observed error against bound (evenly spaced, and the worst).
 constexpr std::size_t kSamples = 48;
 
+// The second tier's judgement of a stage (oracles/noise.hpp): z = |got - want| / s per element,
+// s the legitimate rounding noise modelled from the data.
+struct NoiseVerdict {
+  State state = State::pass;  // pass, or fail (flagged)
+  std::string reason;
+  std::size_t elements = 0;  // judged (a finite scale)
+  double z_max = 0, z_rms = 0;
+  Element worst;  // bound: its noise scale; ratio: its z
+};
+
 struct StageVerdict {
   std::string stage;
   State state = State::pass;
@@ -61,6 +71,8 @@ struct StageVerdict {
   Metrics metrics;
   std::vector<std::uint64_t> ulp_hist;  // kUlpBins counts over the decided elements
   std::vector<Element> samples;         // up to kSamples + 1 decided elements, in index order
+  bool has_noise = false;               // the second tier modelled this stage
+  NoiseVerdict noise;
 };
 
 struct Verdict {
@@ -82,5 +94,7 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
 
 // Walks both Traces in the oracle's order; a stage the kernel did not produce is skipped.
 Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want);
+// The case's state and first divergent stage from its stages' (after a stage changed).
+void settle(Verdict& v);
 
 }  // namespace mhc::oracles

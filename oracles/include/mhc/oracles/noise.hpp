@@ -1,0 +1,38 @@
+// The second tier: a statistical judgement beside the bounds, where the bounds are loose (the
+// 20480-term projection of mixes and its RMS scale). It asks whether the kernel's error is the
+// size of the legitimate rounding noise of fp32 kernels on this data, not whether it is possible.
+// Its own rule ("noise") and its own numbers in the verdict: a flag is evidence at a stated
+// false-alarm rate, not a proof. Model and calibration: docs/semantics.md, "The second tier";
+// measurements: bench/README.md, "The second tier".
+#pragma once
+
+#include <vector>
+
+#include "mhc/oracles/ops.hpp"
+#include "mhc/oracles/verdict.hpp"
+
+namespace mhc::oracles {
+
+// Thresholds on z = |got - want| / s, s the element's noise scale: an element beyond kNoiseMax,
+// or a stage whose root mean square of z is beyond kNoiseRms, is flagged.
+constexpr double kNoiseMax = 6;
+constexpr double kNoiseRms = 1.5;
+
+// A stage as the second tier models it: the exact value of each element from the data the stage
+// reads (the kernel's own streams where the op computes them: anchored), and its noise scale.
+struct NoiseModel {
+  std::vector<double> value, scale;
+};
+// For mixes: the partial sums of fp32 accumulations of the projection and of the RMS statistic,
+// and the deviations of two of them, run. Empty for a stage it does not model.
+NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got);
+
+// The second tier's judgement of one stage: z per element (an element whose scale is not finite
+// is not judged).
+NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t per_token);
+
+// Adds the second tier to every stage of v it models; a stage that passed its bounds and is
+// flagged fails by rule "noise". Cases of deviating semantics (the diagnosis) are left alone.
+void second_tier(const OpCase& c, const Trace<float>& got, Verdict& v);
+
+}  // namespace mhc::oracles
