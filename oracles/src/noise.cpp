@@ -58,9 +58,7 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
     const bool squares_repeat =
         bnd::detail::repeated_terms(&xb[t * nd], 1, xs + t * nd, 1, nd).front();
     // r as a kernel forms it from each order's sum, and exactly (double: its error is ~1e-16).
-    auto r_fp32 = [&](float S) {
-      return 1.0f / std::sqrt(S / float(nd) + float(cfg.norm_eps));
-    };
+    auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(nd) + float(cfg.norm_eps)); };
     const float rf = r_fp32(q.forward), rb = r_fp32(q.backward);
     const double r = 1 / std::sqrt(q.exact / double(nd) + cfg.norm_eps);
     // r's relative noise: half the sum's, and about one u for each of the mean, the eps, the
@@ -79,8 +77,7 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
       const double run = std::max(std::fabs(double(o.forward * rf) - value),
                                   std::fabs(double(o.backward * rb) - value));
       m.value[t * M + a] = value;
-      m.scale[t * M + a] =
-          repeated[t * M + a] || squares_repeat ? HUGE_VAL : std::max(sigma, run);
+      m.scale[t * M + a] = repeated[t * M + a] || squares_repeat ? HUGE_VAL : std::max(sigma, run);
     }
   }
   return m;
@@ -121,8 +118,8 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
     z2 += std::isfinite(z) ? z * z : HUGE_VAL;
     if (v.elements == 1 || !(z <= v.z_max)) {
       v.z_max = std::isnan(z) ? HUGE_VAL : z;
-      v.worst = Element{i, i / std::max<std::size_t>(per_token, 1), double(got[i]), want, s,
-                        v.z_max, "noise"};
+      v.worst = Element{
+          i, i / std::max<std::size_t>(per_token, 1), double(got[i]), want, s, v.z_max, "noise"};
     }
   }
   v.z_rms = v.elements ? std::sqrt(z2 / double(v.elements)) : 0;
