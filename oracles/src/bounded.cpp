@@ -76,18 +76,16 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
 namespace detail {
 namespace {
 
-// Bit l - 1 of mask[i]: value(i) equals value(i - l) and is nonzero. Returns how many i have a bit.
-template <class Value>
-std::size_t repeat_mask(Value value, std::size_t n, unsigned char* mask) {
+// Bit l - 1 of mask[i]: v[i] equals v[i - l] and is nonzero. Returns how many i have a bit. One
+// pass per lag, so that the compiler runs each in vector lanes.
+std::size_t repeat_mask(const float* v, std::size_t n, unsigned char* mask) {
+  std::fill(mask, mask + n, 0);
+  for (std::size_t l = 1; l <= kRepeatLag; ++l)
+    for (std::size_t i = l; i < n; ++i)
+      mask[i] =
+          static_cast<unsigned char>(mask[i] | unsigned(v[i] != 0 && v[i] == v[i - l]) << (l - 1));
   std::size_t count = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = value(i);
-    unsigned char bits = 0;
-    for (std::size_t l = 1; l <= kRepeatLag && l <= i; ++l)
-      bits = static_cast<unsigned char>(bits | unsigned(v != 0 && value(i - l) == v) << (l - 1));
-    mask[i] = bits;
-    count += bits != 0;
-  }
+  for (std::size_t i = 0; i < n; ++i) count += mask[i] != 0;
   return count;
 }
 
@@ -212,6 +210,11 @@ void sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows
 
 }  // namespace
 
+std::size_t repeated_values(const float* v, std::size_t n) {
+  std::vector<unsigned char> mask(n);
+  return repeat_mask(v, n, mask.data());
+}
+
 void sequential_sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
                      std::size_t n, SequentialSums* out) {
   sums<true>(x, tokens, W, rows, n, out);
@@ -238,14 +241,16 @@ std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const flo
   std::vector<bool> out(tokens * rows, false);
   std::vector<unsigned char> mx(tokens * n), mw;
   std::vector<std::size_t> cx(tokens, 0), cw;
-  for (std::size_t t = 0; t < tokens; ++t)
-    cx[t] = repeat_mask([&](std::size_t i) { return float(x[t * n + i].v); }, n, &mx[t * n]);
+  std::vector<float> xf(n);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::size_t i = 0; i < n; ++i) xf[i] = float(x[t * n + i].v);
+    cx[t] = repeat_mask(xf.data(), n, &mx[t * n]);
+  }
   auto many = [&](std::size_t c) { return too_many_repeats(m, double(n), c); };
   if (std::any_of(cx.begin(), cx.end(), many)) {
     mw.resize(rows * n);
     cw.resize(rows);
-    for (std::size_t a = 0; a < rows; ++a)
-      cw[a] = repeat_mask([&](std::size_t i) { return W[a * n + i]; }, n, &mw[a * n]);
+    for (std::size_t a = 0; a < rows; ++a) cw[a] = repeat_mask(W + a * n, n, &mw[a * n]);
   }
   for (std::size_t t = 0; t < tokens; ++t)
     for (std::size_t a = 0; a < rows; ++a) {

@@ -10,25 +10,6 @@ namespace {
 
 constexpr double u = 0x1.0p-24;
 
-// The RMS statistic's sum of squares of one token, as the projection's sums (fp32 both ways).
-struct Squares {
-  float forward = 0, backward = 0;
-  double exact = 0, partials2_forward = 0, partials2_backward = 0, products2 = 0;
-};
-Squares squares(const float* x, std::size_t m) {
-  Squares q;
-  for (std::size_t i = 0, j = m - 1; i < m; ++i, --j) {
-    const float p = x[i] * x[i];
-    q.forward += p;
-    q.backward += x[j] * x[j];
-    q.exact += double(x[i]) * double(x[i]);
-    q.partials2_forward += double(q.forward) * double(q.forward);
-    q.partials2_backward += double(q.backward) * double(q.backward);
-    q.products2 += double(p) * double(p);
-  }
-  return q;
-}
-
 // The noise of an fp32 sum from its partial sums s_k and terms t_i: each rounding errs by at
 // most u times its result, so the error is sum_k d_k s_k + sum_i e_i t_i with |d|, |e| <= u;
 // independent, its spread is u sqrt(sum s_k^2 + sum t_i^2) / sqrt(3). The scale takes the larger
@@ -53,10 +34,19 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   NoiseModel m;
   m.value.resize(T * M);
   m.scale.resize(T * M);
+  // The RMS statistic's sums of squares: each block of four tokens' streams against themselves
+  // (the diagonal of one vector pass).
+  std::vector<bnd::detail::SequentialSums> squares(T);
+  for (std::size_t t0 = 0; t0 < T; t0 += 4) {
+    const std::size_t k = std::min<std::size_t>(4, T - t0);
+    std::vector<bnd::detail::SequentialSums> block(k * k);
+    bnd::detail::sequential_sums(&xb[t0 * nd], k, xs + t0 * nd, k, nd, block.data());
+    for (std::size_t i = 0; i < k; ++i) squares[t0 + i] = block[i * k + i];
+  }
   for (std::size_t t = 0; t < T; ++t) {
-    const Squares q = squares(xs + t * nd, nd);
-    const bool squares_repeat =
-        bnd::detail::repeated_terms(&xb[t * nd], 1, xs + t * nd, 1, nd).front();
+    const bnd::detail::SequentialSums& q = squares[t];
+    const bool squares_repeat = bnd::detail::too_many_repeats(
+        probabilistic, double(nd), bnd::detail::repeated_values(xs + t * nd, nd));
     // r as a kernel forms it from each order's sum, and exactly (double: its error is ~1e-16).
     auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(nd) + float(cfg.norm_eps)); };
     const float rf = r_fp32(q.forward), rb = r_fp32(q.backward);

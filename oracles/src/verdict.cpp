@@ -158,7 +158,9 @@ double kth_nonnegative(const std::vector<double>& v, std::size_t k) {
 int ulp_bin(double ulp) {
   if (!(ulp < 0x1p24)) return kUlpBins - 1;
   if (ulp < 1) return 0;
-  return 1 + std::ilogb(ulp);
+  std::uint64_t bits;  // a normal double in [1, 2^24): 1 + its exponent
+  std::memcpy(&bits, &ulp, 8);
+  return 1 + int(bits >> 52) - 1023;
 }
 
 StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
@@ -178,6 +180,7 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   ratios.reserve(count);
   s.ulp_hist.assign(kUlpBins, 0);
   const std::size_t sample_step = std::max<std::size_t>(1, count / kSamples);
+  std::size_t next_sample = 0;  // every sample_step-th element
   std::optional<Element> first_fail;
   bool all_zero = true;
   double diff2 = 0, want2 = 0;
@@ -189,6 +192,8 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
     const float g = got[i];
     const bnd::Bounded& w = want[i];
     all_zero = all_zero && g == 0 && w.v == 0;
+    const bool sample_point = i == next_sample;
+    if (sample_point) next_sample += sample_step;
     std::size_t decided = rules.size();  // the rule that decided, if any
     State st = State::pass;
     if (std::isfinite(g) && std::isfinite(w.e) && !std::isnan(w.v)) {
@@ -234,7 +239,7 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
       if (!first_fail) first_fail = element();
     }
     if (ratios.empty() || ratio > s.worst.ratio) s.worst = element();
-    if (i % sample_step == 0 && s.samples.size() < kSamples) s.samples.push_back(element());
+    if (sample_point && s.samples.size() < kSamples) s.samples.push_back(element());
     ratios.push_back(ratio);
   }
   const bool worst_kept = std::any_of(s.samples.begin(), s.samples.end(),

@@ -12,6 +12,7 @@
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/ops.hpp"
+#include "mhc/oracles/random.hpp"
 
 using namespace mhc;
 using B = bnd::Bounded;
@@ -322,14 +323,8 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
   const std::size_t tokens = GENERATE(1, 6);
   const std::size_t rows = GENERATE(3, 24);
   const std::string repeats = GENERATE("none", "x", "w", "both");
-  std::uint64_t state = n * 31 + tokens * 7 + rows;
-  auto uniform = [&state] {  // splitmix64 -> [-1, 1)
-    state += 0x9E3779B97F4A7C15ull;
-    std::uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return double((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1;
-  };
+  oracles::Rng rng(n * 31 + tokens * 7 + rows);
+  auto uniform = [&rng] { return rng.uniform(-1, 1); };
   // Repeating operands: every third value equal to the one two places before.
   const bool rx = repeats == "x" || repeats == "both", rw = repeats == "w" || repeats == "both";
   std::vector<B> x(tokens * n);

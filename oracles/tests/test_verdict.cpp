@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/oracles/random.hpp"
 #include "mhc/oracles/verdict.hpp"
 
 using namespace mhc;
@@ -227,19 +228,13 @@ TEST_CASE("verdict: each element is decided by the first rule that applies", "[v
 // The p99 and the median by radix selection against a sort, on ratios with ties, zeros, +inf,
 // subnormals, and values sharing their leading bits (so the selection narrows more than once).
 TEST_CASE("verdict: kth_nonnegative is the k-th of the sorted ratios", "[verdict]") {
-  std::uint64_t state = 7;
-  auto next = [&state] {  // splitmix64
-    state += 0x9E3779B97F4A7C15ull;
-    std::uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  oracles::Rng rng(7);
+  auto next = [&rng] { return rng.next(); };
   for (const std::size_t size : {1, 2, 63, 65, 1000, 100000})
     for (const int kind : {0, 1, 2, 3}) {
       std::vector<double> v(size);
       for (auto& d : v) {
-        const double u = double(next() >> 11) * 0x1.0p-53;
+        const double u = rng.uniform();
         d = kind == 0   ? u * std::exp2(-40.0 * u)                // spread over binades
             : kind == 1 ? 0.5 + double(next() >> 40) * 0x1.0p-60  // one binade, shared top bits
             : kind == 2 ? double(next() % 4) * 0x1.0p-1070        // ties, zeros, subnormals

@@ -366,6 +366,9 @@ struct SequentialSums {
 // Every (token, row) of x W^T (x's values rounded to float), into out[token * rows + row].
 void sequential_sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
                      std::size_t n, SequentialSums* out);
+// How many of v's values equal one of the kRepeatLag before them (and are nonzero): the repeats
+// of a sum of squares of v.
+std::size_t repeated_values(const float* v, std::size_t n);
 // Whether each (token, row) of x W^T has more repeated terms than the premise allows (as in
 // sequential_error).
 std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const float* W,
