@@ -73,12 +73,6 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
-const Stage<float>* find(const Trace<float>& t, const std::string& name) {
-  for (const auto& s : t)
-    if (s.name == name) return &s;
-  return nullptr;
-}
-
 }  // namespace
 
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
@@ -87,7 +81,7 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
   if (c.op == Op::mixes) {
     xs = c.input("x").data.data();
   } else if (c.op == Op::boundary) {
-    const Stage<float>* x = find(got, "x");  // anchored: the streams the kernel's mixes read
+    const Stage<float>* x = find_stage(got, "x");  // anchored: the streams the kernel's mixes read
     if (!x || x->values.size() != c.tokens * c.cfg.stream_size()) return {};
     xs = x->values.data();
   } else {
@@ -129,7 +123,7 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
 void second_tier(const OpCase& c, const Trace<float>& got, Verdict& v) {
   bool changed = false;
   for (auto& sv : v.stages) {
-    const Stage<float>* g = find(got, sv.stage);
+    const Stage<float>* g = find_stage(got, sv.stage);
     if (!g || sv.state != State::pass) continue;
     const NoiseModel m = noise_model(c, sv.stage, got);
     if (m.value.empty() || m.value.size() != g->values.size()) continue;

@@ -302,9 +302,7 @@ void settle(Verdict& v) {
 Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
   Verdict v;
   for (const auto& w : want) {
-    const Stage<float>* g = nullptr;
-    for (const auto& s : got)
-      if (s.name == w.name) g = &s;
+    const Stage<float>* g = find_stage(got, w.name);
     StageVerdict sv;
     if (!g) {
       sv.stage = w.name;

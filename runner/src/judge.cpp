@@ -9,6 +9,7 @@
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/impl/cuda.hpp"
+#include "mhc/oracles/anchored.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/noise.hpp"
 #include "mhc/reports/text.hpp"
@@ -95,6 +96,7 @@ Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& wa
                const oracles::OpCase& c, const Judging& j, const std::string& wrote = "") {
   Outcome o;
   o.verdict = oracles::compare(got, want);
+  oracles::judge_anchored(c, got, j.threads, j.model, o.verdict);
   oracles::second_tier(c, got, o.verdict);
   if (!wrote.empty()) {  // a failure of the case before any stage's
     oracles::Verdict v = kernel_verdict(oracles::State::fail, "wrote_input", wrote);

@@ -64,6 +64,15 @@ void boundary_transposed(const impl::KernelConfig& k, std::size_t T, const impl:
   impl::cpu().boundary(k, T, moved, out);
 }
 
+// The boundary with one comb element scaled by (1 + comb_scale) at comb_element.
+std::size_t comb_element = 0;
+double comb_scale = 0;
+void boundary_comb_off(const impl::KernelConfig& k, std::size_t T, const impl::BoundaryIn& in,
+                       const impl::BoundaryOut& out) {
+  impl::cpu().boundary(k, T, in, out);
+  out.comb[comb_element] = float(double(out.comb[comb_element]) * (1 + comb_scale));
+}
+
 }  // namespace
 
 TEST_CASE("driver: the faithful kernels pass", "[driver]") {
@@ -295,4 +304,60 @@ TEST_CASE("driver: the second tier passes legitimate kernels and flags regressio
       }
       if (seed != 6) CHECK(modelled);  // seed 6: the uniform case (repeated terms)
     }
+}
+
+// The split judged again from the kernel's own mixes. (1) A bf16 boundary whose comb has elements
+// without a finite bound end to end (the projection's bound propagated through the Sinkhorn) is
+// decided from the kernel's mixes. (2) A comb element off by 3 times its anchored bound, less
+// than half its end-to-end bound (both computed here from the oracle), passes end to end and
+// fails anchored.
+TEST_CASE("driver: pre, post and comb are judged again from the kernel's mixes",
+          "[driver][anchored]") {
+  const ref::Config cfg;  // n=4, d=5120
+  {
+    const auto c = oracles::generate_case(Op::boundary, cfg, 16, 10, oracles::Precision::bf16);
+    const auto v = runner::judge(impl::cpu_fused(), c, judging1()).verdict;
+    const oracles::StageVerdict* comb = nullptr;
+    const oracles::StageVerdict* anchored = nullptr;
+    for (const auto& s : v.stages) {
+      if (s.stage == "comb") comb = &s;
+      if (s.stage == "anchored.comb") anchored = &s;
+    }
+    REQUIRE(comb);
+    REQUIRE(anchored);
+    CAPTURE(comb->reason);
+    CHECK(comb->undecidable > 0);  // end to end, some elements have no finite bound
+    CHECK(comb->rule == "anchored");
+    CHECK(anchored->state == State::pass);
+    CHECK(anchored->undecidable == 0);
+    CHECK(v.state == State::pass);
+  }
+  const auto c = oracles::generate_case(Op::boundary, cfg, 4, 1, oracles::Precision::fp32);
+  const auto e2e = oracles::oracle_trace(c, 1);
+  const auto got = runner::run_kernel(impl::cpu(), c, 1);
+  oracles::OpCase split = c;
+  split.op = Op::split_sinkhorn;
+  split.inputs = {
+      {"mixes", {{c.tokens, std::size_t(cfg.mix())}, oracles::find_stage(got, "mixes")->values}}};
+  split.params.erase("hc_fn");
+  const auto anchored = oracles::oracle_trace(split, 1);
+  const auto& we = oracles::find_stage(e2e, "comb")->values;
+  const auto& wa = oracles::find_stage(anchored, "comb")->values;
+  std::size_t best = 0;  // the element where the end-to-end bound is widest against the anchored
+  for (std::size_t i = 0; i < we.size(); ++i)
+    if (we[i].e * wa[best].e > we[best].e * wa[i].e) best = i;
+  const double off = 3 * wa[best].e;
+  CAPTURE(best, we[best].e, wa[best].e, wa[best].v);
+  REQUIRE(off < 0.5 * we[best].e);
+  impl::Backend b = impl::cpu();
+  b.boundary = boundary_comb_off;
+  comb_element = best;
+  comb_scale = off / wa[best].v;
+  const auto v = runner::judge(b, c, judging1()).verdict;
+  for (const auto& s : v.stages) {
+    CAPTURE(s.stage, s.reason);
+    if (s.stage == "comb") CHECK(s.state == State::pass);
+    if (s.stage == "anchored.comb") CHECK(s.state == State::fail);
+  }
+  CHECK(v.first_divergent == "anchored.comb");
 }

@@ -161,6 +161,13 @@ OpCase generate_case(Op op, const ref::Config& cfg, std::size_t tokens, std::uin
 using ref::Stage;
 template <class S>
 using Trace = std::vector<Stage<S>>;
+// The stage of t with that name, or nullptr.
+template <class S>
+const Stage<S>* find_stage(const Trace<S>& t, const std::string& name) {
+  for (const auto& s : t)
+    if (s.name == name) return &s;
+  return nullptr;
+}
 
 // The fp32 value of x, as a kernel computes with it. Through a volatile float: GCC 12.2's SLP
 // vectorizer removes the round trip double(float(x)) when it vectorizes two of them (case_header

@@ -1,0 +1,23 @@
+// Anchored judging inside an op: a stage that reads an earlier stage is judged again from the
+// kernel's own value of that stage, as the Block is between sublayers. In `mixes` and `boundary`
+// the split (pre, post, comb) reads mixes, whose bound over a 20480-term projection is loose; from
+// the kernel's mixes the split's bounds are the Sinkhorn's alone, so a fault in the split is not
+// hidden by the projection's bound and the comb is not undecidable because of it. The end-to-end
+// stages stay (docs/semantics.md, "Anchored stages").
+#pragma once
+
+#include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/verdict.hpp"
+
+namespace mhc::oracles {
+
+// The prefix of an anchored stage's name: "anchored.comb" is comb judged from the kernel's mixes.
+inline const std::string kAnchored = "anchored.";
+
+// Appends a verdict "anchored.<stage>" for each of pre, post and comb the kernel produced (ops
+// mixes and boundary, given the kernel's mixes), and settles v. An end-to-end stage that is
+// undecidable while its anchored stage is decided takes that decision (rule "anchored").
+void judge_anchored(const OpCase& c, const Trace<float>& got, unsigned threads, ErrorModel model,
+                    Verdict& v);
+
+}  // namespace mhc::oracles
