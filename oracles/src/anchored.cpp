@@ -17,8 +17,8 @@ void judge_anchored(const OpCase& c, const Trace<float>& got, unsigned threads, 
   for (const auto& w : want) {
     const Stage<float>* g = find_stage(got, w.name);
     if (!g || g->values.size() != w.values.size()) continue;  // judged end to end already
-    StageVerdict a = judge(kAnchored + w.name, g->values.data(), w.values.data(),
-                           w.values.size(), w.values.size() / c.tokens);
+    StageVerdict a = judge(kAnchored + w.name, g->values.data(), w.values.data(), w.values.size(),
+                           w.values.size() / c.tokens);
     for (auto& s : v.stages)
       if (s.stage == w.name && s.state == State::undecidable &&
           (a.state == State::pass || a.state == State::fail)) {

@@ -116,7 +116,9 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
                 "%.9g, noise %.3g",
                 v.z_max, kNoiseMax, v.z_rms, kNoiseRms, v.elements, v.worst.index, v.worst.token,
                 v.worst.got, v.worst.want, v.worst.bound);
-  v.reason = buf;
+  v.reason = v.elements ? buf
+                        : "second tier (statistical): no element modelled (the terms repeat: "
+                          "their rounding errors are not independent)";
   return v;
 }
 

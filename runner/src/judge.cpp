@@ -213,6 +213,11 @@ Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const
   return finish(std::move(got), want, c, j);
 }
 
+Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
+                      const SharedOracle& shared) {
+  return finish(std::move(got), shared.want, c, j);
+}
+
 reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,
                            std::string repro) {
   reports::CaseRecord rec;

@@ -94,6 +94,11 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
                       const std::vector<std::string>& bf16 = {});
 
+// The same against an oracle evaluated once for the case (the pieces and the boundary: their
+// oracle does not read the kernel's trace), for many sets of outputs of one case.
+Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
+                      const SharedOracle& shared);
+
 // The oracle judge_outputs compares with.
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
                                             const oracles::Trace<float>& got, const Judging& j,

@@ -1,0 +1,169 @@
+// Sensitivity: the smallest relative perturbation of a faithful output that the harness flags,
+// per op, stage and kind of perturbation, for the bounds alone (tier 1) and with the second tier,
+// next to the legitimate envelope and to torch.testing.assert_close's fp32 defaults. Usage:
+// mhc-bench-sensitivity [cases] [tokens]   (defaults 4 cases x 4 tokens, V4.1 sizes, fp32)
+//
+// Faithful outputs: kernel cpu's. A perturbation scales every element of one stage by 1 + delta
+// (uniform), or one element (the one of median, or of largest, oracle magnitude). Flagged: that
+// stage, or its anchored twin, fails. delta is searched on the grid 10^(k/8), 1e-9 to 1, by
+// bisection (flagging grows with delta). Envelope: the largest relative deviation from the oracle
+// of any legitimate kernel (cpu-fused and the catalogue's) on the same cases, over all of them:
+// normwise for the uniform scaling, at the perturbed element for the others. assert_close:
+// |perturbed - reference| <= 1e-5 + 1.3e-6 |reference|, the reference being cpu-fused's output (a
+// second fp32 implementation, as a kernel test compares with); "false alarms" counts the
+// legitimate kernels assert_close rejects against that reference, unperturbed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mhc/impl/variants.hpp"
+#include "mhc/oracles/anchored.hpp"
+#include "mhc/runner/driver.hpp"
+#include "mhc/runner/judge.hpp"
+
+using namespace mhc;
+
+namespace {
+
+enum class Kind { uniform, median, largest };
+const char* kind_name(Kind k) {
+  return k == Kind::uniform ? "uniform" : k == Kind::median ? "one at median" : "one at max";
+}
+
+oracles::Trace<float> perturbed(oracles::Trace<float> t, const std::string& stage,
+                                std::size_t element, Kind kind, double delta) {
+  for (auto& s : t)
+    if (s.name == stage) {
+      if (kind == Kind::uniform)
+        for (float& v : s.values) v = float(double(v) * (1 + delta));
+      else
+        s.values[element] = float(double(s.values[element]) * (1 + delta));
+    }
+  return t;
+}
+
+bool flagged(const oracles::Verdict& v, const std::string& stage, bool tier1_only) {
+  for (const auto& s : v.stages)
+    if ((s.stage == stage || s.stage == oracles::kAnchored + stage) &&
+        s.state == oracles::State::fail && !(tier1_only && s.rule == "noise"))
+      return true;
+  return false;
+}
+
+bool assert_close_fails(const std::vector<float>& got, const std::vector<float>& ref) {
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(double(got[i]) - double(ref[i])) <= 1e-5 + 1.3e-6 * std::fabs(double(ref[i]))))
+      return true;
+  return false;
+}
+
+// The smallest grid delta for which flag(delta) holds (flag(1) assumed), 1e-9 .. 1.
+template <class Flag>
+double smallest(Flag flag) {
+  int lo = -72, hi = 0;  // delta = 10^(k/8)
+  if (flag(std::pow(10.0, lo / 8.0))) return std::pow(10.0, lo / 8.0);
+  if (!flag(1.0)) return HUGE_VAL;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (flag(std::pow(10.0, mid / 8.0)) ? hi : lo) = mid;
+  }
+  return std::pow(10.0, hi / 8.0);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? std::nan("") : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int cases = argc > 1 ? std::atoi(argv[1]) : 4;
+  const std::size_t tokens = argc > 2 ? std::size_t(std::atol(argv[2])) : 4;
+  const ref::Config cfg = ref::v41();
+  std::vector<impl::Backend> legit{impl::cpu_fused()};
+  for (const auto& v : impl::variant_catalogue())
+    if (!v.wrong) legit.push_back(impl::make_backend(v));
+  runner::Judging j;
+  j.threads = 1;
+  j.diagnose = false;
+  std::printf(
+      "sensitivity: kernel cpu perturbed, n=%d d=%d iters=%d hc_eps=%g, %d cases x %zu tokens, "
+      "fp32; delta: median over cases of the smallest flagged\n",
+      cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cases, tokens);
+  std::printf("%-15s %-6s %-14s %10s %10s %10s %10s %8s %6s\n", "op", "stage", "perturbation",
+              "tier 1", "tiers 1+2", "a_close", "envelope", "2/env", "a_c FA");
+  for (oracles::Op op : oracles::all_ops()) {
+    if (op == oracles::Op::block || op == oracles::Op::stack) continue;
+    std::map<std::string, std::map<Kind, std::vector<double>>> t1, t2, ac;
+    std::map<std::string, std::map<Kind, double>> envelope;
+    std::map<std::string, int> false_alarms;
+    std::vector<std::string> order;
+    for (int i = 0; i < cases; ++i) {
+      const auto c =
+          oracles::generate_case(op, cfg, tokens, std::uint64_t(200 + i), oracles::Precision::fp32);
+      const auto base = runner::run(impl::cpu(), c, 1).got;
+      const auto shared = runner::shared_oracle(c, j);
+      std::vector<oracles::Trace<float>> others;
+      for (const auto& b : legit) others.push_back(runner::run(b, c, 1).got);
+      for (const auto& w : shared.want) {
+        if (i == 0) order.push_back(w.name);
+        const auto* ref = oracles::find_stage(others[0], w.name);  // cpu-fused
+        std::vector<std::size_t> by_size(w.values.size());
+        for (std::size_t e = 0; e < by_size.size(); ++e) by_size[e] = e;
+        std::sort(by_size.begin(), by_size.end(), [&](std::size_t a, std::size_t b) {
+          return std::fabs(w.values[a].v) < std::fabs(w.values[b].v);
+        });
+        const std::size_t at_median = by_size[by_size.size() / 2], at_max = by_size.back();
+        // Envelope per kind: normwise for the uniform scaling, at the element for the others.
+        for (const auto& o : others) {
+          const auto* g = oracles::find_stage(o, w.name);
+          double d2 = 0, w2 = 0;
+          for (std::size_t e = 0; e < w.values.size(); ++e) {
+            d2 += std::pow(double(g->values[e]) - w.values[e].v, 2);
+            w2 += w.values[e].v * w.values[e].v;
+          }
+          auto rel = [&](std::size_t e) {
+            return std::fabs(double(g->values[e]) - w.values[e].v) / std::fabs(w.values[e].v);
+          };
+          auto& env = envelope[w.name];
+          env[Kind::uniform] = std::max(env[Kind::uniform], std::sqrt(d2 / w2));
+          env[Kind::median] = std::max(env[Kind::median], rel(at_median));
+          env[Kind::largest] = std::max(env[Kind::largest], rel(at_max));
+          if (&o != &others[0]) false_alarms[w.name] += assert_close_fails(g->values, ref->values);
+        }
+        for (Kind kind : {Kind::uniform, Kind::median, Kind::largest}) {
+          const std::size_t element = kind == Kind::largest ? at_max : at_median;
+          auto judged = [&](double d) {
+            return runner::judge_outputs(c, perturbed(base, w.name, element, kind, d), j, shared)
+                .verdict;
+          };
+          t1[w.name][kind].push_back(smallest([&](double d) {
+            return flagged(judged(d), w.name, true);
+          }));
+          t2[w.name][kind].push_back(smallest([&](double d) {
+            return flagged(judged(d), w.name, false);
+          }));
+          ac[w.name][kind].push_back(smallest([&](double d) {
+            return assert_close_fails(
+                oracles::find_stage(perturbed(base, w.name, element, kind, d), w.name)->values,
+                ref->values);
+          }));
+        }
+      }
+    }
+    for (const auto& s : order)
+      for (Kind kind : {Kind::uniform, Kind::median, Kind::largest}) {
+        const double a = median(t1[s][kind]), b = median(t2[s][kind]), e = envelope[s][kind];
+        std::printf("%-15s %-6s %-14s %10.2g %10.2g %10.2g %10.2g %8.3g %6d\n",
+                    oracles::op_name(op).c_str(), s.c_str(), kind_name(kind), a, b,
+                    median(ac[s][kind]), e, b / e, false_alarms[s]);
+      }
+    std::fflush(stdout);
+  }
+  return 0;
+}
