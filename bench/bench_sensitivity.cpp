@@ -142,12 +142,10 @@ int main(int argc, char** argv) {
             return runner::judge_outputs(c, perturbed(base, w.name, element, kind, d), j, shared)
                 .verdict;
           };
-          t1[w.name][kind].push_back(smallest([&](double d) {
-            return flagged(judged(d), w.name, true);
-          }));
-          t2[w.name][kind].push_back(smallest([&](double d) {
-            return flagged(judged(d), w.name, false);
-          }));
+          t1[w.name][kind].push_back(
+              smallest([&](double d) { return flagged(judged(d), w.name, true); }));
+          t2[w.name][kind].push_back(
+              smallest([&](double d) { return flagged(judged(d), w.name, false); }));
           ac[w.name][kind].push_back(smallest([&](double d) {
             return assert_close_fails(
                 oracles::find_stage(perturbed(base, w.name, element, kind, d), w.name)->values,

@@ -3,7 +3,9 @@
 # it: record a baseline with the faithful plug-in, then gate the same path holding (1) the same
 # kernel: pass; (2) the planted bug (eps inside the softmax division): fail on verdicts, with REPRO
 # lines; (3) the faithful kernel against a baseline whose ratios were 10x smaller: REGRESSED;
-# (4) a kernel the baseline has never seen: its entries NEW, not REGRESSED.
+# (4) the faithful kernel against a baseline whose errors were 10x smaller (ratios unchanged):
+# REGRESSED on the error, however far below the bound; (5) a kernel the baseline has never seen:
+# its entries NEW, not REGRESSED.
 set -u
 bin=$1 lib=$2
 d=$(mktemp -d)
@@ -40,6 +42,17 @@ PY
 gate --baseline "$d/small.json"; [ $? -eq 1 ] || fail "regression not caught"
 grep -q "^REGRESSED gate plugin:.* stage .*: ratio_max .* -> " "$d/out" || fail "no REGRESSED line"
 grep -q "^  REPRO: mhc-verify check --kernel plugin:" "$d/out" || fail "no REPRO for the regression"
+/usr/bin/python3 - "$d/base.json" "$d/quiet.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))
+for e in b["entries"].values():
+    for s in e["stages"].values():
+        s["errors"] = [x / 10 if isinstance(x, float) else x for x in s["errors"]]
+json.dump(b, open(sys.argv[2], "w"))
+PY
+gate --baseline "$d/quiet.json"; [ $? -eq 1 ] || fail "a 10x error growth not caught"
+grep -q "^REGRESSED gate plugin:.* stage .*: error grew .*x (normwise" "$d/out" || fail "no error line"
+! grep -q ": ratio_max .* -> " "$d/out" || fail "the ratios did not change"
 cp "$lib/mhc_example.so" "$d/other.so"
 "$bin" gate --suite "$d/suite" --kernel "plugin:$d/other.so" --baseline "$d/base.json" > "$d/out" 2>&1
 [ $? -eq 1 ] || fail "an entry without baseline passed"

@@ -88,6 +88,8 @@ void Entry::add_case(CaseRecord c) {
       std::nth_element(m.begin(), m.begin() + std::ptrdiff_t(m.size() / 2), m.end());
       a.ratio_median = m[m.size() / 2];
     }
+    if (a.case_errors.size() <= c.index) a.case_errors.resize(c.index + 1, std::nan(""));
+    a.case_errors[c.index] = s.metrics.normwise;
     for (std::size_t b = 0; b < s.ulp_hist.size() && b < a.ulp_hist.size(); ++b)
       a.ulp_hist[b] += s.ulp_hist[b];
     // Keep the plot readable and the report small: the first cases' samples (an entry that keeps

@@ -238,8 +238,12 @@ json baseline_of(const reports::Report& r, const Suite& s, const std::string& su
     for (const auto& a : e.stages) {
       json states = json::object();
       for (const auto& [k, v] : a.states) states[k] = v;
-      stages[a.stage] = {
-          {"states", states}, {"ratio_max", num(a.ratio_max)}, {"ratio_p99", num(a.ratio_p99)}};
+      json errors = json::array();
+      for (double x : a.case_errors) errors.push_back(num(x));
+      stages[a.stage] = {{"states", states},
+                         {"ratio_max", num(a.ratio_max)},
+                         {"ratio_p99", num(a.ratio_p99)},
+                         {"errors", errors}};
     }
     entries[e.id] = {{"cases", e.cases.size()}, {"stages", stages}};
   }
@@ -386,6 +390,32 @@ int GatePlan::run(Session& session) const {
           problems.push_back(line + "\n  REPRO: " +
                              repro(check_case(specs[i], specs[i].seed + a.worst_case),
                                    specs[i].kernel, specs[i].model));
+        }
+        // The error itself, however far below the bound: the median over the cases of its
+        // growth, each error floored at u = 2^-24 (below that, fp32 cannot tell). Baselines
+        // recorded before errors were kept skip this.
+        if (bs[a.stage].contains("errors")) {
+          const json& we = bs[a.stage]["errors"];
+          std::vector<std::pair<double, std::size_t>> growth;  // (growth, case)
+          for (std::size_t k = 0; k < we.size() && k < a.case_errors.size(); ++k) {
+            const double was = from_num(we[k]), now = a.case_errors[k];
+            if (std::isnan(was) || std::isnan(now)) continue;
+            const double u = 0x1.0p-24;
+            growth.emplace_back(std::max(now, u) / std::max(was, u), k);
+          }
+          if (!growth.empty()) {
+            std::sort(growth.begin(), growth.end());
+            const double median = growth[growth.size() / 2].first;
+            if (median > allowance) {
+              std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": error grew " +
+                                 g(median) + "x (normwise, median over the cases; allowance " +
+                                 g(allowance) + "x)";
+              e.problem = line.substr(10);
+              problems.push_back(line + "\n  REPRO: " +
+                                 repro(check_case(specs[i], specs[i].seed + growth.back().second),
+                                       specs[i].kernel, specs[i].model));
+            }
+          }
         }
         // A stage that was decided everywhere and is not any more.
         const auto was_states = bs[a.stage]["states"];

@@ -55,6 +55,8 @@ struct StageAggregate {
   std::vector<std::uint64_t> ulp_hist;    // summed over cases
   std::vector<oracles::Element> samples;  // for the error-against-bound plot
   std::vector<double> case_medians;       // median ratio of each decided case
+  // Each case's normwise error ||got - want|| / ||want||, by case index (NaN: no such case).
+  std::vector<double> case_errors;
 };
 
 struct Entry {
