@@ -136,6 +136,14 @@ struct Kernel {
     return v.tanh_sigmoid ? 0.5f * (1.0f + std::tanh(0.5f * z)) : div(1.0f, 1.0f + exp(-z));
   }
   float normalise(float x, float s, Variant::Eps mode, float eps) const {
+    if (v.sinkhorn_recip_bits) {  // a reciprocal estimate of that accuracy, no Newton step
+      float r = 1.0f / (mode == Variant::Eps::in_sum ? s + eps : s);
+      std::uint32_t b;
+      std::memcpy(&b, &r, 4);
+      b &= ~((1u << (23 - v.sinkhorn_recip_bits)) - 1u);
+      std::memcpy(&r, &b, 4);
+      return mode == Variant::Eps::after ? x * r + eps : x * r;
+    }
     switch (mode) {
       case Variant::Eps::in_sum:
         return div(x, s + eps);
@@ -372,6 +380,7 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
     wrong("rsqrt_estimate", "", [](Variant& x) { x.rsqrt_estimate = true; });
     wrong("tf32_products_undeclared", "", [](Variant& x) { x.tf32_products = true; });
+    wrong("sinkhorn_reciprocal_estimate", "", [](Variant& x) { x.sinkhorn_recip_bits = 18; });
     wrong("block_pre_not_shifted", "pre_not_shifted",
           [](Variant& x) { x.block.shifted_pre = false; });
     wrong("block_attention_not_causal", "attention_not_causal",

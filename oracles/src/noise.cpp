@@ -1,5 +1,7 @@
 #include "mhc/oracles/noise.hpp"
 
+#include "mhc/oracles/anchored.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -73,10 +75,45 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
+// The comb from the given mixes [T, M] (the case's, or the kernel's: anchored): values and
+// noise from the Sinkhorn bound's linearisation (bnd::sinkhorn), roundings in quadrature.
+NoiseModel comb_model(const OpCase& c, const float* mixes) {
+  const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
+  const float* scale = c.param("hc_scale").data.data();
+  const float* base = c.param("hc_base").data.data();
+  const bnd::ModelScope scope(bnd::fp32());
+  NoiseModel m;
+  m.value.resize(c.tokens * nn);
+  m.scale.resize(c.tokens * nn);
+  std::vector<bnd::Bounded> logits(nn), C(nn);
+  std::vector<double> noise(nn);
+  for (std::size_t t = 0; t < c.tokens; ++t) {
+    for (std::size_t i = 0; i < nn; ++i)
+      logits[i] = bnd::Bounded(double(mixes[t * M + 2 * n + i])) * bnd::Bounded(double(scale[2])) +
+                  bnd::Bounded(double(base[2 * n + i]));
+    bnd::sinkhorn(c.cfg, logits.data(), C.data(), nullptr, noise.data());
+    for (std::size_t i = 0; i < nn; ++i) {
+      m.value[t * nn + i] = C[i].v;
+      m.scale[t * nn + i] = std::fabs(C[i].v) * noise[i] + bnd::model().eta;
+    }
+  }
+  return m;
+}
+
 }  // namespace
 
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
-  if (stage != "mixes" || !c.cfg.sem.is_default() || c.precision != Precision::fp32) return {};
+  if (!c.cfg.sem.is_default() || c.precision != Precision::fp32) return {};
+  if ((c.op == Op::split_sinkhorn && stage == "comb") ||
+      ((c.op == Op::mixes || c.op == Op::boundary) && stage == kAnchored + "comb")) {
+    const Stage<float>* given = find_stage(got, "mixes");
+    const float* mixes = c.op == Op::split_sinkhorn ? c.input("mixes").data.data()
+                         : given && given->values.size() == c.tokens * std::size_t(c.cfg.mix())
+                             ? given->values.data()
+                             : nullptr;
+    return mixes ? comb_model(c, mixes) : NoiseModel{};
+  }
+  if (stage != "mixes") return {};
   const float* xs = nullptr;
   if (c.op == Op::mixes) {
     xs = c.input("x").data.data();
@@ -125,7 +162,9 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
 void second_tier(const OpCase& c, const Trace<float>& got, Verdict& v) {
   bool changed = false;
   for (auto& sv : v.stages) {
-    const Stage<float>* g = find_stage(got, sv.stage);
+    const bool anchored = sv.stage.rfind(kAnchored, 0) == 0;  // judges the kernel's own stage
+    const Stage<float>* g =
+        find_stage(got, anchored ? sv.stage.substr(kAnchored.size()) : sv.stage);
     if (!g || sv.state != State::pass) continue;
     const NoiseModel m = noise_model(c, sv.stage, got);
     if (m.value.empty() || m.value.size() != g->values.size()) continue;

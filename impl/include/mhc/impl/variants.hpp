@@ -48,6 +48,7 @@ struct Variant {
   // Precision regressions that stay inside the bounds (the second tier's band):
   bool rsqrt_estimate = false;  // r's reciprocal square root to 11 mantissa bits, no Newton step
   bool tf32_products = false;   // the projection's operands rounded to tf32, declared fp32
+  int sinkhorn_recip_bits = 0;  // Sinkhorn divisions as x * (1 / s) cut to this many bits
   BlockKnobs block;             // Block-level deviations (pre not shifted, not causal, ...)
 };
 

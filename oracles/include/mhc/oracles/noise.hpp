@@ -1,9 +1,9 @@
 // The second tier: a statistical judgement beside the bounds, where the bounds are loose (the
-// 20480-term projection of mixes and its RMS scale). It asks whether the kernel's error is the
-// size of the legitimate rounding noise of fp32 kernels on this data, not whether it is possible.
-// Its own rule ("noise") and its own numbers in the verdict: a flag is evidence at a stated
-// false-alarm rate, not a proof. Model and calibration: docs/semantics.md, "The second tier";
-// measurements: bench/README.md, "The second tier".
+// 20480-term projection of mixes and its RMS scale; the comb's 39 normalisations). It asks whether
+// the kernel's error is the size of the legitimate rounding noise of fp32 kernels on this data, not
+// whether it is possible. Its own rule ("noise") and its own numbers in the verdict: a flag is
+// evidence at a stated false-alarm rate, not a proof. Model and calibration: docs/semantics.md,
+// "The second tier"; measurements: bench/README.md, "The second tier".
 #pragma once
 
 #include <vector>
@@ -23,8 +23,10 @@ constexpr double kNoiseRms = 1.5;
 struct NoiseModel {
   std::vector<double> value, scale;
 };
-// For mixes: the partial sums of fp32 accumulations of the projection and of the RMS statistic,
-// and the deviations of two of them, run. Empty for a stage it does not model.
+// For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection and
+// of the RMS statistic, and the deviations of two of them, run. For the comb from given mixes
+// (split_sinkhorn's comb; anchored.comb of mixes and boundary): the Sinkhorn bound's
+// linearisation with its roundings added in quadrature. Empty for a stage it does not model.
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got);
 
 // The second tier's judgement of one stage: z per element (an element whose scale is not finite
