@@ -1,34 +1,41 @@
 #include "mhc/oracles/anchored.hpp"
 
+#include <iterator>
+
 namespace mhc::oracles {
 
-void judge_anchored(const OpCase& c, const Trace<float>& got, unsigned threads, ErrorModel model,
-                    Verdict& v) {
-  if (c.op != Op::mixes && c.op != Op::boundary) return;
+std::vector<StageVerdict> anchored_stages(const OpCase& c, const Trace<float>& got,
+                                          unsigned threads, ErrorModel model) {
+  std::vector<StageVerdict> added;
+  if (c.op != Op::mixes && c.op != Op::boundary) return added;
   const std::size_t M = std::size_t(c.cfg.mix());
   const Stage<float>* mixes = find_stage(got, "mixes");
-  if (!mixes || mixes->values.size() != c.tokens * M) return;
-  OpCase split = c;
-  split.op = Op::split_sinkhorn;
+  if (!mixes || mixes->values.size() != c.tokens * M) return added;
+  OpCase split = case_header(Op::split_sinkhorn, c.cfg, c.tokens, c.seed, c.precision);
   split.inputs = {{"mixes", Tensor{{c.tokens, M}, mixes->values}}};
   split.params = {{"hc_scale", c.param("hc_scale")}, {"hc_base", c.param("hc_base")}};
   const Trace<bnd::Bounded> want = oracle_trace(split, threads, model);
-  std::vector<StageVerdict> added;
   for (const auto& w : want) {
     const Stage<float>* g = find_stage(got, w.name);
     if (!g || g->values.size() != w.values.size()) continue;  // judged end to end already
-    StageVerdict a = judge(kAnchored + w.name, g->values.data(), w.values.data(), w.values.size(),
-                           w.values.size() / c.tokens);
+    added.push_back(judge(kAnchored + w.name, g->values.data(), w.values.data(), w.values.size(),
+                          w.values.size() / c.tokens));
+  }
+  return added;
+}
+
+void add_anchored(std::vector<StageVerdict> anchored, Verdict& v) {
+  if (anchored.empty()) return;
+  for (const StageVerdict& a : anchored)
     for (auto& s : v.stages)
-      if (s.stage == w.name && s.state == State::undecidable &&
+      if (s.stage == a.stage.substr(kAnchored.size()) && s.state == State::undecidable &&
           (a.state == State::pass || a.state == State::fail)) {
         s.state = a.state;
         s.rule = "anchored";
         s.reason += "; from the kernel's own mixes: " + a.reason + " (" + a.stage + ")";
       }
-    added.push_back(std::move(a));
-  }
-  v.stages.insert(v.stages.end(), added.begin(), added.end());
+  v.stages.insert(v.stages.end(), std::make_move_iterator(anchored.begin()),
+                  std::make_move_iterator(anchored.end()));
   settle(v);
 }
 

@@ -89,17 +89,25 @@ std::size_t repeat_mask(const float* v, std::size_t n, unsigned char* mask) {
   return count;
 }
 
+// x's values as the fp32 sums read them: the oracle's bound-carrying values rounded, or a kernel's.
+float value(const Bounded& b) {
+  return float(b.v);
+}
+float value(float f) {
+  return f;
+}
+
 #ifdef __AVX2__
 // Four tokens and four rows at a time in vector lanes: lane (r, k) of a float vector holds row r's
 // and token k's running sum; the same operations in the same order as the scalar definition.
 // kSquares: also the sums of squared partial sums and products (float: only a scale).
-template <bool kSquares>
-void sums_avx2(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
-               std::size_t n, SequentialSums* out) {
+template <bool kSquares, class X>
+void sums_avx2(const X* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
+               SequentialSums* out) {
   const std::size_t padded = (tokens + 3) / 4 * 4, prows = (rows + 3) / 4 * 4;
   std::vector<float> xt(padded * n, 0.0f);  // [token block][i][4 tokens]
   for (std::size_t t = 0; t < tokens; ++t)
-    for (std::size_t i = 0; i < n; ++i) xt[(t / 4) * n * 4 + i * 4 + t % 4] = float(x[t * n + i].v);
+    for (std::size_t i = 0; i < n; ++i) xt[(t / 4) * n * 4 + i * 4 + t % 4] = value(x[t * n + i]);
   std::vector<float> wt(n * 4);
   std::vector<double> wd(n * 4);
   const __m256i lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
@@ -180,8 +188,8 @@ void sums_avx2(const Bounded* x, std::size_t tokens, const float* W, std::size_t
 }
 #endif
 
-template <bool kSquares>
-void sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
+template <bool kSquares, class X>
+void sums(const X* x, std::size_t tokens, const float* W, std::size_t rows, std::size_t n,
           SequentialSums* out) {
 #ifdef __AVX2__
   sums_avx2<kSquares>(x, tokens, W, rows, n, out);
@@ -191,13 +199,13 @@ void sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows
       SequentialSums& o = out[t * rows + a];
       o = SequentialSums{};
       const float* w = W + a * n;
-      const Bounded* xt = x + t * n;
+      const X* xt = x + t * n;
       for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
-        const float p = float(xt[i].v) * w[i];
+        const float p = value(xt[i]) * w[i];
         o.forward += p;
-        o.backward += float(xt[j].v) * w[j];
+        o.backward += value(xt[j]) * w[j];
         o.magnitude += std::fabs(p);
-        o.exact += double(float(xt[i].v)) * double(w[i]);
+        o.exact += double(value(xt[i])) * double(w[i]);
         if (kSquares) {
           o.partials2_forward += o.forward * o.forward;
           o.partials2_backward += o.backward * o.backward;
@@ -208,42 +216,18 @@ void sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows
 #endif
 }
 
-}  // namespace
-
-std::size_t repeated_values(const float* v, std::size_t n) {
-  std::vector<unsigned char> mask(n);
-  return repeat_mask(v, n, mask.data());
-}
-
-void sequential_sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
-                     std::size_t n, SequentialSums* out) {
-  sums<true>(x, tokens, W, rows, n, out);
-}
-
-void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
-                       std::size_t n, double* seq, double* A) {
-  std::vector<SequentialSums> s(tokens * rows);
-  sums<false>(x, tokens, W, rows, n, s.data());
-  const std::vector<bool> repeated = repeated_terms(x, tokens, W, rows, n);
-  for (std::size_t o = 0; o < tokens * rows; ++o) {
-    seq[o] = repeated[o] ? HUGE_VAL
-                         : std::max(std::fabs(double(s[o].forward) - s[o].exact),
-                                    std::fabs(double(s[o].backward) - s[o].exact));
-    A[o] = double(s[o].magnitude);
-  }
-}
-
 // Repeats are counted from masks per operand, and only where both operands have more than the
 // threshold: the count never exceeds either operand's.
-std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const float* W,
-                                 std::size_t rows, std::size_t n) {
+template <class X>
+std::vector<bool> repeats_of(const X* x, std::size_t tokens, const float* W, std::size_t rows,
+                             std::size_t n) {
   const Model& m = model();
   std::vector<bool> out(tokens * rows, false);
   std::vector<unsigned char> mx(tokens * n), mw;
   std::vector<std::size_t> cx(tokens, 0), cw;
   std::vector<float> xf(n);
   for (std::size_t t = 0; t < tokens; ++t) {
-    for (std::size_t i = 0; i < n; ++i) xf[i] = float(x[t * n + i].v);
+    for (std::size_t i = 0; i < n; ++i) xf[i] = value(x[t * n + i]);
     cx[t] = repeat_mask(xf.data(), n, &mx[t * n]);
   }
   auto many = [&](std::size_t c) { return too_many_repeats(m, double(n), c); };
@@ -260,6 +244,87 @@ std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const flo
       out[t * rows + a] = many(repeats);
     }
   return out;
+}
+
+}  // namespace
+
+std::size_t repeated_values(const float* v, std::size_t n) {
+  std::vector<unsigned char> mask(n);
+  return repeat_mask(v, n, mask.data());
+}
+
+void sequential_sums(const float* x, std::size_t tokens, const float* W, std::size_t rows,
+                     std::size_t n, SequentialSums* out) {
+  sums<true>(x, tokens, W, rows, n, out);
+}
+
+void self_sums(const float* x, std::size_t tokens, std::size_t n, SequentialSums* out) {
+#ifdef __AVX2__
+  // sums_avx2's operations for the diagonal alone: lane k holds token k's sum of squares.
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  std::vector<float> xt(n * 4);
+  for (std::size_t t0 = 0; t0 < tokens; t0 += 4) {
+    const std::size_t k = std::min<std::size_t>(4, tokens - t0);
+    std::fill(xt.begin(), xt.end(), 0.0f);
+    for (std::size_t t = 0; t < k; ++t)
+      for (std::size_t i = 0; i < n; ++i) xt[i * 4 + t] = x[(t0 + t) * n + i];
+    __m128 f = _mm_setzero_ps(), b = f, sa = f, qf = f, qb = f, qp = f;
+    __m256d e = _mm256_setzero_pd();
+    for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
+      const __m128 xi = _mm_loadu_ps(&xt[i * 4]), xj = _mm_loadu_ps(&xt[j * 4]);
+      const __m128 p = _mm_mul_ps(xi, xi);
+      f = _mm_add_ps(f, p);
+      b = _mm_add_ps(b, _mm_mul_ps(xj, xj));
+      sa = _mm_add_ps(sa, _mm_and_ps(p, abs_mask));
+      qf = _mm_fmadd_ps(f, f, qf);
+      qb = _mm_fmadd_ps(b, b, qb);
+      qp = _mm_fmadd_ps(p, p, qp);
+      const __m256d xd = _mm256_cvtps_pd(xi);
+      e = _mm256_fmadd_pd(xd, xd, e);
+    }
+    alignas(16) float vf[4], vb[4], vs[4], vqf[4], vqb[4], vqp[4];
+    alignas(32) double ve[4];
+    _mm_store_ps(vf, f);
+    _mm_store_ps(vb, b);
+    _mm_store_ps(vs, sa);
+    _mm_store_ps(vqf, qf);
+    _mm_store_ps(vqb, qb);
+    _mm_store_ps(vqp, qp);
+    _mm256_store_pd(ve, e);
+    for (std::size_t t = 0; t < k; ++t)
+      out[t0 + t] = SequentialSums{vf[t], vb[t], vs[t], ve[t], vqf[t], vqb[t], vqp[t]};
+  }
+#else
+  for (std::size_t t = 0; t < tokens; ++t) sums<true>(x + t * n, 1, x + t * n, 1, n, out + t);
+#endif
+}
+
+double squares_error(const Bounded* x, std::size_t n) {
+  std::vector<float> xf(n);
+  for (std::size_t i = 0; i < n; ++i) xf[i] = float(x[i].v);
+  SequentialSums s;
+  self_sums(xf.data(), 1, n, &s);
+  // A term repeats where its value does (both operands are the same value).
+  if (too_many_repeats(model(), double(n), repeated_values(xf.data(), n))) return HUGE_VAL;
+  return std::max(std::fabs(double(s.forward) - s.exact), std::fabs(double(s.backward) - s.exact));
+}
+
+void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+                       std::size_t n, double* seq, double* A) {
+  std::vector<SequentialSums> s(tokens * rows);
+  sums<false>(x, tokens, W, rows, n, s.data());
+  const std::vector<bool> repeated = repeats_of(x, tokens, W, rows, n);
+  for (std::size_t o = 0; o < tokens * rows; ++o) {
+    seq[o] = repeated[o] ? HUGE_VAL
+                         : std::max(std::fabs(double(s[o].forward) - s[o].exact),
+                                    std::fabs(double(s[o].backward) - s[o].exact));
+    A[o] = double(s[o].magnitude);
+  }
+}
+
+std::vector<bool> repeated_terms(const float* x, std::size_t tokens, const float* W,
+                                 std::size_t rows, std::size_t n) {
+  return repeats_of(x, tokens, W, rows, n);
 }
 }  // namespace detail
 

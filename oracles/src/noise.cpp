@@ -23,28 +23,20 @@ double sum_noise(double partials2_forward, double partials2_backward, double pro
 
 NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, const float* W) {
   const std::size_t nd = cfg.stream_size(), M = std::size_t(cfg.mix());
-  std::vector<bnd::Bounded> xb(xs, xs + T * nd);
-  std::vector<bnd::detail::SequentialSums> dots(T * M);
-  bnd::detail::sequential_sums(xb.data(), T, W, M, nd, dots.data());
+  std::vector<bnd::detail::SequentialSums> dots(T * M), squares(T);
+  bnd::detail::sequential_sums(xs, T, W, M, nd, dots.data());
+  // The RMS statistic's sums of squares.
+  bnd::detail::self_sums(xs, T, nd, squares.data());
   // Where terms repeat, round to nearest errs with a bias that depends on the terms' mantissas
   // (scaled terms, another bias): the independence the model stands on fails, so such elements,
   // and tokens whose squares repeat, are not modelled (their bounds already use gamma_n).
   bnd::Model probabilistic = bnd::fp32();
   probabilistic.probabilistic = true;
   const bnd::ModelScope scope(probabilistic);
-  const std::vector<bool> repeated = bnd::detail::repeated_terms(xb.data(), T, W, M, nd);
+  const std::vector<bool> repeated = bnd::detail::repeated_terms(xs, T, W, M, nd);
   NoiseModel m;
   m.value.resize(T * M);
   m.scale.resize(T * M);
-  // The RMS statistic's sums of squares: each block of four tokens' streams against themselves
-  // (the diagonal of one vector pass).
-  std::vector<bnd::detail::SequentialSums> squares(T);
-  for (std::size_t t0 = 0; t0 < T; t0 += 4) {
-    const std::size_t k = std::min<std::size_t>(4, T - t0);
-    std::vector<bnd::detail::SequentialSums> block(k * k);
-    bnd::detail::sequential_sums(&xb[t0 * nd], k, xs + t0 * nd, k, nd, block.data());
-    for (std::size_t i = 0; i < k; ++i) squares[t0 + i] = block[i * k + i];
-  }
   for (std::size_t t = 0; t < T; ++t) {
     const bnd::detail::SequentialSums& q = squares[t];
     const bool squares_repeat = bnd::detail::too_many_repeats(
@@ -159,15 +151,26 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
   return v;
 }
 
-void second_tier(const OpCase& c, const Trace<float>& got, Verdict& v) {
+NoiseModels noise_models(const OpCase& c, const Trace<float>& got) {
+  NoiseModels models;
+  for (const auto& s : got)
+    for (const std::string& name : {s.name, kAnchored + s.name}) {
+      NoiseModel m = noise_model(c, name, got);
+      if (!m.value.empty()) models.emplace(name, std::move(m));
+    }
+  return models;
+}
+
+void second_tier(const NoiseModels& models, const OpCase& c, const Trace<float>& got, Verdict& v) {
   bool changed = false;
   for (auto& sv : v.stages) {
     const bool anchored = sv.stage.rfind(kAnchored, 0) == 0;  // judges the kernel's own stage
     const Stage<float>* g =
         find_stage(got, anchored ? sv.stage.substr(kAnchored.size()) : sv.stage);
-    if (!g || sv.state != State::pass) continue;
-    const NoiseModel m = noise_model(c, sv.stage, got);
-    if (m.value.empty() || m.value.size() != g->values.size()) continue;
+    const auto it = models.find(sv.stage);
+    if (!g || sv.state != State::pass || it == models.end()) continue;
+    const NoiseModel& m = it->second;
+    if (m.value.size() != g->values.size()) continue;
     std::size_t per_token = m.value.size() / std::max<std::size_t>(c.tokens, 1);
     sv.has_noise = true;
     sv.noise = noise_judge(g->values.data(), m, per_token);

@@ -1,11 +1,14 @@
 #include "mhc/oracles/verdict.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 namespace mhc::oracles {
 
@@ -127,32 +130,77 @@ const std::vector<RuleInfo>& rules() {
   return all;
 }
 
-double kth_nonnegative(const std::vector<double>& v, std::size_t k) {
-  // Nonnegative doubles and +inf order as their bit patterns: a radix selection on twelve bits at a
-  // time (sign and exponent first, then the mantissa's top) narrows v to the elements that share
-  // the k-th's leading bits, and nth_element orders what is left.
-  std::vector<double> keep;
-  const std::vector<double>* from = &v;
-  for (int shift = 52; shift >= 28 && from->size() > 64; shift -= 12) {
-    auto key = [shift](double d) {
-      std::uint64_t b;
-      std::memcpy(&b, &d, 8);
-      return std::size_t(b >> shift) & 0xfff;
-    };
-    std::vector<std::uint32_t> hist(4096, 0);
-    for (double d : *from) ++hist[key(d)];
-    std::size_t bin = 0;
-    while (k >= hist[bin]) k -= hist[bin++];
+namespace {
+
+// Nonnegative doubles and +inf order as their bit patterns: a radix selection on twelve bits at a
+// time (sign and exponent first, then the mantissa's top) narrows the candidates to the elements
+// that share the k-th's leading bits, and nth_element orders what is left.
+std::size_t radix_key(double d, int shift) {
+  std::uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return std::size_t(b >> shift) & 0xfff;
+}
+
+// The bin of key(shift) holding the k-th of `from`; k becomes its rank within the bin.
+std::size_t radix_bin(const std::vector<double>& from, int shift, std::size_t& k) {
+  std::vector<std::uint32_t> hist(4096, 0);
+  for (double d : from) ++hist[radix_key(d, shift)];
+  std::size_t bin = 0;
+  while (k >= hist[bin]) k -= hist[bin++];
+  return bin;
+}
+
+double select_from(std::vector<double> keep, std::size_t k, int shift) {
+  for (; shift >= 28 && keep.size() > 64; shift -= 12) {
+    const std::size_t bin = radix_bin(keep, shift, k);
     std::vector<double> next;
-    next.reserve(hist[bin]);
-    for (double d : *from)
-      if (key(d) == bin) next.push_back(d);
+    for (double d : keep)
+      if (radix_key(d, shift) == bin) next.push_back(d);
     keep = std::move(next);
-    from = &keep;
   }
-  if (from == &v) keep = v;
   std::nth_element(keep.begin(), keep.begin() + std::ptrdiff_t(k), keep.end());
   return keep[k];
+}
+
+}  // namespace
+
+std::vector<double> kth_nonnegative(const std::vector<double>& v,
+                                    const std::vector<std::size_t>& ks) {
+  std::vector<double> out;
+  if (v.size() <= 64) {
+    for (std::size_t k : ks) out.push_back(select_from(v, k, 0));
+    return out;
+  }
+  // The first pass's histogram and its split serve every k.
+  std::vector<std::size_t> bins, ranks = ks;
+  {
+    std::vector<std::uint32_t> hist(4096, 0);
+    for (double d : v) ++hist[radix_key(d, 52)];
+    for (std::size_t& k : ranks) {
+      std::size_t bin = 0;
+      while (k >= hist[bin]) k -= hist[bin++];
+      bins.push_back(bin);
+    }
+  }
+  std::vector<std::size_t> distinct = bins;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<std::vector<double>> parts(distinct.size());
+  for (double d : v) {
+    const std::size_t key = radix_key(d, 52);
+    for (std::size_t i = 0; i < distinct.size(); ++i)
+      if (key == distinct[i]) parts[i].push_back(d);
+  }
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    const std::size_t part =
+        std::size_t(std::lower_bound(distinct.begin(), distinct.end(), bins[i]) - distinct.begin());
+    out.push_back(select_from(parts[part], ranks[i], 40));
+  }
+  return out;
+}
+
+double kth_nonnegative(const std::vector<double>& v, std::size_t k) {
+  return kth_nonnegative(v, std::vector<std::size_t>{k})[0];
 }
 
 int ulp_bin(double ulp) {
@@ -163,37 +211,57 @@ int ulp_bin(double ulp) {
   return 1 + int(bits >> 52) - 1023;
 }
 
-StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
-                   std::size_t count, std::size_t per_token, double rel_floor) {
-  StageVerdict s;
-  s.stage = s.rule = stage;
-  s.elements = count;
-  s.metrics.rel_floor = rel_floor;
-  if (per_token == 0) per_token = 1;
-  if (count == 0) {
-    s.state = State::mistrusted;
-    s.rule = "empty";
-    s.reason = "no elements";
-    return s;
-  }
-  std::vector<double> ratios;
-  ratios.reserve(count);
-  s.ulp_hist.assign(kUlpBins, 0);
-  const std::size_t sample_step = std::max<std::size_t>(1, count / kSamples);
-  std::size_t next_sample = 0;  // every sample_step-th element
-  std::optional<Element> first_fail;
+namespace {
+
+// A stage is judged in chunks of elements (in parallel by compare()) whose tallies merge in index
+// order. Chunk boundaries are multiples of the sample step and do not depend on the thread count,
+// so neither does any number of the verdict (the norms' sums are added chunk by chunk).
+constexpr std::size_t kChunk = std::size_t(1) << 15;
+
+struct Tally {
+  std::size_t failed = 0, undecidable = 0;
   bool all_zero = true;
   double diff2 = 0, want2 = 0;
+  Metrics metrics;
+  std::vector<std::uint64_t> ulp_hist = std::vector<std::uint64_t>(kUlpBins, 0);
+  std::vector<double> ratios;
+  Element worst;
+  std::optional<Element> first_fail;
+  std::vector<Element> samples;
+};
+
+struct StageJob {
+  const float* got;
+  const bnd::Bounded* want;
+  std::size_t count, per_token, sample_step, chunk;
+  double rel_floor;
+  std::size_t chunks() const { return (count + chunk - 1) / chunk; }
+};
+
+StageJob stage_job(const float* got, const bnd::Bounded* want, std::size_t count,
+                   std::size_t per_token, double rel_floor) {
+  const std::size_t step = std::max<std::size_t>(1, count / kSamples);
+  return {got,      want,
+          count,    std::max<std::size_t>(per_token, 1),
+          step,     std::max(step, kChunk / step * step),
+          rel_floor};
+}
+
+void tally(const StageJob& job, std::size_t chunk, Tally& s) {
+  const std::size_t i0 = chunk * job.chunk, i1 = std::min(job.count, i0 + job.chunk);
+  s.ratios.reserve(i1 - i0);
+  s.metrics.rel_floor = job.rel_floor;
+  std::size_t next_sample = i0;  // every sample_step-th element (i0 is a multiple)
   const auto& rules = element_rules();
   // A finite got against a number with a finite bound: every rule before within_bound abstains
   // (none of them looks at anything else), so it is decided here without calling them.
   const std::size_t within = rules.size() - 1;
-  for (std::size_t i = 0; i < count; ++i) {
-    const float g = got[i];
-    const bnd::Bounded& w = want[i];
-    all_zero = all_zero && g == 0 && w.v == 0;
+  for (std::size_t i = i0; i < i1; ++i) {
+    const float g = job.got[i];
+    const bnd::Bounded& w = job.want[i];
+    s.all_zero = s.all_zero && g == 0 && w.v == 0;
     const bool sample_point = i == next_sample;
-    if (sample_point) next_sample += sample_step;
+    if (sample_point) next_sample += job.sample_step;
     std::size_t decided = rules.size();  // the rule that decided, if any
     State st = State::pass;
     if (std::isfinite(g) && std::isfinite(w.e) && !std::isnan(w.v)) {
@@ -218,7 +286,7 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
     // Built only where kept: most elements are counted, not recorded.
     auto element = [&] {
       return Element{i,
-                     i / per_token,
+                     i / job.per_token,
                      double(g),
                      w.v,
                      w.e,
@@ -227,20 +295,60 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
     };
     if (std::isfinite(diff)) {
       s.metrics.max_abs = std::max(s.metrics.max_abs, diff);
-      s.metrics.max_rel = std::max(s.metrics.max_rel, diff / std::max(std::fabs(w.v), rel_floor));
-      diff2 += diff * diff;
-      want2 += w.v * w.v;
+      s.metrics.max_rel =
+          std::max(s.metrics.max_rel, diff / std::max(std::fabs(w.v), job.rel_floor));
+      s.diff2 += diff * diff;
+      s.want2 += w.v * w.v;
     }
     const double ulp = ulp_distance(g, float(w.v));
     s.metrics.max_ulp = std::max(s.metrics.max_ulp, ulp);
     ++s.ulp_hist[std::size_t(ulp_bin(ulp))];
     if (st == State::fail) {
       ++s.failed;
-      if (!first_fail) first_fail = element();
+      if (!s.first_fail) s.first_fail = element();
     }
-    if (ratios.empty() || ratio > s.worst.ratio) s.worst = element();
-    if (sample_point && s.samples.size() < kSamples) s.samples.push_back(element());
-    ratios.push_back(ratio);
+    if (s.ratios.empty() || ratio > s.worst.ratio) s.worst = element();
+    if (sample_point) s.samples.push_back(element());
+    s.ratios.push_back(ratio);
+  }
+}
+
+// The chunks' tallies in index order, into the stage's verdict.
+StageVerdict verdict_of(const std::string& stage, const StageJob& job, std::vector<Tally>& parts) {
+  StageVerdict s;
+  s.stage = s.rule = stage;
+  s.elements = job.count;
+  s.metrics.rel_floor = job.rel_floor;
+  s.ulp_hist.assign(kUlpBins, 0);
+  if (job.count == 0) {
+    s.state = State::mistrusted;
+    s.rule = "empty";
+    s.reason = "no elements";
+    return s;
+  }
+  std::optional<Element> first_fail;
+  bool all_zero = true, any = false;
+  double diff2 = 0, want2 = 0;
+  std::vector<double> ratios;
+  std::size_t decided = 0;
+  for (const Tally& t : parts) decided += t.ratios.size();
+  ratios.reserve(decided);
+  for (Tally& t : parts) {
+    s.failed += t.failed;
+    s.undecidable += t.undecidable;
+    all_zero = all_zero && t.all_zero;
+    diff2 += t.diff2;
+    want2 += t.want2;
+    s.metrics.max_abs = std::max(s.metrics.max_abs, t.metrics.max_abs);
+    s.metrics.max_rel = std::max(s.metrics.max_rel, t.metrics.max_rel);
+    s.metrics.max_ulp = std::max(s.metrics.max_ulp, t.metrics.max_ulp);
+    for (int b = 0; b < kUlpBins; ++b) s.ulp_hist[std::size_t(b)] += t.ulp_hist[std::size_t(b)];
+    if (!first_fail && t.first_fail) first_fail = t.first_fail;
+    if (!t.ratios.empty() && (!any || t.worst.ratio > s.worst.ratio)) s.worst = t.worst;
+    any = any || !t.ratios.empty();
+    for (auto& e : t.samples)
+      if (s.samples.size() < kSamples) s.samples.push_back(std::move(e));
+    ratios.insert(ratios.end(), t.ratios.begin(), t.ratios.end());
   }
   const bool worst_kept = std::any_of(s.samples.begin(), s.samples.end(),
                                       [&](const Element& e) { return e.index == s.worst.index; });
@@ -253,9 +361,11 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   if (!ratios.empty()) {
     s.ratio_max = *std::max_element(ratios.begin(), ratios.end());
     const std::size_t k = std::min(ratios.size() - 1, std::size_t(0.99 * double(ratios.size())));
-    s.ratio_p99 = kth_nonnegative(ratios, k);
-    s.ratio_p50 = kth_nonnegative(ratios, ratios.size() / 2);
+    const std::vector<double> q = kth_nonnegative(ratios, {k, ratios.size() / 2});
+    s.ratio_p99 = q[0];
+    s.ratio_p50 = q[1];
   }
+  const std::size_t count = job.count;
   char buf[256];
   if (s.failed > 0) {
     s.state = State::fail;
@@ -285,6 +395,16 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
   return s;
 }
 
+}  // namespace
+
+StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
+                   std::size_t count, std::size_t per_token, double rel_floor) {
+  const StageJob job = stage_job(got, want, count, per_token, rel_floor);
+  std::vector<Tally> parts(job.chunks());
+  for (std::size_t k = 0; k < parts.size(); ++k) tally(job, k, parts[k]);
+  return verdict_of(stage, job, parts);
+}
+
 void settle(Verdict& v) {
   bool any_undecidable = false, any_mistrusted = false;
   v.first_divergent.clear();
@@ -299,18 +419,25 @@ void settle(Verdict& v) {
                                        : State::pass;
 }
 
-Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
+Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want, unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   Verdict v;
-  for (const auto& w : want) {
+  v.stages.resize(want.size());
+  // Every chunk of every stage the kernel produced in the right shape is a task; the others are
+  // decided here.
+  std::vector<StageJob> jobs(want.size());
+  std::vector<std::vector<Tally>> parts(want.size());
+  std::vector<std::pair<std::size_t, std::size_t>> tasks;  // (stage, chunk)
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    const Stage<bnd::Bounded>& w = want[k];
     const Stage<float>* g = find_stage(got, w.name);
-    StageVerdict sv;
+    StageVerdict& sv = v.stages[k];
+    sv.stage = w.name;
     if (!g) {
-      sv.stage = w.name;
       sv.state = State::skipped;
       sv.rule = "absent";
       sv.reason = "the kernel did not produce this stage";
     } else if (g->values.size() != w.values.size()) {
-      sv.stage = w.name;
       sv.state = State::fail;
       sv.rule = "shape";
       sv.reason = "the kernel produced " + std::to_string(g->values.size()) +
@@ -318,10 +445,36 @@ Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want) {
     } else {
       const std::size_t per_token =
           w.shape.empty() || w.shape[0] == 0 ? w.values.size() : w.values.size() / w.shape[0];
-      sv = judge(w.name, g->values.data(), w.values.data(), w.values.size(), per_token);
+      jobs[k] =
+          stage_job(g->values.data(), w.values.data(), w.values.size(), per_token, 0x1.0p-126);
+      parts[k].resize(jobs[k].chunks());
+      for (std::size_t c = 0; c < parts[k].size(); ++c) tasks.emplace_back(k, c);
+      if (parts[k].empty()) sv = verdict_of(w.name, jobs[k], parts[k]);
     }
-    v.stages.push_back(std::move(sv));
   }
+  // A thread for every chunk's worth of elements at most: small cases stay on this one.
+  std::size_t elements = 0;
+  for (const auto& j : jobs) elements += j.count;
+  const std::size_t helpers = std::min<std::size_t>(threads, elements / kChunk + 1) - 1;
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failed;
+  std::mutex failing;
+  auto work = [&] {
+    try {
+      for (std::size_t t; (t = next++) < tasks.size();)
+        tally(jobs[tasks[t].first], tasks[t].second, parts[tasks[t].first][tasks[t].second]);
+    } catch (...) {  // out of memory: the other threads finish, then it propagates
+      const std::lock_guard<std::mutex> lock(failing);
+      if (!failed) failed = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t w = 0; w < helpers && w + 1 < tasks.size(); ++w) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  if (failed) std::rethrow_exception(failed);
+  for (std::size_t k = 0; k < want.size(); ++k)
+    if (!parts[k].empty()) v.stages[k] = verdict_of(want[k].name, jobs[k], parts[k]);
   settle(v);
   return v;
 }

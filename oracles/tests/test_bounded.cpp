@@ -345,10 +345,19 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
       CHECK(A[t * rows + a] == double(sa));
       if (repeats == "both" && n > 64) CHECK(std::isinf(want));  // the repeats do count
     }
+  for (std::size_t t = 0; t < tokens; ++t) {  // a sum of squares (the RMS statistic)
+    const double got = bnd::detail::squares_error(&x[t * n], n),
+                 want = bnd::detail::sequential_error(&x[t * n], &x[t * n], n);
+    CAPTURE(n, tokens, repeats, t, got, want);
+    CHECK(std::memcmp(&got, &want, sizeof got) == 0);
+    if (rx && n > 64) CHECK(std::isinf(want));
+  }
   // The same sums with the noise model's squares: values bit for bit as above, squares of the
   // fp32 partial sums and products within a float sum's n u of their double sums.
+  std::vector<float> xf(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) xf[i] = float(x[i].v);
   std::vector<bnd::detail::SequentialSums> s(tokens * rows);
-  bnd::detail::sequential_sums(x.data(), tokens, W.data(), rows, n, s.data());
+  bnd::detail::sequential_sums(xf.data(), tokens, W.data(), rows, n, s.data());
   for (std::size_t t = 0; t < tokens; ++t)
     for (std::size_t a = 0; a < rows; ++a) {
       float f = 0, b = 0;
@@ -370,6 +379,23 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
       CHECK(std::fabs(double(o.partials2_backward) - qb) <= tol * qb);
       CHECK(std::fabs(double(o.products2) - qp) <= tol * qp);
     }
+  // Each token's sum of squares alone: the diagonal of the sums of x against itself, every field
+  // bit for bit.
+  std::vector<bnd::detail::SequentialSums> all(tokens * tokens), own(tokens);
+  bnd::detail::sequential_sums(xf.data(), tokens, xf.data(), tokens, n, all.data());
+  bnd::detail::self_sums(xf.data(), tokens, n, own.data());
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const auto &d = all[t * tokens + t], &o = own[t];
+    CAPTURE(n, tokens, repeats, t);
+    for (auto [a, b] : {std::pair{d.forward, o.forward},
+                        {d.backward, o.backward},
+                        {d.magnitude, o.magnitude},
+                        {d.partials2_forward, o.partials2_forward},
+                        {d.partials2_backward, o.partials2_backward},
+                        {d.products2, o.products2}})
+      CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+    CHECK(std::memcmp(&d.exact, &o.exact, sizeof d.exact) == 0);
+  }
 }
 
 // The Sinkhorn's noise (the second tier's scale) is the bound's linearisation with its roundings

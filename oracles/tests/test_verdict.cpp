@@ -164,6 +164,67 @@ TEST_CASE("verdict: compare names the first divergent stage in trace order", "[v
   CHECK(v.stages[2].rule == "shape");
 }
 
+// Large stages are judged in chunks, in parallel: every number of the verdict is the same for any
+// thread count, and the counts, the worst element, the first failure and the quantiles are those
+// of the elements taken one at a time.
+TEST_CASE("verdict: a stage judged in parallel chunks is the stage judged whole", "[verdict]") {
+  const std::size_t size = GENERATE(std::size_t(1000), std::size_t(70001), std::size_t(200000));
+  oracles::Rng rng(size);
+  std::vector<float> got(size);
+  std::vector<B> want(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    const double v = rng.uniform(-2, 2), e = 1e-6 * (1 + rng.uniform());
+    want[i] = i % 997 == 5 ? B(v, HUGE_VAL) : B(v, e);  // some undecidable
+    // Errors up to 1.2 bounds: some fail; ties in ratio at the largest error.
+    got[i] = float(v + (i % 4999 == 77 ? 1.2 : rng.uniform(-1, 1)) * e);
+  }
+  oracles::Trace<B> w{{"x", {size / 10 ? size / 10 : 1, 10}, want},
+                      {"y", {1, 3}, {B(1, 1), B(2, 1), B(3, 1)}}};
+  oracles::Trace<float> g{{"x", {size / 10, 10}, got}, {"y", {1, 3}, {1, 2, 3}}};
+  const oracles::Verdict one = oracles::compare(g, w, 1), three = oracles::compare(g, w, 3);
+  REQUIRE(one.stages.size() == 2u);
+  REQUIRE(three.stages.size() == 2u);
+  const auto &a = one.stages[0], &b = three.stages[0];
+  CHECK(a.reason == b.reason);
+  CHECK(a.failed == b.failed);
+  CHECK(a.worst.index == b.worst.index);
+  CHECK(a.ratio_p99 == b.ratio_p99);
+  CHECK(a.ratio_p50 == b.ratio_p50);
+  CHECK(a.metrics.normwise == b.metrics.normwise);
+  CHECK(a.ulp_hist == b.ulp_hist);
+  REQUIRE(a.samples.size() == b.samples.size());
+  for (std::size_t i = 0; i < a.samples.size(); ++i)
+    CHECK(a.samples[i].index == b.samples[i].index);
+  // Against the elements one at a time.
+  std::size_t failed = 0, undecidable = 0, first_fail = size, worst = 0;
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < size; ++i) {
+    if (!std::isfinite(want[i].e)) {
+      ++undecidable;
+      continue;
+    }
+    const double r = std::fabs(double(got[i]) - want[i].v) / want[i].e;
+    if (r > 1) {
+      ++failed;
+      first_fail = std::min(first_fail, i);
+    }
+    if (ratios.empty() || r > ratios[worst]) worst = ratios.size();
+    ratios.push_back(r);
+  }
+  std::vector<std::size_t> index;  // decided elements' stage indices
+  for (std::size_t i = 0; i < size; ++i)
+    if (std::isfinite(want[i].e)) index.push_back(i);
+  CHECK(a.failed == failed);
+  CHECK(a.undecidable == undecidable);
+  CHECK(a.worst.index == index[worst]);
+  if (failed)
+    CHECK(a.reason.find("first at " + std::to_string(first_fail) + " ") != std::string::npos);
+  std::sort(ratios.begin(), ratios.end());
+  CHECK(a.ratio_p50 == ratios[ratios.size() / 2]);
+  CHECK(a.ratio_max == ratios.back());
+  CHECK(a.samples.size() <= oracles::kSamples + 1);
+}
+
 TEST_CASE("verdict: the ulp histogram bins by powers of two and counts every decided element",
           "[verdict]") {
   CHECK(oracles::ulp_bin(0) == 0);
@@ -242,9 +303,12 @@ TEST_CASE("verdict: kth_nonnegative is the k-th of the sorted ratios", "[verdict
       }
       std::vector<double> sorted = v;
       std::sort(sorted.begin(), sorted.end());
-      for (const std::size_t k : {std::size_t(0), size / 2, size * 99 / 100, size - 1}) {
-        CAPTURE(size, kind, k);
-        CHECK(oracles::kth_nonnegative(v, k) == sorted[k]);
+      const std::vector<std::size_t> ks{0, size / 2, size * 99 / 100, size - 1};
+      const std::vector<double> all = oracles::kth_nonnegative(v, ks);
+      for (std::size_t i = 0; i < ks.size(); ++i) {
+        CAPTURE(size, kind, ks[i]);
+        CHECK(oracles::kth_nonnegative(v, ks[i]) == sorted[ks[i]]);
+        CHECK(all[i] == sorted[ks[i]]);
       }
     }
 }

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
+#include <thread>
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/impl/cuda.hpp"
@@ -92,12 +94,30 @@ oracles::Verdict kernel_verdict(oracles::State state, const std::string& rule,
 
 namespace {
 
-Outcome finish(oracles::Trace<float> got, const oracles::Trace<bnd::Bounded>& want,
-               const oracles::OpCase& c, const Judging& j, const std::string& wrote = "") {
+// want_of(got): the oracle's Trace (computed for the kernel's trace, or shared by a run's cases).
+template <class WantOf>
+Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase& c,
+               const Judging& j, const std::string& wrote = "") {
   Outcome o;
-  o.verdict = oracles::compare(got, want);
-  oracles::judge_anchored(c, got, j.threads, j.model, o.verdict);
-  oracles::second_tier(c, got, o.verdict);
+  // The anchored stages and the second tier's models read only the case and the kernel's trace:
+  // with a second core they are computed while the oracle evaluates the case.
+  std::vector<oracles::StageVerdict> anchored;
+  oracles::NoiseModels models;
+  auto side = [&] {
+    anchored = oracles::anchored_stages(c, got, j.threads, j.model);
+    models = oracles::noise_models(c, got);
+  };
+  const unsigned threads = j.threads ? j.threads : std::thread::hardware_concurrency();
+  std::future<void> beside;
+  if (threads > 1)
+    beside = std::async(std::launch::async, side);
+  else
+    side();
+  const oracles::Trace<bnd::Bounded>& want = want_of(got);
+  o.verdict = oracles::compare(got, want, j.threads);
+  if (beside.valid()) beside.get();
+  oracles::add_anchored(std::move(anchored), o.verdict);
+  oracles::second_tier(models, c, got, o.verdict);
   if (!wrote.empty()) {  // a failure of the case before any stage's
     oracles::Verdict v = kernel_verdict(oracles::State::fail, "wrote_input", wrote);
     v.stages.insert(v.stages.end(), o.verdict.stages.begin(), o.verdict.stages.end());
@@ -183,15 +203,25 @@ SharedOracle shared_oracle(const oracles::OpCase& c, const Judging& j) {
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
   Ran r = run(b, c, j);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
-  const auto want = oracles::oracle_trace(c, j.threads, j.model, {}, &r.got);
-  return finish(std::move(r.got), want, c, j, r.wrote);
+  oracles::Trace<bnd::Bounded> want;
+  return finish(
+      std::move(r.got),
+      [&](const oracles::Trace<float>& got) -> const oracles::Trace<bnd::Bounded>& {
+        return want = oracles::oracle_trace(c, j.threads, j.model, {}, &got);
+      },
+      c, j, r.wrote);
 }
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
   Ran r = run(b, c, j);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
-  return finish(std::move(r.got), shared.want, c, j, r.wrote);
+  return finish(
+      std::move(r.got),
+      [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
+        return shared.want;
+      },
+      c, j, r.wrote);
 }
 
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
@@ -209,13 +239,23 @@ oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
 
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
                       const std::vector<std::string>& bf16) {
-  const auto want = outputs_oracle(c, got, j, bf16);
-  return finish(std::move(got), want, c, j);
+  oracles::Trace<bnd::Bounded> want;
+  return finish(
+      std::move(got),
+      [&](const oracles::Trace<float>& given) -> const oracles::Trace<bnd::Bounded>& {
+        return want = outputs_oracle(c, given, j, bf16);
+      },
+      c, j);
 }
 
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
                       const SharedOracle& shared) {
-  return finish(std::move(got), shared.want, c, j);
+  return finish(
+      std::move(got),
+      [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
+        return shared.want;
+      },
+      c, j);
 }
 
 reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,

@@ -14,10 +14,14 @@ namespace mhc::oracles {
 // The prefix of an anchored stage's name: "anchored.comb" is comb judged from the kernel's mixes.
 inline const std::string kAnchored = "anchored.";
 
-// Appends a verdict "anchored.<stage>" for each of pre, post and comb the kernel produced (ops
-// mixes and boundary, given the kernel's mixes), and settles v. An end-to-end stage that is
-// undecidable while its anchored stage is decided takes that decision (rule "anchored").
-void judge_anchored(const OpCase& c, const Trace<float>& got, unsigned threads, ErrorModel model,
-                    Verdict& v);
+// A verdict "anchored.<stage>" for each of pre, post and comb the kernel produced (ops mixes and
+// boundary, given the kernel's mixes). Reads only the case and the kernel's trace, so it may run
+// beside the end-to-end judgement.
+std::vector<StageVerdict> anchored_stages(const OpCase& c, const Trace<float>& got,
+                                          unsigned threads, ErrorModel model);
+
+// Appends the anchored verdicts to v and settles it. An end-to-end stage that is undecidable while
+// its anchored stage is decided takes that decision (rule "anchored").
+void add_anchored(std::vector<StageVerdict> anchored, Verdict& v);
 
 }  // namespace mhc::oracles

@@ -200,6 +200,9 @@ double sequential_error(const P* a, const Q* b, std::size_t n) {
   return std::max(std::fabs(double(f) - exact), std::fabs(double(r) - exact));
 }
 
+// sequential_error(x, x, n), bit for bit, in vector lanes: the premise check of a sum of squares
+// (the RMS statistic).
+double squares_error(const Bounded* x, std::size_t n);
 // The error of an n-term reduction whose terms have magnitudes A and propagated bounds E; k_prod
 // is an extra relative error of each term (tf32 products); seq as above (0 where not checked).
 inline Bounded reduce(double v, double A, double E, std::size_t n, double k_prod = 0,
@@ -278,8 +281,9 @@ inline Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
     A += std::fabs(p);
     E += std::fabs(a[i].v) * b[i].e + std::fabs(b[i].v) * a[i].e + a[i].e * b[i].e;
   }
-  const double seq =
-      detail::premise_checked(model(), double(n)) ? detail::sequential_error(a, b, n) : 0;
+  const double seq = !detail::premise_checked(model(), double(n)) ? 0
+                     : a == b                                     ? detail::squares_error(a, n)
+                              : detail::sequential_error(a, b, n);
   return detail::reduce(v, A, E, n, 0, seq);
 }
 // lincomb (hc_pre, hc_post): every column is a k-term dot product; the model's constants are
@@ -363,15 +367,18 @@ struct SequentialSums {
   // the squared products, in float: scales only.
   float partials2_forward = 0, partials2_backward = 0, products2 = 0;
 };
-// Every (token, row) of x W^T (x's values rounded to float), into out[token * rows + row].
-void sequential_sums(const Bounded* x, std::size_t tokens, const float* W, std::size_t rows,
+// Every (token, row) of x W^T, into out[token * rows + row].
+void sequential_sums(const float* x, std::size_t tokens, const float* W, std::size_t rows,
                      std::size_t n, SequentialSums* out);
+// Each token's sum of squares of its n values (the diagonal of sequential_sums(x, T, x, T, n), bit
+// for bit), into out[token].
+void self_sums(const float* x, std::size_t tokens, std::size_t n, SequentialSums* out);
 // How many of v's values equal one of the kRepeatLag before them (and are nonzero): the repeats
 // of a sum of squares of v.
 std::size_t repeated_values(const float* v, std::size_t n);
 // Whether each (token, row) of x W^T has more repeated terms than the premise allows (as in
 // sequential_error).
-std::vector<bool> repeated_terms(const Bounded* x, std::size_t tokens, const float* W,
+std::vector<bool> repeated_terms(const float* x, std::size_t tokens, const float* W,
                                  std::size_t rows, std::size_t n);
 // project()'s premise check: detail::sequential_error of every (token, row) of x W^T into seq
 // (tokens x rows), and the fp32 sum of |w x| into A.

@@ -6,6 +6,8 @@
 // "The second tier"; measurements: bench/README.md, "The second tier".
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "mhc/oracles/ops.hpp"
@@ -33,8 +35,13 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
 // is not judged).
 NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t per_token);
 
-// Adds the second tier to every stage of v it models; a stage that passed its bounds and is
-// flagged fails by rule "noise". Cases of deviating semantics (the diagnosis) are left alone.
-void second_tier(const OpCase& c, const Trace<float>& got, Verdict& v);
+// The model of every stage the tier models, end to end and anchored (kAnchored + name), by stage
+// name. Reads only the case and the kernel's trace, so it may run beside the bounds' judgement.
+using NoiseModels = std::map<std::string, NoiseModel>;
+NoiseModels noise_models(const OpCase& c, const Trace<float>& got);
+
+// Adds the second tier to every stage of v it has a model for; a stage that passed its bounds and
+// is flagged fails by rule "noise". Cases of deviating semantics (the diagnosis) have no models.
+void second_tier(const NoiseModels& models, const OpCase& c, const Trace<float>& got, Verdict& v);
 
 }  // namespace mhc::oracles

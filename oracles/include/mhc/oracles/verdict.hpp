@@ -47,6 +47,9 @@ int ulp_bin(double ulp);
 // The k-th smallest (from 0) of v, whose elements are nonnegative or +inf (the ratios): the p99 and
 // the median of a stage, without reordering v.
 double kth_nonnegative(const std::vector<double>& v, std::size_t k);
+// The same for several k at once, sharing the passes over v.
+std::vector<double> kth_nonnegative(const std::vector<double>& v,
+                                    const std::vector<std::size_t>& ks);
 // Elements kept per stage for plots of observed error against bound (evenly spaced, and the worst).
 constexpr std::size_t kSamples = 48;
 
@@ -92,8 +95,9 @@ const std::vector<RuleInfo>& rules();
 StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
                    std::size_t count, std::size_t per_token, double rel_floor = 0x1.0p-126);
 
-// Walks both Traces in the oracle's order; a stage the kernel did not produce is skipped.
-Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want);
+// Walks both Traces in the oracle's order; a stage the kernel did not produce is skipped. With
+// threads > 1 (0: one per core) the stages are judged in parallel, largest first.
+Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want, unsigned threads = 1);
 // The case's state and first divergent stage from its stages' (after a stage changed).
 void settle(Verdict& v);
 
