@@ -69,9 +69,11 @@ for (kernel, op, stage), a in sorted(stats.items()):
     total["judged"] += a["n"]
     total["flagged"] += a["flagged"]
     total["unmodelled"] += a["unmodelled"]
+    total["other_fail"] += a["other_fail"]
     total["z_max"] = max(total["z_max"], a["z_max"])
     total["z_rms"] = max(total["z_rms"], a["z_rms"])
 print(f"total: {total['judged']} stage judgements by the second tier ({total['unmodelled']} "
       f"unmodelled), {total['flagged']} flagged; largest z {total['z_max']:.3g}, largest rms "
-      f"{total['z_rms']:.3g}")
-sys.exit(1 if total["flagged"] and all(k in LEGIT for k in KERNELS) else 0)
+      f"{total['z_rms']:.3g}; {total['other_fail']} stages failed by other rules")
+sys.exit(1 if (total["flagged"] or total["other_fail"]) and all(k in LEGIT for k in KERNELS)
+         else 0)

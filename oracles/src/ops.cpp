@@ -88,8 +88,9 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
   }
   for (const auto& t : spec.params) put(c.params, t.name, resolve(t.dims, c.cfg), draw(t));
   // Drawn last, so that the other cases keep their tensors.
-  // The ops with a long reduction (those that take an RMS) get uniform cases.
-  if (spec.reads_norm_eps && rng.uniform() < 0.125) {
+  // The ops with a long reduction (those that take an RMS) get uniform cases, and structured ones.
+  if (!spec.reads_norm_eps) return c;
+  if (rng.uniform() < 0.125) {
     for (const auto& t : spec.params)
       if (t.draw == Draw::hc_fn) {
         auto& w = c.params[t.name].data;
@@ -101,6 +102,32 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
       const std::size_t row = x.shape.back();
       for (std::size_t r = 0; r < x.data.size() / row; ++r)
         std::fill_n(x.data.begin() + std::ptrdiff_t(r * row), row, x.data[r * row]);
+    }
+    return c;
+  }
+  // One in 16 of the others: every token a copy of the first nonzero one (a repeated prompt
+  // token). One in
+  // 16: the streams scaled by 2^k toward either end of fp32's range, k in [-48, -24] (squares
+  // subnormal, the RMS statistic's eps dominant) or [16, 32] (a token's sum of squares up to
+  // 2^117, below the largest float): the same arithmetic, exact in its scaling.
+  const double family = rng.uniform();
+  const int k = rng.uniform() < 0.5 ? rng.integer(-48, -24) : rng.integer(16, 32);
+  if (family >= 0.125) return c;
+  for (const auto& t : spec.inputs) {
+    if (!t.stream()) continue;
+    std::vector<float>& x = c.inputs[t.name].data;
+    const std::size_t per = x.size() / T;
+    if (family < 0.0625) {  // the first token that is not zero, everywhere
+      std::size_t from = 0;
+      while (from + 1 < T && std::all_of(x.begin() + std::ptrdiff_t(from * per),
+                                         x.begin() + std::ptrdiff_t((from + 1) * per),
+                                         [](float v) { return v == 0; }))
+        ++from;
+      const std::vector<float> token(x.begin() + std::ptrdiff_t(from * per),
+                                     x.begin() + std::ptrdiff_t((from + 1) * per));
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = token[i % per];
+    } else {
+      for (float& v : x) v = std::ldexp(v, k);
     }
   }
   return c;
