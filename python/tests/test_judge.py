@@ -100,6 +100,11 @@ def test_layouts_accept_leading_dimensions_and_any_strides(capture):
     (lambda i, o, p: o.__setitem__("z", o["y"]), r"outputs\['z'\]: op pre has no such output"),
     (lambda i, o, p: o.__setitem__("y", o["y"][:2]), r"outputs\['y'\]: 2 tokens, but inputs\['x'\] has 3"),
     (lambda i, o, p: i["x"].__setitem__((0, 0, 0), np.nan), r"inputs\['x'\]: NaN at flat index 0"),
+    # past the first blocks of the vector test, the first of several, the last element
+    (lambda i, o, p: i["x"].flat.__setitem__(150, np.nan), r"inputs\['x'\]: NaN at flat index 150"),
+    (lambda i, o, p: i["x"].flat.__setitem__([130, 70], [np.nan, np.inf]),
+     r"inputs\['x'\]: an infinity at flat index 70"),
+    (lambda i, o, p: i["x"].flat.__setitem__(191, -np.inf), r"an infinity at flat index 191"),
     (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.int32)), r"dtype int32, expected floating"),
     (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.float16)), r"float16 is not a precision"),
     (lambda i, o, p: o.clear(), r"outputs: none given"),

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <set>
 #include <stdexcept>
 
@@ -42,11 +44,28 @@ std::size_t tokens_of(const std::string& where, const Named& t,
   return tokens;
 }
 
+// The index of the first NaN or infinity (exponent bits all set), or n. Blocks without one are
+// passed over by a branch-free test that runs in vector lanes: hc_fn alone is 491 520 values.
+std::size_t first_not_finite(const float* p, std::size_t n) {
+  constexpr std::size_t kBlock = 64;
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    std::uint32_t bits[kBlock];
+    std::memcpy(bits, p + i, sizeof bits);
+    std::uint32_t any = 0;
+    for (std::size_t k = 0; k < kBlock; ++k) any |= (~bits[k] & 0x7f800000u) == 0 ? 1u : 0u;
+    if (any) break;
+  }
+  for (; i < n; ++i)
+    if (!std::isfinite(p[i])) return i;
+  return n;
+}
+
 void finite(const std::string& where, const Named& t) {
-  for (std::size_t i = 0; i < t.data.size(); ++i)
-    if (!std::isfinite(t.data[i]))
-      bad(where, std::string(std::isnan(t.data[i]) ? "NaN" : "an infinity") + " at flat index " +
-                     std::to_string(i) + " (inputs and params must be finite)");
+  const std::size_t i = first_not_finite(t.data.data(), t.data.size());
+  if (i < t.data.size())
+    bad(where, std::string(std::isnan(t.data[i]) ? "NaN" : "an infinity") + " at flat index " +
+                   std::to_string(i) + " (inputs and params must be finite)");
 }
 
 }  // namespace
