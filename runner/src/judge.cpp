@@ -108,8 +108,10 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
     models = oracles::noise_models(c, got);
   };
   const unsigned threads = j.threads ? j.threads : std::thread::hardware_concurrency();
+  // Only mixes and boundary have anchored stages and the projection's tier worth a thread.
+  const bool heavy = c.op == oracles::Op::mixes || c.op == oracles::Op::boundary;
   std::future<void> beside;
-  if (threads > 1)
+  if (threads > 1 && heavy)
     beside = std::async(std::launch::async, side);
   else
     side();
