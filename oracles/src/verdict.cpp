@@ -141,10 +141,14 @@ std::size_t radix_key(double d, int shift) {
   return std::size_t(b >> shift) & 0xfff;
 }
 
-// The bin of key(shift) holding the k-th of `from`; k becomes its rank within the bin.
-std::size_t radix_bin(const std::vector<double>& from, int shift, std::size_t& k) {
+std::vector<std::uint32_t> histogram(const std::vector<double>& from, int shift) {
   std::vector<std::uint32_t> hist(4096, 0);
   for (double d : from) ++hist[radix_key(d, shift)];
+  return hist;
+}
+
+// The bin holding the k-th; k becomes its rank within the bin.
+std::size_t bin_of(const std::vector<std::uint32_t>& hist, std::size_t& k) {
   std::size_t bin = 0;
   while (k >= hist[bin]) k -= hist[bin++];
   return bin;
@@ -152,7 +156,7 @@ std::size_t radix_bin(const std::vector<double>& from, int shift, std::size_t& k
 
 double select_from(std::vector<double> keep, std::size_t k, int shift) {
   for (; shift >= 28 && keep.size() > 64; shift -= 12) {
-    const std::size_t bin = radix_bin(keep, shift, k);
+    const std::size_t bin = bin_of(histogram(keep, shift), k);
     std::vector<double> next;
     for (double d : keep)
       if (radix_key(d, shift) == bin) next.push_back(d);
@@ -173,15 +177,8 @@ std::vector<double> kth_nonnegative(const std::vector<double>& v,
   }
   // The first pass's histogram and its split serve every k.
   std::vector<std::size_t> bins, ranks = ks;
-  {
-    std::vector<std::uint32_t> hist(4096, 0);
-    for (double d : v) ++hist[radix_key(d, 52)];
-    for (std::size_t& k : ranks) {
-      std::size_t bin = 0;
-      while (k >= hist[bin]) k -= hist[bin++];
-      bins.push_back(bin);
-    }
-  }
+  const std::vector<std::uint32_t> hist = histogram(v, 52);
+  for (std::size_t& k : ranks) bins.push_back(bin_of(hist, k));
   std::vector<std::size_t> distinct = bins;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -230,11 +227,11 @@ struct Tally {
   std::vector<Element> samples;
 };
 
-struct StageJob {
-  const float* got;
-  const bnd::Bounded* want;
-  std::size_t count, per_token, sample_step, chunk;
-  double rel_floor;
+struct StageJob {  // a stage that is not judged (absent, wrong shape) has no elements
+  const float* got = nullptr;
+  const bnd::Bounded* want = nullptr;
+  std::size_t count = 0, per_token = 1, sample_step = 1, chunk = 1;
+  double rel_floor = kRelFloor;
   std::size_t chunks() const { return (count + chunk - 1) / chunk; }
 };
 
@@ -445,8 +442,7 @@ Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want, unsign
     } else {
       const std::size_t per_token =
           w.shape.empty() || w.shape[0] == 0 ? w.values.size() : w.values.size() / w.shape[0];
-      jobs[k] =
-          stage_job(g->values.data(), w.values.data(), w.values.size(), per_token, 0x1.0p-126);
+      jobs[k] = stage_job(g->values.data(), w.values.data(), w.values.size(), per_token, kRelFloor);
       parts[k].resize(jobs[k].chunks());
       for (std::size_t c = 0; c < parts[k].size(); ++c) tasks.emplace_back(k, c);
       if (parts[k].empty()) sv = verdict_of(w.name, jobs[k], parts[k]);

@@ -90,10 +90,12 @@ struct RuleInfo {
 };
 const std::vector<RuleInfo>& rules();
 
+// The floor of the relative metric by default: FLT_MIN.
+constexpr double kRelFloor = 0x1.0p-126;
 // Judges got[i] against the oracle's want[i] (value and bound). per_token: elements per token.
-// rel_floor: the floor of the relative metric (default: FLT_MIN).
+// rel_floor: the floor of the relative metric.
 StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounded* want,
-                   std::size_t count, std::size_t per_token, double rel_floor = 0x1.0p-126);
+                   std::size_t count, std::size_t per_token, double rel_floor = kRelFloor);
 
 // Walks both Traces in the oracle's order; a stage the kernel did not produce is skipped. With
 // threads > 1 (0: one per core) the stages are judged in parallel, largest first.
