@@ -124,6 +124,30 @@ def test_config_errors(capture):
         mhc_verify.judge("prex", config, inputs, outputs, save_dir=None)
 
 
+def test_the_gil_is_released_while_judging(capture):
+    # Another Python thread keeps running while a judgement works in C++: the longest pause it sees
+    # is a small part of the judgement's time (holding the GIL, the call would pause it throughout).
+    import threading
+    import time
+    config, inputs, params, outputs = capture("mixes", "--dim", "2048", "--tokens", "1024")
+    took = []
+
+    def work():
+        t = time.perf_counter()
+        assert mhc_verify.judge("mixes", config, inputs, outputs, params, save_dir=None).passed
+        took.append(time.perf_counter() - t)
+
+    worker = threading.Thread(target=work)
+    last, pause = time.perf_counter(), 0.0
+    worker.start()
+    while worker.is_alive():
+        now = time.perf_counter()
+        pause, last = max(pause, now - last), now
+    worker.join()
+    assert took and took[0] > 0.1  # long enough to see the difference
+    assert pause < took[0] / 2, (pause, took[0])
+
+
 def test_too_large_is_refused_before_judging():
     with pytest.raises(ValueError, match=r"--case-memory"):
         x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (300000, 4, 5120), (0, 0, 0))
