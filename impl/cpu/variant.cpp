@@ -132,16 +132,24 @@ struct Kernel {
   float exp(float x) const {
     return v.exp2_exp ? std::exp2(x * 1.44269504088896341f) : std::exp(x);
   }
+  // x with its mantissa cut to `bits` bits: an estimate of that accuracy (relative error up to
+  // 2^-bits, always toward zero).
+  static float cut(float x, int bits) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, 4);
+    b &= ~((1u << (23 - bits)) - 1u);
+    std::memcpy(&x, &b, 4);
+    return x;
+  }
   float sigmoid(float z) const {
-    return v.tanh_sigmoid ? 0.5f * (1.0f + std::tanh(0.5f * z)) : div(1.0f, 1.0f + exp(-z));
+    if (v.tanh_sigmoid) return 0.5f * (1.0f + std::tanh(0.5f * z));
+    const float e = exp(-z);
+    return div(1.0f, 1.0f + (v.sigmoid_exp_bits ? cut(e, v.sigmoid_exp_bits) : e));
   }
   float normalise(float x, float s, Variant::Eps mode, float eps) const {
     if (v.sinkhorn_recip_bits) {  // a reciprocal estimate of that accuracy, no Newton step
-      float r = 1.0f / (mode == Variant::Eps::in_sum ? s + eps : s);
-      std::uint32_t b;
-      std::memcpy(&b, &r, 4);
-      b &= ~((1u << (23 - v.sinkhorn_recip_bits)) - 1u);
-      std::memcpy(&r, &b, 4);
+      const float r =
+          cut(1.0f / (mode == Variant::Eps::in_sum ? s + eps : s), v.sinkhorn_recip_bits);
       return mode == Variant::Eps::after ? x * r + eps : x * r;
     }
     switch (mode) {
@@ -381,6 +389,7 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("rsqrt_estimate", "", [](Variant& x) { x.rsqrt_estimate = true; });
     wrong("tf32_products_undeclared", "", [](Variant& x) { x.tf32_products = true; });
     wrong("sinkhorn_reciprocal_estimate", "", [](Variant& x) { x.sinkhorn_recip_bits = 18; });
+    wrong("sigmoid_exp_estimate", "", [](Variant& x) { x.sigmoid_exp_bits = 19; });
     wrong("block_pre_not_shifted", "pre_not_shifted",
           [](Variant& x) { x.block.shifted_pre = false; });
     wrong("block_attention_not_causal", "attention_not_causal",

@@ -1,6 +1,7 @@
 #include "mhc/oracles/noise.hpp"
 
 #include "mhc/oracles/anchored.hpp"
+#include "mhc/oracles/stochastic.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -67,28 +68,88 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
-// The comb from the given mixes [T, M] (the case's, or the kernel's: anchored): values and
-// noise from the Sinkhorn bound's linearisation (bnd::sinkhorn), roundings in quadrature.
+// The comb from the given mixes [T, M] (the case's, or the kernel's: anchored): the value from
+// the reference in double; the scale the larger of twice the spread of kSrRuns evaluations with
+// stochastic rounding to fp32 and the deviations of two fp32 runs with round to nearest (the
+// reference's order and the reversed one), whose errors at the Sinkhorn's fixed point repeat
+// round after round rather than average out: docs/semantics.md, "The second tier";
+// bench/comb_element_floor.py.
+constexpr int kSrRuns = 16;
+
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
   const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
-  const float* scale = c.param("hc_scale").data.data();
-  const float* base = c.param("hc_base").data.data();
+  const float s2 = c.param("hc_scale").data[2];
+  const float* base = c.param("hc_base").data.data() + 2 * n;
   const bnd::ModelScope scope(bnd::fp32());
   NoiseModel m;
   m.value.resize(c.tokens * nn);
   m.scale.resize(c.tokens * nn);
-  std::vector<bnd::Bounded> logits(nn), C(nn);
-  std::vector<double> noise(nn);
+  std::vector<double> logits(nn), C(nn);
+  std::vector<float> L(nn), R(nn), Cf(nn), Cr(nn);
+  std::vector<sr::sr32> Ls(nn), Cs(nn);
+  std::vector<double> mean(nn), m2(nn);
   for (std::size_t t = 0; t < c.tokens; ++t) {
-    for (std::size_t i = 0; i < nn; ++i)
-      logits[i] = bnd::Bounded(double(mixes[t * M + 2 * n + i])) * bnd::Bounded(double(scale[2])) +
-                  bnd::Bounded(double(base[2 * n + i]));
-    bnd::sinkhorn(c.cfg, logits.data(), C.data(), nullptr, noise.data());
+    const float* mix = mixes + t * M + 2 * n;
     for (std::size_t i = 0; i < nn; ++i) {
-      m.value[t * nn + i] = C[i].v;
-      m.scale[t * nn + i] = std::fabs(C[i].v) * noise[i] + bnd::model().eta;
+      logits[i] = double(mix[i]) * double(s2) + double(base[i]);  // the oracle's
+      L[i] = mix[i] * s2 + base[i];
+      R[nn - 1 - i] = L[i];  // rows and columns reversed: every line summed the other way
+    }
+    ref::sinkhorn(c.cfg, logits.data(), C.data());
+    ref::sinkhorn(c.cfg, L.data(), Cf.data());
+    ref::sinkhorn(c.cfg, R.data(), Cr.data());
+    std::fill(mean.begin(), mean.end(), 0.0);
+    std::fill(m2.begin(), m2.end(), 0.0);
+    for (int k = 0; k < kSrRuns; ++k) {  // Welford's running mean and squared deviations
+      sr::seed(c.seed * 1000003u + t * 7919u + std::uint64_t(k));
+      for (std::size_t i = 0; i < nn; ++i)
+        Ls[i] = sr::sr32(mix[i]) * sr::sr32(s2) + sr::sr32(base[i]);
+      ref::sinkhorn(c.cfg, Ls.data(), Cs.data());
+      for (std::size_t i = 0; i < nn; ++i) {
+        const double x = double(Cs[i].v), d = x - mean[i];
+        mean[i] += d / (k + 1);
+        m2[i] += d * (x - mean[i]);
+      }
+    }
+    for (std::size_t i = 0; i < nn; ++i) {
+      const double v = C[i], spread = std::sqrt(m2[i] / (kSrRuns - 1));
+      m.value[t * nn + i] = v;
+      m.scale[t * nn + i] = std::max({2 * spread, std::fabs(double(Cf[i]) - v),
+                                      std::fabs(double(Cr[nn - 1 - i]) - v)}) +
+                            bnd::model().eta;
     }
   }
+  return m;
+}
+
+// The reading (pre) or writing (post) weights from the given mixes [T, M]: each element is
+// sig(a) (+ eps for pre, times 2 for post), a = m s + b. Its noise in quadrature: a's two
+// roundings and an exponent scaled by log2(e) (exp2 forms), carried by sig' = sig (1 - sig); the
+// exp (2 u: expf within 2 ulp), the 1 + e (u) and the division (u) of 1 / (1 + e), the first
+// carried by 1 - sig; the tanh form's 0.5 (1 + tanh(a / 2)), whose tanh rounds relative to
+// |2 sig - 1| (the cancellation for a << 0); pre's + eps (u).
+NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
+  const std::size_t n = std::size_t(c.cfg.n), M = std::size_t(c.cfg.mix()), at = pre ? 0 : n;
+  const double scale = double(c.param("hc_scale").data[pre ? 0 : 1]);
+  const float* base = c.param("hc_base").data.data();
+  const double eps = ref::hc_eps(c.cfg);
+  NoiseModel m;
+  m.value.resize(c.tokens * n);
+  m.scale.resize(c.tokens * n);
+  for (std::size_t t = 0; t < c.tokens; ++t)
+    for (std::size_t j = 0; j < n; ++j) {
+      const double ms = double(mixes[t * M + at + j]) * scale, a = ms + double(base[at + j]);
+      const double sig = 1 / (1 + std::exp(-a)), d = sig * (1 - sig);
+      const double arg = d * u * std::sqrt(ms * ms + 2 * a * a);
+      const double own = sig * u * std::sqrt(4 * (1 - sig) * (1 - sig) + 2);
+      const double tanh_form = 0.5 * u * std::fabs(2 * sig - 1);
+      const double value = pre ? sig + eps : 2 * sig, factor = pre ? 1 : 2;
+      m.value[t * n + j] = value;
+      m.scale[t * n + j] =
+          std::sqrt(factor * factor * (arg * arg + own * own + tanh_form * tanh_form) +
+                    (pre ? u * u * value * value : 0)) +
+          bnd::fp32().eta;
+    }
   return m;
 }
 
@@ -96,14 +157,21 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
 
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
   if (!c.cfg.sem.is_default() || c.precision != Precision::fp32) return {};
-  if ((c.op == Op::split_sinkhorn && stage == "comb") ||
-      ((c.op == Op::mixes || c.op == Op::boundary) && stage == kAnchored + "comb")) {
+  // The split's stages, from given mixes: the case's, or the kernel's own (anchored).
+  const bool split = c.op == Op::split_sinkhorn;
+  const std::string name =
+      split ? stage
+      : (c.op == Op::mixes || c.op == Op::boundary) && stage.rfind(kAnchored, 0) == 0
+          ? stage.substr(kAnchored.size())
+          : std::string();
+  if (name == "comb" || name == "pre" || name == "post") {
     const Stage<float>* given = find_stage(got, "mixes");
-    const float* mixes = c.op == Op::split_sinkhorn ? c.input("mixes").data.data()
+    const float* mixes = split ? c.input("mixes").data.data()
                          : given && given->values.size() == c.tokens * std::size_t(c.cfg.mix())
                              ? given->values.data()
                              : nullptr;
-    return mixes ? comb_model(c, mixes) : NoiseModel{};
+    if (!mixes) return {};
+    return name == "comb" ? comb_model(c, mixes) : weights_model(c, mixes, name == "pre");
   }
   if (stage != "mixes") return {};
   const float* xs = nullptr;

@@ -11,7 +11,7 @@ namespace mhc::bnd {
 // For a deviating semantics (diagnosis only), the values follow it exactly and the bound is the
 // same linearisation evaluated on its own intermediate matrices: the right size, not exact.
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
-              ref::SinkhornTrace<Bounded>* trace, double* noise) {
+              ref::SinkhornTrace<Bounded>* trace) {
   using Step = ref::SinkhornTrace<double>::Step;
   const Model& m = model();
   const int n = c.n;
@@ -38,11 +38,10 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
         rowsum += std::exp(L[std::size_t(j * n + k)] + logits[j * n + k].e);
       if (rowsum * (1 + m.k_exp * u) > m.big) {
         for (std::size_t o = 0; o < nn; ++o) C[o] = Bounded(out[o], HUGE_VAL);
-        if (noise) std::fill(noise, noise + nn, HUGE_VAL);
         return;
       }
     }
-  const std::vector<double> b_add(nn, u), b_div(nn, g + m.k_div * u), b_row(nn, g);
+  const std::vector<double> b_add(nn, u), b_div(nn, g + m.k_div * u);
   // Step 0's sources: exp(L - max) with the logits' bounds, the subtraction's and exp's rounding.
   std::vector<double> b_exp(nn), P(nn);
   for (int j = 0; j < n; ++j) {
@@ -62,8 +61,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
 
   // Per division step s >= 1: its rounding per entry, and the weights w = before / (line sum +
   // eps) of its linearised map D -> D - (sum over the line of w D). Independent of the output.
-  // b_line: the part of b from the line's sum, shared by the line's entries (for the noise).
-  std::vector<double> b(S * nn), b_line(S * nn), w(S * nn);
+  std::vector<double> b(S * nn), w(S * nn);
   std::vector<char> is_col(S);
   std::vector<double> sums(static_cast<std::size_t>(n));
   for (std::size_t s = 1; s < S; ++s) {
@@ -78,8 +76,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
       for (int k = 0; k < n; ++k) {
         const std::size_t e = std::size_t(j * n + k);
         const double Sl = sums[std::size_t(column ? k : j)];
-        b_line[s * nn + e] = g * Sl / (Sl + eps);
-        b[s * nn + e] = b_line[s * nn + e] + u + m.k_div * u + tiny(tr.steps[s].matrix[e]);
+        b[s * nn + e] = g * Sl / (Sl + eps) + u + m.k_div * u + tiny(tr.steps[s].matrix[e]);
         w[s * nn + e] = before[e] / (Sl + eps);
       }
   }
@@ -89,28 +86,12 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     std::fill(r.begin(), r.end(), 0.0);
     r[o] = 1;
     double beta = 0;
-    // The noise: the same roundings, each at most its b, independent, added in quadrature; a
-    // line sum's rounding moves every entry of its line together (line: rows, or columns).
-    double var = 0;
-    auto local = [&](const double* bs, const double* line = nullptr, bool column = false) {
+    auto local = [&](const double* bs) {
       for (std::size_t e = 0; e < nn; ++e)
-        if (r[e] != 0) {  // an entry that cannot matter may be 0
-          beta += std::fabs(r[e]) * bs[e];
-          const double own = bs[e] - (line ? line[e] : 0);
-          var += r[e] * r[e] * own * own;
-        }
-      if (line)
-        for (int l = 0; l < n; ++l) {
-          double shared = 0;
-          for (int i = 0; i < n; ++i) {
-            const std::size_t e = std::size_t(column ? i * n + l : l * n + i);
-            shared += r[e] * line[e];
-          }
-          var += shared * shared;
-        }
+        if (r[e] != 0) beta += std::fabs(r[e]) * bs[e];  // an entry that cannot matter may be 0
     };
     for (std::size_t s = S - 1; s >= 1; --s) {
-      local(&b[s * nn], &b_line[s * nn], is_col[s]);
+      local(&b[s * nn]);
       const bool column = is_col[s];
       std::fill(rs.begin(), rs.end(), 0.0);
       for (int j = 0; j < n; ++j)
@@ -124,7 +105,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     // Step 0 backwards: C = P + eps, P = E / rowsum(E), E = exp(L - max).
     local(b_add.data());
     for (std::size_t e = 0; e < nn; ++e) r[e] *= P[e] / (P[e] + eps);
-    local(b_div.data(), b_row.data());
+    local(b_div.data());
     std::fill(rs.begin(), rs.end(), 0.0);
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k) rs[std::size_t(j)] += r[std::size_t(j * n + k)];
@@ -134,7 +115,6 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     local(b_exp.data());
     const double v = out[o];
     C[o] = Bounded(v, v * std::expm1(beta) + 64 * u64 * v + m.eta);
-    if (noise) noise[o] = std::sqrt(var);
   }
   if (trace)
     for (const auto& st : tr.steps) {

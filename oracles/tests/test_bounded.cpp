@@ -397,23 +397,3 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
     CHECK(std::memcmp(&d.exact, &o.exact, sizeof d.exact) == 0);
   }
 }
-
-// The Sinkhorn's noise (the second tier's scale) is the bound's linearisation with its roundings
-// in quadrature: never above the bound (a root of a sum of squares is at most the sum, and a
-// line's shared rounding at most its share of the sum) and never zero.
-TEST_CASE("bounded: the Sinkhorn's noise lies below its bound", "[bounded]") {
-  bnd::ModelScope scope(bnd::fp32());
-  ref::Config c;
-  oracles::Rng rng(3);
-  for (int trial = 0; trial < 20; ++trial) {
-    std::vector<B> logits(16), C(16);
-    for (auto& l : logits) l = B(double(float(rng.uniform(-4, 4))));
-    std::vector<double> noise(16);
-    bnd::sinkhorn(c, logits.data(), C.data(), nullptr, noise.data());
-    for (std::size_t o = 0; o < 16; ++o) {
-      CAPTURE(trial, o, C[o].v, C[o].e, noise[o]);
-      CHECK(noise[o] > 0);
-      CHECK(noise[o] * C[o].v <= C[o].e);
-    }
-  }
-}

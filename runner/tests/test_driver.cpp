@@ -325,6 +325,39 @@ TEST_CASE("driver: the second tier passes legitimate kernels and flags regressio
   }
 }
 
+// The weights from given mixes (split_sinkhorn's pre and post): the sigmoid's exp cut to 19 bits
+// (relative error up to 2^-19, carried into sig by 1 - sig: 4-16 times what legitimate kernels
+// deviate) stays inside the weights' bounds in most cases and fails the second tier there; every
+// legitimate kernel passes the same cases.
+TEST_CASE("driver: the second tier flags the weights' regressions in the band", "[driver][noise]") {
+  std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()};
+  impl::Backend fast_exp;
+  for (const auto& v : impl::variant_catalogue()) {
+    if (!v.wrong) legit.push_back(impl::make_backend(v));
+    if (v.sigmoid_exp_bits) fast_exp = impl::make_backend(v);
+  }
+  REQUIRE(fast_exp.name == "mutant:sigmoid_exp_estimate");
+  const ref::Config cfg;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const auto c =
+        oracles::generate_case(Op::split_sinkhorn, cfg, 4, seed, oracles::Precision::fp32);
+    for (const auto& b : legit)
+      for (const auto& s : runner::judge(b, c, judging1()).verdict.stages) {
+        CAPTURE(b.name, seed, s.stage, s.reason);
+        CHECK(s.state == State::pass);
+        if (s.stage == "pre" || s.stage == "post")
+          CHECK((s.has_noise && s.noise.elements == 4 * 4));
+      }
+    bool flagged = false;  // a weight inside its bound, flagged by the tier
+    for (const auto& s : runner::judge(fast_exp, c, judging1()).verdict.stages) {
+      CAPTURE(seed, s.stage, s.reason, s.ratio_max);
+      if (s.stage == "pre" || s.stage == "post")
+        flagged = flagged || (s.state == State::fail && s.rule == "noise" && s.ratio_max <= 1);
+    }
+    CHECK(flagged);
+  }
+}
+
 // The generator's structured families (docs/semantics.md, "Generated cases"): repeated tokens,
 // and the streams scaled toward either end of fp32's range. Every legitimate kernel passes them,
 // the second tier included; the scaled cases are still modelled by it.

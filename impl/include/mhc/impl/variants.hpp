@@ -49,6 +49,7 @@ struct Variant {
   bool rsqrt_estimate = false;  // r's reciprocal square root to 11 mantissa bits, no Newton step
   bool tf32_products = false;   // the projection's operands rounded to tf32, declared fp32
   int sinkhorn_recip_bits = 0;  // Sinkhorn divisions as x * (1 / s) cut to this many bits
+  int sigmoid_exp_bits = 0;     // the weights' exp(-z) cut to this many bits (a fast exp)
   BlockKnobs block;             // Block-level deviations (pre not shifted, not causal, ...)
 };
 

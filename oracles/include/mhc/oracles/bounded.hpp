@@ -390,10 +390,8 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
 // from the first-order propagation of relative perturbations through the linearised
 // normalisations, one backward sweep per output entry (a scalar bound propagated step by step
 // would double at every division): docs/semantics.md, "The Sinkhorn bound".
-// noise (optional): each entry's relative rounding noise for the second tier (oracles/noise.hpp),
-// the same linearisation with its roundings added in quadrature instead of in magnitude.
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
-              ref::SinkhornTrace<Bounded>* trace = nullptr, double* noise = nullptr);
+              ref::SinkhornTrace<Bounded>* trace = nullptr);
 
 // The rounding to storage of a stream tensor element (bf16 models; nothing for fp32).
 inline Bounded stored(const Bounded& a) {

@@ -1,9 +1,10 @@
 // The second tier: a statistical judgement beside the bounds, where the bounds are loose (the
-// 20480-term projection of mixes and its RMS scale; the comb's 39 normalisations). It asks whether
-// the kernel's error is the size of the legitimate rounding noise of fp32 kernels on this data, not
-// whether it is possible. Its own rule ("noise") and its own numbers in the verdict: a flag is
-// evidence at a stated false-alarm rate, not a proof. Model and calibration: docs/semantics.md,
-// "The second tier"; measurements: bench/README.md, "The second tier".
+// 20480-term projection of mixes and its RMS scale; the comb's 39 normalisations; the weights,
+// whose bounds allow every usual form of the sigmoid). It asks whether the kernel's error is the
+// size of the legitimate rounding noise of fp32 kernels on this data, not whether it is possible.
+// Its own rule ("noise") and its own numbers in the verdict: a flag is evidence at a stated
+// false-alarm rate, not a proof. Model and calibration: docs/semantics.md, "The second tier";
+// measurements: bench/README.md, "The second tier".
 #pragma once
 
 #include <map>
@@ -27,8 +28,10 @@ struct NoiseModel {
 };
 // For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection and
 // of the RMS statistic, and the deviations of two of them, run. For the comb from given mixes
-// (split_sinkhorn's comb; anchored.comb of mixes and boundary): the Sinkhorn bound's
-// linearisation with its roundings added in quadrature. Empty for a stage it does not model.
+// (split_sinkhorn's comb; anchored.comb of mixes and boundary): measured, the spread of
+// stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
+// given mixes (pre and post; anchored.pre and anchored.post): the sigmoid's roundings in
+// quadrature. Empty for a stage it does not model.
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got);
 
 // The second tier's judgement of one stage: z per element (an element whose scale is not finite

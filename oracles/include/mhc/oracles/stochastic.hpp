@@ -6,12 +6,46 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace mhc::sr {
 
-// The random stream of this thread (splitmix64); seed it before an evaluation.
-void seed(std::uint64_t s);
-float round(double x);  // stochastic rounding to fp32
+namespace detail {
+inline thread_local std::uint64_t state = 0x853C49E6748FEA9Bull;
+inline std::uint64_t next() {  // splitmix64
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace detail
+
+// The random stream of this thread; seed it before an evaluation.
+inline void seed(std::uint64_t s) {
+  detail::state = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+}
+
+// Stochastic rounding to fp32: x's neighbour on either side, with probability by closeness
+// (inline: the ensembles call it for every operation).
+inline float round(double x) {
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f) || double(f) == x) return f;
+  // The neighbour of f on x's side (std::nextafter toward x, on the bits): the magnitude grows
+  // where f's sign and the direction agree; from a zero, the smallest subnormal.
+  std::uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const bool up = double(f) < x;
+  if ((b & 0x7FFFFFFFu) == 0)
+    b = up ? 1u : 0x80000001u;
+  else
+    b = up == !(b >> 31) ? b + 1 : b - 1;
+  float other;
+  std::memcpy(&other, &b, 4);
+  // P(other) = |x - f| / |other - f|: unbiased. The gap is a power of two, so r * gap < |x - f|
+  // is exactly r < P, without a division.
+  const double r = double(detail::next() >> 11) * 0x1.0p-53;
+  return r * std::fabs(double(other) - double(f)) < std::fabs(x - double(f)) ? other : f;
+}
 
 struct sr32 {
   float v = 0;
