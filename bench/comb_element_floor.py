@@ -5,7 +5,8 @@ from the data as the second tier would:
   sr        the spread of 16 evaluations of the reference Sinkhorn with stochastic rounding to fp32
             (every operation rounded up or down with probability by closeness);
   max(sr,run) that, or the deviation of the reference run in fp32 with round to nearest (the
-            reference order and the reversed one), whichever is larger;
+            reference order, the reversed one, and divisions as a * (1 / b)), whichever is
+            larger (add --two-runs to leave the reciprocal run out);
   max(2sr,run) the same with twice the spread.
 For each: z = |got - exact| / s over every element of every kernel; the threshold T that flags
 none of them (the largest z, plus 20%); and per token, at the element of median magnitude,
@@ -14,7 +15,7 @@ perturbation over the legitimate envelope, which the goal of issue 22 wants <= 4
 as bench_sensitivity.cpp reports it: cases of 4 tokens (the element of median magnitude of each),
 the median over 8 cases of the flagged perturbation over the largest envelope of the 8.
 
-python3 bench/comb_element_floor.py build/bin/mhc-verify [cases]"""
+python3 bench/comb_element_floor.py build/bin/mhc-verify [cases] [--two-runs]"""
 import collections
 import os
 import subprocess
@@ -25,7 +26,7 @@ import h5py
 import numpy as np
 
 BIN = sys.argv[1]
-CASES = int(sys.argv[2]) if len(sys.argv) > 2 else 24
+CASES = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 24
 KERNELS = ["cpu", "variant:reversed_sums", "variant:pairwise_sums", "variant:fma_reversed",
            "variant:reciprocal_division", "variant:all_choices"]  # the others share cpu's Sinkhorn
 K, TOKENS = 16, 64
@@ -50,26 +51,30 @@ def exact(x):
     return np.asarray(x, np.float64)
 
 
-def sinkhorn(L, iters, eps, R):
+def sinkhorn(L, iters, eps, R, reciprocal=False):
     """docs/semantics.md's comb from logits L[..., n, n]; R rounds every operation's result."""
     n = L.shape[-1]
+
+    def div(a, b):
+        return R(a * R(1 / b)) if reciprocal else R(a / b)
+
     e = R(np.exp(R(L - L.max(-1, keepdims=True))))
     rs = e[..., 0]
     for k in range(1, n):
         rs = R(rs + e[..., k])
-    C = R(R(e / rs[..., None]) + eps)
+    C = R(div(e, rs[..., None]) + eps)
 
     def columns(C):
         s = C[..., 0, :]
         for j in range(1, n):
             s = R(s + C[..., j, :])
-        return R(C / R(s + eps)[..., None, :])
+        return div(C, R(s + eps)[..., None, :])
 
     def rows(C):
         s = C[..., 0]
         for k in range(1, n):
             s = R(s + C[..., k])
-        return R(C / R(s + eps)[..., None])
+        return div(C, R(s + eps)[..., None])
 
     C = columns(C)
     for _ in range(1, iters):
@@ -98,7 +103,10 @@ for seed in range(1, CASES + 1):
     L32 = nearest(nearest(m * scale[2]) + base[2 * n:]).reshape(-1, n, n)
     run = np.maximum(np.abs(sinkhorn(L32, iters, eps, nearest) - want),
                      np.abs(sinkhorn(L32[..., ::-1, ::-1], iters, eps, nearest)[..., ::-1, ::-1]
-                            - want)).reshape(TOKENS, -1)
+                            - want))
+    if "--two-runs" not in sys.argv:
+        run = np.maximum(run, np.abs(sinkhorn(L32, iters, eps, nearest, True) - want))
+    run = run.reshape(TOKENS, -1)
     Ls = stochastic(stochastic(np.broadcast_to(m, (K,) + m.shape) * scale[2]) + base[2 * n:])
     sr = sinkhorn(Ls.reshape(K, -1, n, n), iters, eps, stochastic).reshape(K, TOKENS, -1)
     want = want.reshape(TOKENS, -1)

@@ -68,12 +68,29 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
+// fp32 whose divisions multiply by the reciprocal, a * (1 / b) (two roundings): the other usual
+// form of a normalisation, run through the reference Sinkhorn.
+struct Recip32 {
+  float v = 0;
+  Recip32() = default;
+  Recip32(float x) : v(x) {}                       // NOLINT: as float converts
+  Recip32(double x) : v(static_cast<float>(x)) {}  // NOLINT
+  Recip32(int x) : v(static_cast<float>(x)) {}     // NOLINT
+  Recip32& operator+=(const Recip32& o) { return *this = *this + o; }
+  friend Recip32 operator+(const Recip32& a, const Recip32& b) { return a.v + b.v; }
+  friend Recip32 operator-(const Recip32& a, const Recip32& b) { return a.v - b.v; }
+  friend Recip32 operator*(const Recip32& a, const Recip32& b) { return a.v * b.v; }
+  friend Recip32 operator/(const Recip32& a, const Recip32& b) { return a.v * (1.0f / b.v); }
+  friend bool operator>(const Recip32& a, const Recip32& b) { return a.v > b.v; }
+  friend Recip32 exp(const Recip32& a) { return std::exp(a.v); }
+};
+
 // The comb from the given mixes [T, M] (the case's, or the kernel's: anchored): the value from
 // the reference in double; the scale the larger of twice the spread of kSrRuns evaluations with
-// stochastic rounding to fp32 and the deviations of two fp32 runs with round to nearest (the
-// reference's order and the reversed one), whose errors at the Sinkhorn's fixed point repeat
-// round after round rather than average out: docs/semantics.md, "The second tier";
-// bench/comb_element_floor.py.
+// stochastic rounding to fp32 and the deviations of three fp32 runs with round to nearest (the
+// reference's order, the reversed one, and divisions by reciprocal), whose errors at the
+// Sinkhorn's fixed point repeat round after round rather than average out: docs/semantics.md,
+// "The second tier"; bench/comb_element_floor.py.
 constexpr int kSrRuns = 16;
 
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
@@ -86,6 +103,7 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
   m.scale.resize(c.tokens * nn);
   std::vector<double> logits(nn), C(nn);
   std::vector<float> L(nn), R(nn), Cf(nn), Cr(nn);
+  std::vector<Recip32> Lq(nn), Cq(nn);
   std::vector<sr::sr32> Ls(nn), Cs(nn);
   std::vector<double> mean(nn), m2(nn);
   for (std::size_t t = 0; t < c.tokens; ++t) {
@@ -94,10 +112,12 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
       logits[i] = double(mix[i]) * double(s2) + double(base[i]);  // the oracle's
       L[i] = mix[i] * s2 + base[i];
       R[nn - 1 - i] = L[i];  // rows and columns reversed: every line summed the other way
+      Lq[i] = L[i];
     }
     ref::sinkhorn(c.cfg, logits.data(), C.data());
     ref::sinkhorn(c.cfg, L.data(), Cf.data());
     ref::sinkhorn(c.cfg, R.data(), Cr.data());
+    ref::sinkhorn(c.cfg, Lq.data(), Cq.data());
     std::fill(mean.begin(), mean.end(), 0.0);
     std::fill(m2.begin(), m2.end(), 0.0);
     for (int k = 0; k < kSrRuns; ++k) {  // Welford's running mean and squared deviations
@@ -114,9 +134,10 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
     for (std::size_t i = 0; i < nn; ++i) {
       const double v = C[i], spread = std::sqrt(m2[i] / (kSrRuns - 1));
       m.value[t * nn + i] = v;
-      m.scale[t * nn + i] = std::max({2 * spread, std::fabs(double(Cf[i]) - v),
-                                      std::fabs(double(Cr[nn - 1 - i]) - v)}) +
-                            bnd::model().eta;
+      m.scale[t * nn + i] =
+          std::max({2 * spread, std::fabs(double(Cf[i]) - v), std::fabs(double(Cr[nn - 1 - i]) - v),
+                    std::fabs(double(Cq[i].v) - v)}) +
+          bnd::model().eta;
     }
   }
   return m;
