@@ -143,34 +143,52 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
   return m;
 }
 
-// The reading (pre) or writing (post) weights from the given mixes [T, M]: each element is
-// sig(a) (+ eps for pre, times 2 for post), a = m s + b. Its noise in quadrature: a's two
-// roundings and an exponent scaled by log2(e) (exp2 forms), carried by sig' = sig (1 - sig); the
-// exp (2 u: expf within 2 ulp), the 1 + e (u) and the division (u) of 1 / (1 + e), the first
-// carried by 1 - sig; the tanh form's 0.5 (1 + tanh(a / 2)), whose tanh rounds relative to
-// |2 sig - 1| (the cancellation for a << 0); pre's + eps (u).
+// One token's split (pre, post, comb) from its mixes, by the reference in number type S.
+template <class S>
+struct Split {
+  std::vector<S> mix, pre, post, comb;
+  explicit Split(const ref::Config& cfg)
+      : mix(std::size_t(cfg.mix())),
+        pre(std::size_t(cfg.n)),
+        post(std::size_t(cfg.n)),
+        comb(std::size_t(cfg.n * cfg.n)) {}
+  void operator()(const OpCase& c, const float* m, const float* base) {
+    for (std::size_t i = 0; i < mix.size(); ++i) mix[i] = S(m[i]);
+    ref::split_sinkhorn(c.cfg, mix.data(), c.param("hc_scale").data.data(), base, pre.data(),
+                        post.data(), comb.data());
+  }
+};
+
+// The reading (pre) or writing (post) weights from the given mixes [T, M]: the value from the
+// reference in double; each is sig(a) (+ eps for pre, times 2 for post), a = m s + b, and its
+// noise in quadrature: a's two roundings and an exponent scaled by log2(e) (exp2 forms), carried
+// by sig' = sig (1 - sig); the exp (2 u: expf within 2 ulp), the 1 + e (u) and the division (u) of
+// 1 / (1 + e), the first carried by 1 - sig; the tanh form's 0.5 (1 + tanh(a / 2)), whose tanh
+// rounds relative to |2 sig - 1| (the cancellation for a << 0); pre's + eps (u).
 NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
   const std::size_t n = std::size_t(c.cfg.n), M = std::size_t(c.cfg.mix()), at = pre ? 0 : n;
   const double scale = double(c.param("hc_scale").data[pre ? 0 : 1]);
   const float* base = c.param("hc_base").data.data();
-  const double eps = ref::hc_eps(c.cfg);
+  Split<double> exact(c.cfg);
   NoiseModel m;
   m.value.resize(c.tokens * n);
   m.scale.resize(c.tokens * n);
-  for (std::size_t t = 0; t < c.tokens; ++t)
+  for (std::size_t t = 0; t < c.tokens; ++t) {
+    exact(c, mixes + t * M, base);
     for (std::size_t j = 0; j < n; ++j) {
       const double ms = double(mixes[t * M + at + j]) * scale, a = ms + double(base[at + j]);
       const double sig = 1 / (1 + std::exp(-a)), d = sig * (1 - sig);
       const double arg = d * u * std::sqrt(ms * ms + 2 * a * a);
       const double own = sig * u * std::sqrt(4 * (1 - sig) * (1 - sig) + 2);
       const double tanh_form = 0.5 * u * std::fabs(2 * sig - 1);
-      const double value = pre ? sig + eps : 2 * sig, factor = pre ? 1 : 2;
+      const double value = (pre ? exact.pre : exact.post)[j], factor = pre ? 1 : 2;
       m.value[t * n + j] = value;
       m.scale[t * n + j] =
           std::sqrt(factor * factor * (arg * arg + own * own + tanh_form * tanh_form) +
                     (pre ? u * u * value * value : 0)) +
           bnd::fp32().eta;
     }
+  }
   return m;
 }
 
