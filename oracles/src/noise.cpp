@@ -91,7 +91,7 @@ struct Recip32 {
 // reference's order, the reversed one, and divisions by reciprocal), whose errors at the
 // Sinkhorn's fixed point repeat round after round rather than average out: docs/semantics.md,
 // "The second tier"; bench/comb_element_floor.py.
-constexpr int kSrRuns = 16;
+constexpr int kSrRuns = sr::Ensemble::kLanes;
 
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
   const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
@@ -104,8 +104,7 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
   std::vector<double> logits(nn), C(nn);
   std::vector<float> L(nn), R(nn), Cf(nn), Cr(nn);
   std::vector<Recip32> Lq(nn), Cq(nn);
-  std::vector<sr::sr32> Ls(nn), Cs(nn);
-  std::vector<double> mean(nn), m2(nn);
+  std::vector<sr::Ensemble> Ls(nn), Cs(nn);
   for (std::size_t t = 0; t < c.tokens; ++t) {
     const float* mix = mixes + t * M + 2 * n;
     for (std::size_t i = 0; i < nn; ++i) {
@@ -118,21 +117,19 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
     ref::sinkhorn(c.cfg, L.data(), Cf.data());
     ref::sinkhorn(c.cfg, R.data(), Cr.data());
     ref::sinkhorn(c.cfg, Lq.data(), Cq.data());
-    std::fill(mean.begin(), mean.end(), 0.0);
-    std::fill(m2.begin(), m2.end(), 0.0);
-    for (int k = 0; k < kSrRuns; ++k) {  // Welford's running mean and squared deviations
-      sr::seed(c.seed * 1000003u + t * 7919u + std::uint64_t(k));
-      for (std::size_t i = 0; i < nn; ++i)
-        Ls[i] = sr::sr32(mix[i]) * sr::sr32(s2) + sr::sr32(base[i]);
-      ref::sinkhorn(c.cfg, Ls.data(), Cs.data());
-      for (std::size_t i = 0; i < nn; ++i) {
-        const double x = double(Cs[i].v), d = x - mean[i];
-        mean[i] += d / (k + 1);
-        m2[i] += d * (x - mean[i]);
-      }
-    }
+    // The kSrRuns runs at once: run k is lane k, its stream seeded with the first seed + k.
+    sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u);
+    for (std::size_t i = 0; i < nn; ++i)
+      Ls[i] = sr::Ensemble(mix[i]) * sr::Ensemble(s2) + sr::Ensemble(base[i]);
+    ref::sinkhorn(c.cfg, Ls.data(), Cs.data());
     for (std::size_t i = 0; i < nn; ++i) {
-      const double v = C[i], spread = std::sqrt(m2[i] / (kSrRuns - 1));
+      double mean = 0, m2 = 0;
+      for (int k = 0; k < kSrRuns; ++k) {  // Welford's running mean and squared deviations
+        const double x = double(Cs[i][k]), d = x - mean;
+        mean += d / (k + 1);
+        m2 += d * (x - mean);
+      }
+      const double v = C[i], spread = std::sqrt(m2 / (kSrRuns - 1));
       m.value[t * nn + i] = v;
       m.scale[t * nn + i] =
           std::max({2 * spread, std::fabs(double(Cf[i]) - v), std::fabs(double(Cr[nn - 1 - i]) - v),

@@ -1,14 +1,14 @@
 #include "mhc/oracles/verdict.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <thread>
+
+#include "mhc/oracles/parallel.hpp"
 
 namespace mhc::oracles {
 
@@ -451,26 +451,17 @@ Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want, unsign
   // A thread for every chunk's worth of elements at most: small cases stay on this one.
   std::size_t elements = 0;
   for (const auto& j : jobs) elements += j.count;
-  const std::size_t helpers = std::min<std::size_t>(threads, elements / kChunk + 1) - 1;
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr failed;
-  std::mutex failing;
-  auto work = [&] {
-    try {
-      for (std::size_t t; (t = next++) < tasks.size();)
-        tally(jobs[tasks[t].first], tasks[t].second, parts[tasks[t].first][tasks[t].second]);
-    } catch (...) {  // out of memory: the other threads finish, then it propagates
-      const std::lock_guard<std::mutex> lock(failing);
-      if (!failed) failed = std::current_exception();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t w = 0; w < helpers && w + 1 < tasks.size(); ++w) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
-  if (failed) std::rethrow_exception(failed);
+  threads = unsigned(std::min<std::size_t>(threads, elements / kChunk + 1));
+  par::for_each(tasks.size(), threads, [&](std::size_t t) {
+    tally(jobs[tasks[t].first], tasks[t].second, parts[tasks[t].first][tasks[t].second]);
+  });
+  std::vector<std::size_t> judged;
   for (std::size_t k = 0; k < want.size(); ++k)
-    if (!parts[k].empty()) v.stages[k] = verdict_of(want[k].name, jobs[k], parts[k]);
+    if (!parts[k].empty()) judged.push_back(k);
+  par::for_each(judged.size(), threads, [&](std::size_t i) {
+    const std::size_t k = judged[i];
+    v.stages[k] = verdict_of(want[k].name, jobs[k], parts[k]);
+  });
   settle(v);
   return v;
 }

@@ -1,6 +1,7 @@
 // Every Scalar of the traits header runs through the same reference code.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -171,4 +172,53 @@ TEST_CASE("scalars: stochastic rounding picks a neighbour without bias", "[scala
     for (int i = 0; i < 64; ++i) v->push_back(sr::round(0.1 * i));
   }
   CHECK(a == b);
+}
+
+// The ensemble is sixteen sr32 runs at once: lane k equals, bit for bit, the scalar run seeded with
+// first + k, through the whole reference Sinkhorn (every operation and its random draw) and on
+// values where stochastic rounding takes its special paths (exact, zero, subnormal, overflow).
+TEST_CASE("scalars: every lane of the sr ensemble is the sr32 run of its seed", "[scalars]") {
+  oracles::Rng rng(23);
+  for (int trial = 0; trial < 40; ++trial) {
+    ref::Config c;
+    c.n = rng.integer(1, 6);
+    c.iters = rng.integer(1, 25);
+    c.hc_eps = rng.uniform() < 0.3 ? 0.0 : rng.log_uniform(1e-8, 1e-1);
+    const std::size_t nn = std::size_t(c.n * c.n);
+    std::vector<float> L(nn);
+    for (float& l : L) l = float(rng.log_uniform(0.01, 60) * rng.normal());
+    const std::uint64_t first = rng.next();
+    std::vector<sr::Ensemble> LE(nn), CE(nn);
+    for (std::size_t e = 0; e < nn; ++e) LE[e] = sr::Ensemble(L[e]);
+    sr::Ensemble::seed_lanes(first);
+    ref::sinkhorn(c, LE.data(), CE.data());
+    for (int k = 0; k < sr::Ensemble::kLanes; ++k) {
+      std::vector<sr::sr32> Ls(L.begin(), L.end()), Cs(nn);
+      sr::seed(first + std::uint64_t(k));
+      ref::sinkhorn(c, Ls.data(), Cs.data());
+      for (std::size_t e = 0; e < nn; ++e) {
+        CAPTURE(trial, k, e, c.n, c.iters, c.hc_eps);
+        CHECK(std::memcmp(&Cs[e].v, &CE[e].v[k / 4][k % 4], 4) == 0);
+      }
+    }
+  }
+  const float big = std::numeric_limits<float>::max(),
+              tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<std::pair<float, float>> operands{
+      {1.0f, 3.0f}, {0.0f, 2.0f},  {-0.0f, 5.0f},  {tiny, 0.75f}, {-tiny, 3.0f},
+      {big, 0.5f},  {big, -0.25f}, {1e-30f, 7.0f}, {2.0f, 0.0f},  {-1.0f, 0.0f}};
+  for (const auto& [a, b] : operands) {
+    sr::Ensemble::seed_lanes(99);
+    const sr::Ensemble q[] = {sr::Ensemble(a) / sr::Ensemble(b), sr::Ensemble(a) * sr::Ensemble(b),
+                              sr::Ensemble(a) + sr::Ensemble(b), sr::Ensemble(a) - sr::Ensemble(b)};
+    for (int k = 0; k < sr::Ensemble::kLanes; ++k) {
+      sr::seed(99 + std::uint64_t(k));
+      const float s[] = {(sr::sr32(a) / sr::sr32(b)).v, (sr::sr32(a) * sr::sr32(b)).v,
+                         (sr::sr32(a) + sr::sr32(b)).v, (sr::sr32(a) - sr::sr32(b)).v};
+      for (int o = 0; o < 4; ++o) {
+        CAPTURE(a, b, k, o, s[o], q[o][k]);
+        CHECK(std::memcmp(&s[o], &q[o].v[k / 4][k % 4], 4) == 0);
+      }
+    }
+  }
 }

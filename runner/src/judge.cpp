@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "mhc/fixtures/fixture.hpp"
@@ -14,6 +14,7 @@
 #include "mhc/oracles/anchored.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/noise.hpp"
+#include "mhc/oracles/parallel.hpp"
 #include "mhc/reports/text.hpp"
 #include "mhc/runner/driver.hpp"
 #include "worker.hpp"
@@ -110,14 +111,14 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   const unsigned threads = j.threads ? j.threads : std::thread::hardware_concurrency();
   // Only mixes and boundary have anchored stages and the projection's tier worth a thread.
   const bool heavy = c.op == oracles::Op::mixes || c.op == oracles::Op::boundary;
-  std::future<void> beside;
+  std::optional<par::Task> beside;
   if (threads > 1 && heavy)
-    beside = std::async(std::launch::async, side);
+    beside.emplace(side);
   else
     side();
   const oracles::Trace<bnd::Bounded>& want = want_of(got);
   o.verdict = oracles::compare(got, want, j.threads);
-  if (beside.valid()) beside.get();
+  if (beside) beside->wait();
   oracles::add_anchored(std::move(anchored), o.verdict);
   oracles::second_tier(models, c, got, o.verdict);
   if (!wrote.empty()) {  // a failure of the case before any stage's

@@ -6,14 +6,16 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "mhc/oracles/parallel.hpp"
 #include "mhc/reference/mhc.hpp"
 
 namespace mhc::num {
-// Frees this thread's MPFR caches (constants, exp tables); worker threads call it before ending.
+// Frees this thread's MPFR caches (constants, exp tables); pool threads call it after each job.
 void release_thread_caches();
 }  // namespace mhc::num
 
@@ -66,18 +68,7 @@ std::vector<const std::vector<S>*> stages(const PiecesTrace<S>& t) {
 // Runs fn(t) for every token t on up to `threads` threads (0: hardware concurrency).
 template <class Fn>
 void for_tokens(std::size_t tokens, unsigned threads, Fn fn) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  if (threads == 1 || tokens <= 1) {
-    for (std::size_t t = 0; t < tokens; ++t) fn(t);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads && w < tokens; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t t = w; t < tokens; t += threads) fn(t);
-      num::release_thread_caches();
-    });
-  for (auto& th : pool) th.join();
+  par::for_each(tokens, threads, std::function<void(std::size_t)>(fn));
 }
 
 template <class S>

@@ -12,8 +12,7 @@ namespace mhc::sr {
 
 namespace detail {
 inline thread_local std::uint64_t state = 0x853C49E6748FEA9Bull;
-inline std::uint64_t next() {  // splitmix64
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+inline std::uint64_t mix(std::uint64_t z) {  // splitmix64's output of its state z
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -25,26 +24,31 @@ inline void seed(std::uint64_t s) {
   detail::state = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 }
 
-// Stochastic rounding to fp32: x's neighbour on either side, with probability by closeness
-// (inline: the ensembles call it for every operation).
-inline float round(double x) {
+// Stochastic rounding to fp32 with the given random stream: x's neighbour on either side, with
+// probability by closeness. Draws only where x is finite and not a float, so that a run's stream
+// depends on its values alone. Without branches on the data: the ensemble below runs it per lane.
+inline float round(double x, std::uint64_t& state) {
   const float f = static_cast<float>(x);
-  if (!std::isfinite(f) || double(f) == x) return f;
-  // The neighbour of f on x's side (std::nextafter toward x, on the bits): the magnitude grows
-  // where f's sign and the direction agree; from a zero, the smallest subnormal.
   std::uint32_t b;
   std::memcpy(&b, &f, 4);
+  const bool inexact = (b & 0x7F800000u) != 0x7F800000u && double(f) != x;
+  // The neighbour of f on x's side (std::nextafter toward x, on the bits): the magnitude grows
+  // where f's sign and the direction agree; from a zero, the smallest subnormal.
   const bool up = double(f) < x;
-  if ((b & 0x7FFFFFFFu) == 0)
-    b = up ? 1u : 0x80000001u;
-  else
-    b = up == !(b >> 31) ? b + 1 : b - 1;
+  const std::uint32_t step = up == !(b >> 31) ? b + 1 : b - 1;
+  const std::uint32_t ob = (b & 0x7FFFFFFFu) == 0 ? (up ? 1u : 0x80000001u) : step;
   float other;
-  std::memcpy(&other, &b, 4);
+  std::memcpy(&other, &ob, 4);
+  state += inexact ? 0x9E3779B97F4A7C15ull : 0;
   // P(other) = |x - f| / |other - f|: unbiased. The gap is a power of two, so r * gap < |x - f|
   // is exactly r < P, without a division.
-  const double r = double(detail::next() >> 11) * 0x1.0p-53;
-  return r * std::fabs(double(other) - double(f)) < std::fabs(x - double(f)) ? other : f;
+  const double r = double(detail::mix(state) >> 11) * 0x1.0p-53;
+  return inexact && r * std::fabs(double(other) - double(f)) < std::fabs(x - double(f)) ? other : f;
+}
+
+// The same with this thread's stream (inline: the ensembles call it for every operation).
+inline float round(double x) {
+  return round(x, detail::state);
 }
 
 struct sr32 {
@@ -94,5 +98,103 @@ inline sr32 sqrt(const sr32& a) {
 inline sr32 abs(const sr32& a) {
   return sr32(std::fabs(a.v));
 }
+
+// Sixteen runs of sr32 in one Scalar, in vector lanes: lane k is, bit for bit, the run of sr32
+// whose stream was seeded with first + k (seed_lanes), as each lane draws from its own stream in
+// the same order. Four vectors of four lanes (AVX2's width for the doubles), independent within
+// each operation: one run at a time is latency-bound.
+struct Ensemble {
+  static constexpr int kLanes = 16, kWidth = 4, kVectors = kLanes / kWidth;
+  typedef float vf __attribute__((vector_size(16)));
+  typedef double vd __attribute__((vector_size(32)));
+  typedef std::uint32_t vu __attribute__((vector_size(16)));
+  typedef std::int32_t vi __attribute__((vector_size(16)));
+  typedef std::uint64_t vw __attribute__((vector_size(32)));
+  typedef std::int64_t vl __attribute__((vector_size(32)));
+
+  vf v[kVectors] = {};
+  Ensemble() = default;
+  Ensemble(float x) {                    // NOLINT: inputs are exact
+    for (vf& q : v) q = vf{x, x, x, x};  // (not 0 + x: -0 stays -0)
+  }
+  Ensemble(double x) : Ensemble(static_cast<float>(x)) {}  // NOLINT: constants to nearest
+  Ensemble(int x) : Ensemble(static_cast<float>(x)) {}     // NOLINT
+  float operator[](int k) const { return v[k / kWidth][k % kWidth]; }
+
+  static void seed_lanes(std::uint64_t first) {
+    for (int k = 0; k < kLanes; ++k)
+      state[k / kWidth][k % kWidth] =
+          (first + std::uint64_t(k)) * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  }
+
+  Ensemble& operator+=(const Ensemble& o) { return *this = *this + o; }
+  friend Ensemble operator-(const Ensemble& a) {
+    Ensemble r;
+    for (int q = 0; q < kVectors; ++q) r.v[q] = -a.v[q];
+    return r;
+  }
+  friend Ensemble operator+(const Ensemble& a, const Ensemble& b) {
+    return apply(a, b, [](vd x, vd y) { return x + y; });
+  }
+  friend Ensemble operator-(const Ensemble& a, const Ensemble& b) {
+    return apply(a, b, [](vd x, vd y) { return x - y; });
+  }
+  friend Ensemble operator*(const Ensemble& a, const Ensemble& b) {
+    return apply(a, b, [](vd x, vd y) { return x * y; });
+  }
+  friend Ensemble operator/(const Ensemble& a, const Ensemble& b) {
+    return apply(a, b, [](vd x, vd y) { return x / y; });
+  }
+  friend Ensemble max_of(const Ensemble& a, const Ensemble& b) {
+    Ensemble r;
+    for (int q = 0; q < kVectors; ++q) r.v[q] = b.v[q] > a.v[q] ? b.v[q] : a.v[q];
+    return r;
+  }
+  friend Ensemble exp(const Ensemble& a) {
+    Ensemble r;
+    for (int q = 0; q < kVectors; ++q) {
+      vd x;
+      for (int k = 0; k < kWidth; ++k) x[k] = std::exp(double(a.v[q][k]));
+      r.v[q] = round(x, state[q]);
+    }
+    return r;
+  }
+
+ private:
+  static inline thread_local vw state[kVectors];
+  template <class F>
+  __attribute__((always_inline)) static Ensemble apply(const Ensemble& a, const Ensemble& b, F f) {
+    Ensemble r;
+    for (int q = 0; q < kVectors; ++q)
+      r.v[q] = round(f(__builtin_convertvector(a.v[q], vd), __builtin_convertvector(b.v[q], vd)),
+                     state[q]);
+    return r;
+  }
+  static vd abs(vd x) { return vd(vl(x) & (vl{} + 0x7FFFFFFFFFFFFFFFll)); }
+  // round(x, state) above, per lane.
+  __attribute__((always_inline)) static vf round(vd x, vw& state) {
+    const vf f = __builtin_convertvector(x, vf);
+    const vd fd = __builtin_convertvector(f, vd);
+    const vu b = vu(f);
+    const vl inexact =
+        __builtin_convertvector(vi((b & 0x7F800000u) != 0x7F800000u), vl) & vl(fd != x);
+    const vi up = __builtin_convertvector(vl(fd < x), vi);
+    const vu step = vu(up == vi((b >> 31) == 0)) ? b + 1 : b - 1;
+    const vu ob = vu((b & 0x7FFFFFFFu) == 0) ? (vu(up) ? vu{} + 1u : vu{} + 0x80000001u) : step;
+    state += vw(inexact) & 0x9E3779B97F4A7C15ull;
+    vw z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    // double(z >> 11) exactly, in two halves (21 and 32 bits) through 2^52's mantissa: AVX2 has
+    // no conversion from 64-bit integers.
+    const vw hi = z >> 43, lo = (z >> 11) & 0xFFFFFFFFull, magic = vw{} + 0x4330000000000000ull;
+    const vd two52 = vd{} + 0x1.0p52;
+    const vd r = ((vd(hi | magic) - two52) * 0x1.0p32 + (vd(lo | magic) - two52)) * 0x1.0p-53;
+    const vd od = __builtin_convertvector(vf(ob), vd);
+    const vi take = __builtin_convertvector(inexact & vl(r * abs(od - fd) < abs(x - fd)), vi);
+    return vf((vi(ob) & take) | (vi(b) & ~take));
+  }
+};
 
 }  // namespace mhc::sr

@@ -1,0 +1,80 @@
+// The process-wide pool: every index once, nested loops and tasks without deadlock, exceptions
+// back to the caller, a task run exactly once whoever begins it, and a forked child that still
+// finishes its loops on its one thread.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "mhc/oracles/parallel.hpp"
+
+using namespace mhc;
+
+TEST_CASE("parallel: for_each runs every index exactly once, for any thread count",
+          "[parallel]") {
+  for (unsigned threads : {0u, 1u, 2u, 3u, 16u})
+    for (std::size_t n : {0, 1, 2, 5, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      par::for_each(n, threads, [&](std::size_t i) { ++hits[i]; });
+      for (std::size_t i = 0; i < n; ++i) {
+        CAPTURE(threads, n, i);
+        CHECK(hits[i] == 1);
+      }
+    }
+}
+
+TEST_CASE("parallel: nested loops and tasks finish", "[parallel]") {
+  std::atomic<long> sum{0};
+  par::for_each(8, 0, [&](std::size_t i) {
+    par::Task inner([&] { par::for_each(50, 0, [&](std::size_t j) { sum += long(i * 100 + j); }); });
+    par::for_each(10, 0, [&](std::size_t j) { sum += long(j); });
+    inner.wait();
+  });
+  long want = 0;
+  for (long i = 0; i < 8; ++i) {
+    for (long j = 0; j < 50; ++j) want += i * 100 + j;
+    want += 45;
+  }
+  CHECK(sum == want);
+}
+
+TEST_CASE("parallel: exceptions reach the caller; a task runs once", "[parallel]") {
+  std::atomic<int> ran{0};
+  CHECK_THROWS_WITH(par::for_each(100, 0,
+                                  [&](std::size_t i) {
+                                    ++ran;
+                                    if (i == 37) throw std::runtime_error("element 37");
+                                  }),
+                    "element 37");
+  CHECK(ran == 100);  // the others still ran: the caller's data stays alive until all are done
+  for (int k = 0; k < 200; ++k) {
+    std::atomic<int> once{0};
+    par::Task t([&] { ++once; });
+    if (k % 2) std::this_thread::yield();
+    t.wait();
+    CHECK(once == 1);
+  }
+  par::Task failing([] { throw std::runtime_error("task"); });
+  CHECK_THROWS_WITH(failing.wait(), "task");
+}
+
+TEST_CASE("parallel: a forked child runs its loops on its own thread", "[parallel]") {
+  par::for_each(4, 0, [](std::size_t) {});  // the pool is started in the parent
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::atomic<int> hits{0};
+    par::for_each(64, 0, [&](std::size_t) { ++hits; });
+    par::Task t([&] { ++hits; });
+    t.wait();
+    ::_exit(hits == 65 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
