@@ -1,7 +1,10 @@
 // Sensitivity: the smallest relative perturbation of a faithful output that the harness flags,
 // per op, stage and kind of perturbation, for the bounds alone (tier 1) and with the second tier,
 // next to the legitimate envelope and to torch.testing.assert_close's fp32 defaults. Usage:
-// mhc-bench-sensitivity [cases] [tokens]   (defaults 4 cases x 4 tokens, V4.1 sizes, fp32)
+// mhc-bench-sensitivity [cases] [tokens] [more]   (defaults 4 cases x 4 tokens, V4.1 sizes, fp32)
+// more: legitimate kernels to add to the envelope, by name, comma-separated (cuda,cuda-fused on a
+// machine with a GPU); their envelope is also printed apart ("more env"), and "2/all" is the
+// ratio against the envelope of every legitimate kernel.
 //
 // Faithful outputs: kernel cpu's. A perturbation scales every element of one stage by 1 + delta
 // (uniform), or one element (the one of median, or of largest, oracle magnitude). Flagged: that
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,6 +92,18 @@ int main(int argc, char** argv) {
   std::vector<impl::Backend> legit{impl::cpu_fused()};
   for (const auto& v : impl::variant_catalogue())
     if (!v.wrong) legit.push_back(impl::make_backend(v));
+  std::vector<impl::Backend> more;
+  if (argc > 3) {
+    std::stringstream names(argv[3]);
+    for (std::string name; std::getline(names, name, ',');) {
+      const impl::Backend* b = impl::find_backend(name);
+      if (!b) {
+        std::fprintf(stderr, "mhc-bench-sensitivity: no kernel named '%s'\n", name.c_str());
+        return 2;
+      }
+      more.push_back(*b);
+    }
+  }
   runner::Judging j;
   j.threads = 1;
   j.diagnose = false;
@@ -95,12 +111,14 @@ int main(int argc, char** argv) {
       "sensitivity: kernel cpu perturbed, n=%d d=%d iters=%d hc_eps=%g, %d cases x %zu tokens, "
       "fp32; delta: median over cases of the smallest flagged\n",
       cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cases, tokens);
-  std::printf("%-15s %-6s %-14s %10s %10s %10s %10s %8s %6s\n", "op", "stage", "perturbation",
+  std::printf("%-15s %-6s %-14s %10s %10s %10s %10s %8s %6s", "op", "stage", "perturbation",
               "tier 1", "tiers 1+2", "a_close", "envelope", "2/env", "a_c FA");
+  if (!more.empty()) std::printf(" %10s %8s", "more env", "2/all");
+  std::printf("\n");
   for (oracles::Op op : oracles::all_ops()) {
     if (op == oracles::Op::block || op == oracles::Op::stack) continue;
     std::map<std::string, std::map<Kind, std::vector<double>>> t1, t2, ac;
-    std::map<std::string, std::map<Kind, double>> envelope;
+    std::map<std::string, std::map<Kind, double>> envelope, envelope_more;
     std::map<std::string, int> false_alarms;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
@@ -110,6 +128,7 @@ int main(int argc, char** argv) {
       const auto shared = runner::shared_oracle(c, j);
       std::vector<oracles::Trace<float>> others;
       for (const auto& b : legit) others.push_back(runner::run(b, c, 1).got);
+      for (const auto& b : more) others.push_back(runner::run(b, c, 1).got);
       for (const auto& w : shared.want) {
         if (i == 0) order.push_back(w.name);
         const auto* ref = oracles::find_stage(others[0], w.name);  // cpu-fused
@@ -130,11 +149,13 @@ int main(int argc, char** argv) {
           auto rel = [&](std::size_t e) {
             return std::fabs(double(g->values[e]) - w.values[e].v) / std::fabs(w.values[e].v);
           };
-          auto& env = envelope[w.name];
+          auto& env = std::size_t(&o - others.data()) < legit.size() ? envelope[w.name]
+                                                                      : envelope_more[w.name];
           env[Kind::uniform] = std::max(env[Kind::uniform], std::sqrt(d2 / w2));
           env[Kind::median] = std::max(env[Kind::median], rel(at_median));
           env[Kind::largest] = std::max(env[Kind::largest], rel(at_max));
-          if (&o != &others[0]) false_alarms[w.name] += assert_close_fails(g->values, ref->values);
+          if (&o != &others[0] && std::size_t(&o - others.data()) < legit.size())
+            false_alarms[w.name] += assert_close_fails(g->values, ref->values);
         }
         for (Kind kind : {Kind::uniform, Kind::median, Kind::largest}) {
           const std::size_t element = kind == Kind::largest ? at_max : at_median;
@@ -157,9 +178,14 @@ int main(int argc, char** argv) {
     for (const auto& s : order)
       for (Kind kind : {Kind::uniform, Kind::median, Kind::largest}) {
         const double a = median(t1[s][kind]), b = median(t2[s][kind]), e = envelope[s][kind];
-        std::printf("%-15s %-6s %-14s %10.2g %10.2g %10.2g %10.2g %8.3g %6d\n",
+        std::printf("%-15s %-6s %-14s %10.2g %10.2g %10.2g %10.2g %8.3g %6d",
                     oracles::op_name(op).c_str(), s.c_str(), kind_name(kind), a, b,
                     median(ac[s][kind]), e, b / e, false_alarms[s]);
+        if (!more.empty()) {
+          const double m = envelope_more[s][kind];
+          std::printf(" %10.2g %8.3g", m, b / std::max(e, m));
+        }
+        std::printf("\n");
       }
     std::fflush(stdout);
   }

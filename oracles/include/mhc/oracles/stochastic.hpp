@@ -171,8 +171,8 @@ struct Ensemble {
     return r;
   }
   static vd abs(vd x) { return vd(vl(x) & (vl{} + 0x7FFFFFFFFFFFFFFFll)); }
-  // round(x, state) above, per lane.
-  __attribute__((always_inline)) static vf round(vd x, vw& state) {
+  // round(x, state) above, per lane of this vector's stream.
+  __attribute__((always_inline)) static vf round(vd x, vw& stream) {
     const vf f = __builtin_convertvector(x, vf);
     const vd fd = __builtin_convertvector(f, vd);
     const vu b = vu(f);
@@ -181,8 +181,8 @@ struct Ensemble {
     const vi up = __builtin_convertvector(vl(fd < x), vi);
     const vu step = vu(up == vi((b >> 31) == 0)) ? b + 1 : b - 1;
     const vu ob = vu((b & 0x7FFFFFFFu) == 0) ? (vu(up) ? vu{} + 1u : vu{} + 0x80000001u) : step;
-    state += vw(inexact) & 0x9E3779B97F4A7C15ull;
-    vw z = state;
+    stream += vw(inexact) & 0x9E3779B97F4A7C15ull;
+    vw z = stream;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z = z ^ (z >> 31);
