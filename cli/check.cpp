@@ -23,7 +23,7 @@ Run add_check(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   app.add_option("--threads", st->spec.threads,
-                 "threads for the oracle and the kernel (0: one per core)")
+                 "threads for the kernel (0: one per core) and the oracle (at most one per core)")
       ->capture_default_str()
       ->check(whole_number(4096));
   app.add_option("--error-model", st->model,

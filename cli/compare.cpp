@@ -32,7 +32,8 @@ Run add_compare(CLI::App& app) {
   app.add_option("--error-model", st->model, "rigorous, probabilistic, empirical or standard")
       ->capture_default_str()
       ->check(CLI::IsMember(error_model_names()));
-  app.add_option("--threads", st->spec.threads, "threads for the oracle (0: one per core)")
+  app.add_option("--threads", st->spec.threads,
+                 "threads for the oracle (0 or more than the cores: one per core)")
       ->capture_default_str()
       ->check(whole_number(4096));
   app.add_option("--read-timeout", st->spec.read_timeout,

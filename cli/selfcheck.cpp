@@ -28,7 +28,8 @@ Run add_selfcheck(CLI::App& app) {
   app.add_option("--seed", st->opt.seed, "seed of the generated cases")
       ->capture_default_str()
       ->check(whole_number());
-  app.add_option("--threads", st->opt.threads, "worker threads (0: one per core)")
+  app.add_option("--threads", st->opt.threads,
+                 "worker threads (0 or more than the cores: one per core)")
       ->capture_default_str()
       ->check(whole_number(4096));
   add_config_options(app, st->cfg);

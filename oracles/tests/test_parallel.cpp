@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -14,8 +15,7 @@
 
 using namespace mhc;
 
-TEST_CASE("parallel: for_each runs every index exactly once, for any thread count",
-          "[parallel]") {
+TEST_CASE("parallel: for_each runs every index exactly once, for any thread count", "[parallel]") {
   for (unsigned threads : {0u, 1u, 2u, 3u, 16u})
     for (std::size_t n : {0, 1, 2, 5, 1000}) {
       std::vector<std::atomic<int>> hits(n);
@@ -27,10 +27,26 @@ TEST_CASE("parallel: for_each runs every index exactly once, for any thread coun
     }
 }
 
+TEST_CASE("parallel: for_each returns when every index is done, not when the caller's are",
+          "[parallel]") {
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::atomic<bool>> done(8);
+    par::for_each(done.size(), 0, [&](std::size_t i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 3)));
+      done[i] = true;
+    });
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      CAPTURE(round, i);
+      CHECK(done[i]);
+    }
+  }
+}
+
 TEST_CASE("parallel: nested loops and tasks finish", "[parallel]") {
   std::atomic<long> sum{0};
   par::for_each(8, 0, [&](std::size_t i) {
-    par::Task inner([&] { par::for_each(50, 0, [&](std::size_t j) { sum += long(i * 100 + j); }); });
+    par::Task inner(
+        [&] { par::for_each(50, 0, [&](std::size_t j) { sum += long(i * 100 + j); }); });
     par::for_each(10, 0, [&](std::size_t j) { sum += long(j); });
     inner.wait();
   });
