@@ -108,9 +108,10 @@ const std::vector<RuleInfo>& rules() {
     for (const auto& r : element_rules()) v.push_back(r.info);
     v.push_back({"empty", "a stage with no elements proves nothing: mistrusted"});
     v.push_back({"noise",
-                 "second tier, statistical, only where the bounds pass: the error of mixes or "
-                 "of the comb is more than 6 times its modelled fp32 rounding noise at some "
-                 "element, or more than 1.5 times in root mean square over the stage "
+                 "second tier, statistical, only where the bounds pass: the error of mixes, of the "
+                 "comb or of the weights is more than 6 times (the weights: 3.5) its modelled "
+                 "fp32 rounding noise at some element, or more than 1.5 times in root mean square "
+                 "over the stage "
                  "(oracles/noise.hpp; false alarms measured in bench/README.md)"});
     // Rules of a whole case (stage "kernel"), applied by the runner before any stage's.
     v.push_back({"threw",

@@ -358,6 +358,46 @@ TEST_CASE("driver: the second tier flags the weights' regressions in the band", 
   }
 }
 
+// The weights' own limit (kWeightsMax, below the other stages' kNoiseMax): one weight of the
+// kernel's output moved to z = 4.5 under the weights' model, still inside its bound, fails the
+// stage by rule "noise"; at z = 3 it passes.
+#include "mhc/oracles/noise.hpp"
+TEST_CASE("driver: one weight beyond the weights' limit fails the second tier", "[driver][noise]") {
+  static_assert(oracles::kWeightsMax < 4.5 && 4.5 < oracles::kNoiseMax, "the test's z");
+  const ref::Config cfg;
+  const runner::Judging j = judging1();
+  int tried = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    const auto c =
+        oracles::generate_case(Op::split_sinkhorn, cfg, 4, seed, oracles::Precision::fp32);
+    const auto got = runner::run(impl::cpu(), c, 1).got;
+    const auto shared = runner::shared_oracle(c, j);
+    for (const std::string stage : {"pre", "post"}) {
+      const oracles::NoiseModel m = oracles::noise_model(c, stage, got);
+      REQUIRE(m.max_z == oracles::kWeightsMax);
+      for (std::size_t e : {std::size_t(1), std::size_t(6)}) {
+        auto verdict_at = [&](double z) {
+          auto moved = got;
+          for (auto& st : moved)
+            if (st.name == stage) st.values[e] = float(m.value[e] + z * m.scale[e]);
+          for (const auto& sv : runner::judge_outputs(c, moved, j, shared).verdict.stages)
+            if (sv.stage == stage) return sv;
+          FAIL("no stage " << stage);
+          return oracles::StageVerdict{};
+        };
+        const auto far = verdict_at(4.5), near = verdict_at(3);
+        CAPTURE(seed, stage, e, far.reason, near.reason, far.ratio_max);
+        if (far.ratio_max > 1) continue;  // the bound catches it first: not this test's case
+        ++tried;
+        CHECK(far.state == State::fail);
+        CHECK(far.rule == "noise");
+        CHECK(near.state == State::pass);
+      }
+    }
+  }
+  CHECK(tried >= 8);
+}
+
 // The generator's structured families (docs/semantics.md, "Generated cases"): repeated tokens,
 // and the streams scaled toward either end of fp32's range. Every legitimate kernel passes them,
 // the second tier included; the scaled cases are still modelled by it.

@@ -16,15 +16,22 @@
 
 namespace mhc::oracles {
 
-// Thresholds on z = |got - want| / s, s the element's noise scale: an element beyond kNoiseMax,
-// or a stage whose root mean square of z is beyond kNoiseRms, is flagged.
+// Thresholds on z = |got - want| / s, s the element's noise scale: an element beyond the model's
+// max_z (kNoiseMax, or kWeightsMax for the weights), or a stage whose root mean square of z is
+// beyond kNoiseRms, is flagged.
 constexpr double kNoiseMax = 6;
 constexpr double kNoiseRms = 1.5;
+// The weights' scale is the quadrature of k <= 8 worst-case rounding terms, so an error made of
+// those roundings has z <= sqrt(8) = 2.83 whatever their signs: docs/semantics.md, "The second
+// tier".
+constexpr double kWeightsMax = 3.5;
 
 // A stage as the second tier models it: the exact value of each element from the data the stage
-// reads (the kernel's own streams where the op computes them: anchored), and its noise scale.
+// reads (the kernel's own streams where the op computes them: anchored), its noise scale, and the
+// limit on an element's z.
 struct NoiseModel {
   std::vector<double> value, scale;
+  double max_z = kNoiseMax;
 };
 // For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection and
 // of the RMS statistic, and the deviations of two of them, run. For the comb from given mixes
