@@ -43,7 +43,7 @@ PiecesTrace<double> oracle_pieces(const PiecesCase& c, unsigned threads, OracleS
   std::mutex mu;
   OracleStats st;
   st.tokens = c.tokens;
-  for_tokens(c.tokens, threads, [&](std::size_t t) {
+  par::for_each(c.tokens, threads, [&](std::size_t t) {
     const float* x = c.x.data() + t * nd;
     const double kappa = mixes_condition(k, x, c.hc_fn.data());
     const bool fall_back = mixes_drift(k, kappa) > limit;

@@ -100,14 +100,22 @@ TEMPLATE_TEST_CASE("scalars: every piece runs in each type", "[scalars]", float,
 #include "mhc/oracles/lanes.hpp"
 #include "mhc/oracles/random.hpp"
 
+// A Sinkhorn configuration of up to max_n streams and max_iters rounds, eps 0 in three of ten.
+namespace {
+ref::Config random_sinkhorn(oracles::Rng& rng, int max_n, int max_iters) {
+  ref::Config c;
+  c.n = rng.integer(1, max_n);
+  c.iters = rng.integer(1, max_iters);
+  c.hc_eps = rng.uniform() < 0.3 ? 0.0 : rng.log_uniform(1e-8, 1e-1);
+  return c;
+}
+}  // namespace
+
 TEST_CASE("scalars: every lane of Lanes<8> is the double reference of its own case",
           "[scalars][lanes]") {
   oracles::Rng rng(11);
   for (int trial = 0; trial < 50; ++trial) {
-    ref::Config c;
-    c.n = rng.integer(1, 8);
-    c.iters = rng.integer(1, 30);
-    c.hc_eps = rng.uniform() < 0.3 ? 0.0 : rng.log_uniform(1e-8, 1e-1);
+    const ref::Config c = random_sinkhorn(rng, 8, 30);
     const std::size_t nn = std::size_t(c.n * c.n);
     std::vector<std::vector<double>> L(8, std::vector<double>(nn));
     std::vector<lanes::Lanes<8>> L8(nn), C8(nn);
@@ -180,10 +188,7 @@ TEST_CASE("scalars: stochastic rounding picks a neighbour without bias", "[scala
 TEST_CASE("scalars: every lane of the sr ensemble is the sr32 run of its seed", "[scalars]") {
   oracles::Rng rng(23);
   for (int trial = 0; trial < 40; ++trial) {
-    ref::Config c;
-    c.n = rng.integer(1, 6);
-    c.iters = rng.integer(1, 25);
-    c.hc_eps = rng.uniform() < 0.3 ? 0.0 : rng.log_uniform(1e-8, 1e-1);
+    const ref::Config c = random_sinkhorn(rng, 6, 25);
     const std::size_t nn = std::size_t(c.n * c.n);
     std::vector<float> L(nn);
     for (float& l : L) l = float(rng.log_uniform(0.01, 60) * rng.normal());

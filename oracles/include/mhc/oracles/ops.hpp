@@ -215,7 +215,7 @@ Trace<B> evaluate_block(const OpCase& c, Scope scope_of, std::vector<ref::Routin
     const std::size_t parts = std::min<std::size_t>(threads, c.tokens);
     std::vector<Trace<B>> traces(parts);
     std::vector<std::exception_ptr> errors(parts);
-    for_tokens(parts, threads, [&](std::size_t k) {
+    par::for_each(parts, threads, [&](std::size_t k) {
       try {
         const std::size_t t0 = c.tokens * k / parts, t1 = c.tokens * (k + 1) / parts;
         OpCase part = c;
@@ -312,7 +312,7 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
   };
   // Blocks of tokens, so that the projection of mixes can reuse each chunk of hc_fn.
   constexpr std::size_t kBlock = 8;
-  for_tokens((T + kBlock - 1) / kBlock, threads, [&](std::size_t blk) {
+  par::for_each((T + kBlock - 1) / kBlock, threads, [&](std::size_t blk) {
     const auto scope = scope_of(blk);
     (void)scope;
     const std::size_t t0 = blk * kBlock, nt = std::min(kBlock, T - t0);

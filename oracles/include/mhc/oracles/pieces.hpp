@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,12 +64,6 @@ std::vector<const std::vector<S>*> stages(const PiecesTrace<S>& t) {
   return {&t.mixes, &t.pre, &t.post, &t.comb, &t.hc_pre, &t.hc_post, &t.rmsnorm};
 }
 
-// Runs fn(t) for every token t on up to `threads` threads (0: hardware concurrency).
-template <class Fn>
-void for_tokens(std::size_t tokens, unsigned threads, Fn fn) {
-  par::for_each(tokens, threads, std::function<void(std::size_t)>(fn));
-}
-
 template <class S>
 PiecesTrace<S> evaluate_pieces(const PiecesCase& c, unsigned threads = 0) {
   const ref::Config& k = c.cfg;
@@ -84,7 +77,7 @@ PiecesTrace<S> evaluate_pieces(const PiecesCase& c, unsigned threads = 0) {
   r.hc_pre.resize(T * d);
   r.hc_post.resize(T * n * d);
   r.rmsnorm.resize(T * d);
-  for_tokens(T, threads, [&](std::size_t t) {
+  par::for_each(T, threads, [&](std::size_t t) {
     const float* x = c.x.data() + t * n * d;
     const float* f = c.f.data() + t * d;
     ref::mixes(k, x, c.hc_fn.data(), &r.mixes[t * M]);

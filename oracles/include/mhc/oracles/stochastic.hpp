@@ -12,7 +12,12 @@ namespace mhc::sr {
 
 namespace detail {
 inline thread_local std::uint64_t state = 0x853C49E6748FEA9Bull;
-inline std::uint64_t mix(std::uint64_t z) {  // splitmix64's output of its state z
+// splitmix64: the state of stream s, and the output of a state z (Z: one, or a vector of them).
+inline std::uint64_t seeded(std::uint64_t s) {
+  return s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+}
+template <class Z>
+Z mix(Z z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -21,7 +26,7 @@ inline std::uint64_t mix(std::uint64_t z) {  // splitmix64's output of its state
 
 // The random stream of this thread; seed it before an evaluation.
 inline void seed(std::uint64_t s) {
-  detail::state = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  detail::state = detail::seeded(s);
 }
 
 // Stochastic rounding to fp32 with the given random stream: x's neighbour on either side, with
@@ -123,8 +128,7 @@ struct Ensemble {
 
   static void seed_lanes(std::uint64_t first) {
     for (int k = 0; k < kLanes; ++k)
-      state[k / kWidth][k % kWidth] =
-          (first + std::uint64_t(k)) * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+      state[k / kWidth][k % kWidth] = detail::seeded(first + std::uint64_t(k));
   }
 
   Ensemble& operator+=(const Ensemble& o) { return *this = *this + o; }
@@ -182,10 +186,7 @@ struct Ensemble {
     const vu step = vu(up == vi((b >> 31) == 0)) ? b + 1 : b - 1;
     const vu ob = vu((b & 0x7FFFFFFFu) == 0) ? (vu(up) ? vu{} + 1u : vu{} + 0x80000001u) : step;
     stream += vw(inexact) & 0x9E3779B97F4A7C15ull;
-    vw z = stream;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
+    const vw z = detail::mix(stream);
     // double(z >> 11) exactly, in two halves (21 and 32 bits) through 2^52's mantissa: AVX2 has
     // no conversion from 64-bit integers.
     const vw hi = z >> 43, lo = (z >> 11) & 0xFFFFFFFFull, magic = vw{} + 0x4330000000000000ull;
