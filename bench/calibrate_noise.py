@@ -1,6 +1,9 @@
 """The second tier's false alarms, measured: every legitimate kernel (ours and the catalogue's) on
 generated V4.1-size cases of each op the tier models, in parallel shards of `mhc-verify check`,
-then per kernel, op and stage the largest z (max and root mean square) and the stages flagged.
+then per kernel, op and stage the largest z (max and root mean square) and the stages flagged;
+per op and stage, how many judgements' largest z exceed 1, 1.5, 2, 2.5 and 3 (the tail the
+limits stand on), and the largest fraction of its bound a legitimate kernel used (error / bound,
+every stage: how far below the bounds a threshold could go at all).
 
 python3 bench/calibrate_noise.py MHC_VERIFY [cases per shard] [shards] [jobs] [kernels...]
 Prints one line per (kernel, op, stage) and a total; exit 1 if any legitimate stage was flagged.
@@ -22,7 +25,7 @@ LEGIT = ["cpu", "cpu-fused"] + [
     subprocess.run([BIN, "mutants", "--list"], capture_output=True, text=True).stdout.splitlines()
     if line.split()[1:2] == ["legitimate"]]
 KERNELS = sys.argv[5:] or LEGIT
-OPS = ["split_sinkhorn", "mixes", "boundary"]
+OPS = ["split_sinkhorn", "mixes", "boundary", "pre", "post"]  # pre, post: the bounds only
 tmp = tempfile.mkdtemp()
 
 
@@ -40,6 +43,9 @@ def shard(job):
 
 stats = collections.defaultdict(lambda: {"n": 0, "flagged": 0, "z_max": 0.0, "z_rms": 0.0,
                                          "other_fail": 0, "unmodelled": 0})
+LEVELS = (1, 1.5, 2, 2.5, 3)
+tail = collections.defaultdict(lambda: [0] * (len(LEVELS) + 1))  # (op, stage): judged, > levels
+bound_used = collections.defaultdict(lambda: (0.0, ""))  # (op, stage): largest ratio, kernel
 jobs = [(k, op, s) for k in KERNELS for op in OPS for s in range(SHARDS)]
 with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
     for kernel, op, path in pool.map(shard, jobs):
@@ -49,6 +55,9 @@ with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
                     a = stats[(kernel, op, st["stage"])]
                     if st["state"] == "fail" and st["rule"] != "noise":
                         a["other_fail"] += 1
+                    r = st.get("ratio_max")
+                    if r is not None and r > bound_used[(op, st["stage"])][0]:
+                        bound_used[(op, st["stage"])] = (r, f"{kernel} seed {case['seed']}")
                     n = st.get("noise")
                     if n is None:
                         continue
@@ -59,6 +68,15 @@ with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
                     a["flagged"] += st["rule"] == "noise"
                     a["z_max"] = max(a["z_max"], n["z_max"])
                     a["z_rms"] = max(a["z_rms"], n["z_rms"])
+                    t = tail[(op, st["stage"])]
+                    t[0] += 1
+                    for i, level in enumerate(LEVELS):
+                        t[i + 1] += n["z_max"] > level
+for (op, stage), t in sorted(tail.items()):
+    print(f"tail {op:15s} {stage:14s} judged {t[0]:6d} max z above " +
+          " ".join(f"{level}: {c}" for level, c in zip(LEVELS, t[1:])))
+for (op, stage), (r, who) in sorted(bound_used.items()):
+    print(f"bound used {op:15s} {stage:14s} largest error / bound {r:.3g} ({who})")
 total = collections.Counter()
 for (kernel, op, stage), a in sorted(stats.items()):
     if a["n"] == 0 and a["unmodelled"] == 0:

@@ -130,7 +130,19 @@ struct Kernel {
   }
   float div(float a, float b) const { return v.reciprocal ? a * (1.0f / b) : a / b; }
   float exp(float x) const {
-    return v.exp2_exp ? std::exp2(x * 1.44269504088896341f) : std::exp(x);
+    return ulp(v.exp2_exp ? std::exp2(x * 1.44269504088896341f) : std::exp(x), x);
+  }
+  // r one ulp up or down, or kept, as a hash of the argument's bits picks (ulp_math), inside the
+  // function's range [lo, hi]: glibc's expf is within about half an ulp, a GPU's within 2 ulp.
+  // (glibc's tanhf errs by up to 2.19 ulp already: tanh_sigmoid is that case.)
+  float ulp(float r, float arg, float lo = 0, float hi = INFINITY) const {
+    if (!v.ulp_math || !std::isfinite(r)) return r;
+    std::uint32_t b;
+    std::memcpy(&b, &arg, 4);
+    std::uint64_t h = (b + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    const int k = int(h % 3) - 1;
+    return k == 0 ? r : std::clamp(std::nextafter(r, k > 0 ? INFINITY : -INFINITY), lo, hi);
   }
   // x with its mantissa cut to `bits` bits: an estimate of that accuracy (relative error up to
   // 2^-bits, always toward zero).
@@ -164,7 +176,8 @@ struct Kernel {
   }
   float rscale(const float* x, std::size_t m, float eps, bool of_sum) const {
     const float ss = dot(x, x, m);
-    const float r = div(1.0f, std::sqrt((of_sum ? ss : div(ss, float(m))) + eps));
+    const float q = (of_sum ? ss : div(ss, float(m))) + eps;
+    const float r = ulp(div(1.0f, std::sqrt(q)), q);
     if (!v.rsqrt_estimate) return r;
     std::uint32_t b;  // a hardware estimate's accuracy: relative error up to 2^-11
     std::memcpy(&b, &r, 4);
@@ -358,6 +371,7 @@ const std::vector<Variant>& variant_catalogue() {
     legit("exp2_exp", [](Variant& x) { x.exp2_exp = true; });
     legit("scale_before_projection", [](Variant& x) { x.scale_first = true; });
     legit("tensor_core_projection", [](Variant& x) { x.tensor_core = true; });
+    legit("ulp_math", [](Variant& x) { x.ulp_math = true; });
     legit("all_choices", [](Variant& x) {
       x.sum = Variant::Sum::pairwise;
       x.reciprocal = x.tanh_sigmoid = x.exp2_exp = x.scale_first = true;

@@ -156,35 +156,56 @@ struct Split {
   }
 };
 
+// The largest rounding error of an fp32 result of size |x|: half its ulp, at |x| (1 + 2^-20) so
+// that a computed value a few ulp above x is covered, but below `top` where the computed value
+// cannot exceed that power of two (rounding up to it errs by the half ulp below); 2^-150 below
+// FLT_MIN.
+double half_ulp(double x, double top = HUGE_VAL) {
+  const double a = std::min(std::fabs(x) * (1 + 0x1p-20), top * (1 - 0x1p-30));
+  return a < 0x1p-126 ? 0x1p-150 : std::ldexp(1.0, std::ilogb(a) - 24);
+}
+
 // The reading (pre) or writing (post) weights from the given mixes [T, M]: the value from the
-// reference in double; each is sig(a) (+ eps for pre, times 2 for post), a = m s + b, and its
-// noise in quadrature: a's two roundings and an exponent scaled by log2(e) (exp2 forms), carried
-// by sig' = sig (1 - sig); the exp (2 u: expf within 2 ulp), the 1 + e (u) and the division (u) of
-// 1 / (1 + e), the first carried by 1 - sig; the tanh form's 0.5 (1 + tanh(a / 2)), whose tanh
-// rounds relative to |2 sig - 1| (the cancellation for a << 0); pre's + eps (u).
+// reference in double; the scale is the worst case of the usual fp32 forms of sig(a), a = m s + b
+// (+ eps for pre, times 2 for post), each rounding at its result's half ulp, exp within 2 ulp and
+// tanh within 2.5, so max_z is 1: docs/semantics.md, "The second tier".
 NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
   const std::size_t n = std::size_t(c.cfg.n), M = std::size_t(c.cfg.mix()), at = pre ? 0 : n;
   const double scale = double(c.param("hc_scale").data[pre ? 0 : 1]);
   const float* base = c.param("hc_base").data.data();
+  const double log2e = 1.4426950408889634, log2e_f = double(float(log2e));
   Split<double> exact(c.cfg);
   NoiseModel m;
   m.value.resize(c.tokens * n);
   m.scale.resize(c.tokens * n);
-  m.max_z = kWeightsMax;
+  m.max_z = 1;
   for (std::size_t t = 0; t < c.tokens; ++t) {
     exact(c, mixes + t * M, base);
     for (std::size_t j = 0; j < n; ++j) {
       const double ms = double(mixes[t * M + at + j]) * scale, a = ms + double(base[at + j]);
-      const double sig = 1 / (1 + std::exp(-a)), d = sig * (1 - sig);
-      const double arg = d * u * std::sqrt(ms * ms + 2 * a * a);
-      const double own = sig * u * std::sqrt(4 * (1 - sig) * (1 - sig) + 2);
-      const double tanh_form = 0.5 * u * std::fabs(2 * sig - 1);
+      const double E = std::exp(-a), Ep = std::exp(a), sig = 1 / (1 + E), d = sig * (1 - sig);
+      const double da = half_ulp(ms) + half_ulp(a);  // a's product and sum (an fma: fewer)
+      // exp(-a) or exp2(-a log2(e)) (the scaled exponent's rounding and constant), 1 + e, 1 / s.
+      const double exp_form =
+          d * (da + half_ulp(a * log2e) / log2e + std::fabs(a) * std::fabs(log2e_f - log2e)) +
+          sig * sig * (4 * half_ulp(E) + half_ulp(1 + E)) + half_ulp(sig, 1);
+      // e / (1 + e) or e * (1 / (1 + e)), e = exp(a): the form that cannot overflow, for a < 0.
+      const double ratio_form = a < 0 ? d * da + (1 - sig) * (1 - sig) * 4 * half_ulp(Ep) +
+                                            d * half_ulp(1 + Ep) + 2 * half_ulp(sig, 1)
+                                      : 0;
+      // 0.5 (1 + tanh(a / 2)): a / 2 exact, tanh within 2.5 ulp (glibc's tanhf errs by up to
+      // 2.19 ulp, CUDA's by 2), 1 + t.
+      const double th = std::tanh(a / 2);
+      const double tanh_form = d * da + 0.5 * (5 * half_ulp(th, 1) + half_ulp(1 + th, 2));
       const double value = (pre ? exact.pre : exact.post)[j], factor = pre ? 1 : 2;
+      // A form whose exp overflows in double overflows in fp32 too, where sig < FLT_MIN.
+      auto usable = [](double f) { return std::isfinite(f) ? f : 0.0; };
+      const double worst = factor * std::max({usable(exp_form), usable(ratio_form), tanh_form}) +
+                           (pre ? half_ulp(value) : 0);  // pre's + eps
+      // The products of two first-order terms (each below 8 u relative) and the reference's own
+      // error; FLT_MIN for results that underflow.
       m.value[t * n + j] = value;
-      m.scale[t * n + j] =
-          std::sqrt(factor * factor * (arg * arg + own * own + tanh_form * tanh_form) +
-                    (pre ? u * u * value * value : 0)) +
-          bnd::fp32().eta;
+      m.scale[t * n + j] = worst * (1 + 64 * u) + 0x1p-53 * std::fabs(value) + bnd::fp32().eta;
     }
   }
   return m;
@@ -241,6 +262,8 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
     }
   }
   v.z_rms = v.elements ? std::sqrt(z2 / double(v.elements)) : 0;
+  v.z_limit = model.max_z;
+  v.rms_limit = kNoiseRms;
   char buf[320];
   const bool flagged = v.z_max > model.max_z || v.z_rms > kNoiseRms;
   v.state = flagged ? State::fail : State::pass;

@@ -148,8 +148,8 @@ TEST_CASE("scalars: stochastic rounding picks a neighbour without bias", "[scala
                                -1.0 - 0x1p-25,
                                0x1p-140 * 1.3,
                                -0x1p-140 * 1.3,
-                               tiny * 0.25,
-                               -tiny * 0.75,
+                               double(tiny) * 0.25,
+                               -double(tiny) * 0.75,
                                double(big) * (1 + 0x1p-26),
                                -3.0 / 7,
                                1e30 / 3,
@@ -157,8 +157,8 @@ TEST_CASE("scalars: stochastic rounding picks a neighbour without bias", "[scala
                                0.1};
   sr::seed(5);
   for (double x : xs) {
-    const float lo = float(x) <= x ? float(x) : std::nextafter(float(x), -INFINITY);
-    const float hi = float(x) >= x ? float(x) : std::nextafter(float(x), INFINITY);
+    const float lo = double(float(x)) <= x ? float(x) : std::nextafter(float(x), -INFINITY);
+    const float hi = double(float(x)) >= x ? float(x) : std::nextafter(float(x), INFINITY);
     const double p_hi = double(hi) == double(lo) ? 1 : (x - double(lo)) / (double(hi) - double(lo));
     const int draws = 100000;
     int up = 0, neither = 0;

@@ -56,8 +56,9 @@ class Stage:
     max_rel: float
     worst: Element
     # The second tier (statistical), where it models the stage (mixes in fp32): state, reason,
-    # z_max and z_rms (error / modelled fp32 rounding noise) and the worst element (bound: its
-    # noise scale, ratio: its z). A flag fails the stage with rule "noise". None elsewhere.
+    # z_max and z_rms (error / modelled fp32 rounding noise), the limits z_limit and rms_limit
+    # they were judged by, and the worst element (bound: its noise scale, ratio: its z). A flag
+    # fails the stage with rule "noise". None elsewhere.
     noise: Optional[dict] = None
 
 

@@ -232,6 +232,8 @@ py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
       n["reason"] = s.noise.reason;
       n["z_max"] = s.noise.z_max;
       n["z_rms"] = s.noise.z_rms;
+      n["z_limit"] = s.noise.z_limit;
+      n["rms_limit"] = s.noise.rms_limit;
       n["worst"] = element(s.noise.worst);
       d["noise"] = n;
     }

@@ -162,6 +162,8 @@ Report read_report(const std::string& path) {
             s.noise.elements = jn.at("elements");
             s.noise.z_max = num(jn.at("z_max"));
             s.noise.z_rms = num(jn.at("z_rms"));
+            if (jn.contains("z_limit")) s.noise.z_limit = num(jn.at("z_limit"));
+            if (jn.contains("rms_limit")) s.noise.rms_limit = num(jn.at("rms_limit"));
             s.noise.worst = element(jn.at("worst"));
           }
           c.verdict.stages.push_back(std::move(s));

@@ -74,6 +74,8 @@ json stage_verdict(const oracles::StageVerdict& s) {
                   {"elements", s.noise.elements},
                   {"z_max", num(s.noise.z_max)},
                   {"z_rms", num(s.noise.z_rms)},
+                  {"z_limit", num(s.noise.z_limit)},
+                  {"rms_limit", num(s.noise.rms_limit)},
                   {"worst", element(s.noise.worst)}};
   return j;
 }

@@ -173,3 +173,40 @@ TEST_CASE("reports: text from outside is made valid UTF-8 with its control bytes
   CHECK(clean_text("x\ny\x1B", false) == "x\ny\x1B");  // controls kept when asked
   CHECK(clean_text(std::string("a\0b", 3)) == "a\\x00b");
 }
+
+// A stage's second-tier verdict, limits included, survives a JSON write and read (the gate and
+// merge read reports back); a report written before the limits were recorded reads with 0.
+TEST_CASE("reports: the second tier's verdict and its limits round-trip through JSON",
+          "[reports]") {
+  reports::Report r;
+  reports::CaseRecord c = make_case(0, State::fail, 0.5);
+  oracles::StageVerdict& s = c.verdict.stages[1];
+  s.rule = "noise";
+  s.has_noise = true;
+  s.noise.state = State::fail;
+  s.noise.reason = "second tier";
+  s.noise.elements = 64;
+  s.noise.z_max = 7.25;
+  s.noise.z_rms = 0.75;
+  s.noise.z_limit = 6;
+  s.noise.rms_limit = 1.5;
+  r.entry("e").add_case(std::move(c));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mhc-noise-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "r.json").string();
+  reports::write_atomic(path, reports::to_json(r));
+  const reports::Report back = reports::read_report(path);
+  const auto& n = back.entries.at(0).cases.at(0).verdict.stages.at(1).noise;
+  CHECK(n.z_max == 7.25);
+  CHECK(n.z_limit == 6);
+  CHECK(n.rms_limit == 1.5);
+  auto j = nlohmann::json::parse(reports::to_json(r));
+  auto& jn = j["entries"][0]["cases"][0]["stages"][1]["noise"];
+  jn.erase("z_limit");
+  jn.erase("rms_limit");
+  reports::write_atomic(path, j.dump());
+  CHECK(reports::read_report(path).entries.at(0).cases.at(0).verdict.stages.at(1).noise.z_limit ==
+        0);
+  std::filesystem::remove_all(dir);
+}

@@ -358,12 +358,11 @@ TEST_CASE("driver: the second tier flags the weights' regressions in the band", 
   }
 }
 
-// The weights' own limit (kWeightsMax, below the other stages' kNoiseMax): one weight of the
-// kernel's output moved to z = 4.5 under the weights' model, still inside its bound, fails the
-// stage by rule "noise"; at z = 3 it passes.
+// The weights' scale is the worst case of the usual forms (limit 1): one weight of the kernel's
+// output moved to z = 1.5, still inside its bound, fails the stage by rule "noise"; at z = 0.5 it
+// passes (the move's own rounding to fp32 is at most half an ulp, under 0.4 of a scale).
 #include "mhc/oracles/noise.hpp"
 TEST_CASE("driver: one weight beyond the weights' limit fails the second tier", "[driver][noise]") {
-  static_assert(oracles::kWeightsMax < 4.5 && 4.5 < oracles::kNoiseMax, "the test's z");
   const ref::Config cfg;
   const runner::Judging j = judging1();
   int tried = 0;
@@ -374,7 +373,7 @@ TEST_CASE("driver: one weight beyond the weights' limit fails the second tier", 
     const auto shared = runner::shared_oracle(c, j);
     for (const std::string stage : {"pre", "post"}) {
       const oracles::NoiseModel m = oracles::noise_model(c, stage, got);
-      REQUIRE(m.max_z == oracles::kWeightsMax);
+      REQUIRE(m.max_z == 1);
       for (std::size_t e : {std::size_t(1), std::size_t(6)}) {
         auto verdict_at = [&](double z) {
           auto moved = got;
@@ -385,12 +384,14 @@ TEST_CASE("driver: one weight beyond the weights' limit fails the second tier", 
           FAIL("no stage " << stage);
           return oracles::StageVerdict{};
         };
-        const auto far = verdict_at(4.5), near = verdict_at(3);
+        const auto far = verdict_at(1.5), near = verdict_at(0.5);
         CAPTURE(seed, stage, e, far.reason, near.reason, far.ratio_max);
         if (far.ratio_max > 1) continue;  // the bound catches it first: not this test's case
         ++tried;
         CHECK(far.state == State::fail);
         CHECK(far.rule == "noise");
+        CHECK(far.noise.z_limit == 1);
+        CHECK(far.noise.rms_limit == oracles::kNoiseRms);
         CHECK(near.state == State::pass);
       }
     }

@@ -1,10 +1,10 @@
 // The mutation self-test's kernels: one configurable straightforward fp32 kernel, and a catalogue
 // of named configurations. Legitimate ones ("variant:NAME") make implementation choices that
 // fp32 rounding allows (sum orders, FMA, reciprocal division, other sigmoid and exp forms, RMS
-// scaling before the projection, the projection on tensor cores in split tf32): the harness must
-// pass them. Wrong ones ("mutant:NAME") deviate from the semantics in a plausible way (eps
-// placement, iterations, comb transposed, ...): the harness must catch them and, where the
-// deviation is a catalogued one, name it.
+// scaling before the projection, the projection on tensor cores in split tf32, math functions as
+// accurate as a GPU's rather than glibc's): the harness must pass them. Wrong ones ("mutant:NAME")
+// deviate from the semantics in a plausible way (eps placement, iterations, comb transposed, ...):
+// the harness must catch them and, where the deviation is a catalogued one, name it.
 #pragma once
 
 #include <string>
@@ -28,6 +28,8 @@ struct Variant {
   bool exp2_exp = false;      // exp(x) = exp2(x * log2(e))
   bool scale_first = false;   // x scaled by r before the projection of mixes
   bool tensor_core = false;   // the projection formed as cuda-fused's tensor cores do (tc_dot)
+  bool ulp_math = false;      // exp and 1/sqrt one ulp off where a hash of the argument says:
+                              // a GPU math library's accuracy (within 2 ulp), not glibc's
 
   // Deviations (the reference's Semantics, mirrored).
   enum class Eps { in_sum, after, none };

@@ -17,14 +17,11 @@
 namespace mhc::oracles {
 
 // Thresholds on z = |got - want| / s, s the element's noise scale: an element beyond the model's
-// max_z (kNoiseMax, or kWeightsMax for the weights), or a stage whose root mean square of z is
-// beyond kNoiseRms, is flagged.
+// max_z, or a stage whose root mean square of z is beyond kNoiseRms, is flagged. max_z is
+// kNoiseMax for mixes and the comb, and 1 for the weights, whose scale is a worst case.
+// Derivations: docs/semantics.md, "The second tier".
 constexpr double kNoiseMax = 6;
 constexpr double kNoiseRms = 1.5;
-// The weights' scale is the quadrature of k <= 8 worst-case rounding terms, so an error made of
-// those roundings has z <= sqrt(8) = 2.83 whatever their signs: docs/semantics.md, "The second
-// tier".
-constexpr double kWeightsMax = 3.5;
 
 // A stage as the second tier models it: the exact value of each element from the data the stage
 // reads (the kernel's own streams where the op computes them: anchored), its noise scale, and the
@@ -37,8 +34,8 @@ struct NoiseModel {
 // of the RMS statistic, and the deviations of two of them, run. For the comb from given mixes
 // (split_sinkhorn's comb; anchored.comb of mixes and boundary): measured, the spread of
 // stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
-// given mixes (pre and post; anchored.pre and anchored.post): the sigmoid's roundings in
-// quadrature. Empty for a stage it does not model.
+// given mixes (pre and post; anchored.pre and anchored.post): the worst case of the sigmoid's
+// usual forms. Empty for a stage it does not model.
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got);
 
 // The second tier's judgement of one stage: z per element (an element whose scale is not finite

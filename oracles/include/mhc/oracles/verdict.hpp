@@ -60,7 +60,8 @@ struct NoiseVerdict {
   std::string reason;
   std::size_t elements = 0;  // judged (a finite scale)
   double z_max = 0, z_rms = 0;
-  Element worst;  // bound: its noise scale; ratio: its z
+  double z_limit = 0, rms_limit = 0;  // the limits it was judged by (0: not recorded)
+  Element worst;                      // bound: its noise scale; ratio: its z
 };
 
 struct StageVerdict {

@@ -1,0 +1,114 @@
+// The second tier's weights model against the fp32 forms it claims to cover, computed here
+// independently of it: every form's z must stay at or below 1 (the model's scale is a worst case).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "mhc/oracles/noise.hpp"
+
+namespace {
+
+using mhc::oracles::Op;
+namespace oracles = mhc::oracles;
+namespace ref = mhc::ref;
+
+// x moved by k ulp: a math library less accurate than glibc's (a GPU's expf and tanhf: 2 ulp).
+float ulps(float x, int k) {
+  for (; k > 0; --k) x = std::nextafter(x, INFINITY);
+  for (; k < 0; ++k) x = std::nextafter(x, -INFINITY);
+  return x;
+}
+
+struct Form {
+  std::string name;
+  std::function<float(float m, float s, float b, int k)> sig;  // k: a hash in [-1, 1]
+};
+
+const std::vector<Form>& forms() {
+  static const std::vector<Form> all = {
+      {"1 / (1 + exp(-a))", [](float m, float s, float b, int) {
+         const float a = m * s + b;
+         return 1.0f / (1.0f + std::exp(-a));
+       }},
+      {"fma argument", [](float m, float s, float b, int) {
+         return 1.0f / (1.0f + std::exp(-std::fma(m, s, b)));
+       }},
+      {"exp one ulp off (GPU expf)", [](float m, float s, float b, int k) {
+         const float a = m * s + b;
+         return 1.0f / (1.0f + ulps(std::exp(-a), k));
+       }},
+      {"exp2 with log2(e)", [](float m, float s, float b, int) {
+         const float a = m * s + b;
+         return 1.0f / (1.0f + std::exp2(-a * 1.44269504088896341f));
+       }},
+      {"e / (1 + e) for a < 0", [](float m, float s, float b, int k) {
+         const float a = m * s + b;
+         if (a >= 0) return 1.0f / (1.0f + std::exp(-a));
+         const float e = ulps(std::exp(a), k);
+         return e / (1.0f + e);
+       }},
+      {"e * (1 / (1 + e)) for a < 0", [](float m, float s, float b, int) {
+         const float a = m * s + b;
+         if (a >= 0) return 1.0f / (1.0f + std::exp(-a));
+         const float e = std::exp(a);
+         return e * (1.0f / (1.0f + e));
+       }},
+      {"0.5 (1 + tanh(a / 2))", [](float m, float s, float b, int) {
+         const float a = m * s + b;
+         return 0.5f * (1.0f + std::tanh(0.5f * a));
+       }},
+      {"tanh two ulp off the correctly rounded one", [](float m, float s, float b, int k) {
+         const float a = m * s + b, t = float(std::tanh(0.5 * double(a)));
+         return 0.5f * (1.0f + std::clamp(ulps(t, 2 * k), -1.0f, 1.0f));
+       }},
+  };
+  return all;
+}
+
+}  // namespace
+
+// Arguments a = m s + b of magnitude 2^-8 to 2^5.3 (log-uniform: sig near 1/2, where a's own
+// roundings count, up to saturation both ways and the tanh form's cancellation for a << 0), 4
+// seeds x 2048 tokens x 4 weights each for pre and post, every form.
+TEST_CASE("noise: the weights' scale bounds every usual fp32 form of the sigmoid", "[noise]") {
+  const ref::Config cfg;
+  const std::size_t n = std::size_t(cfg.n), M = std::size_t(cfg.mix()), T = 2048;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    oracles::OpCase c =
+        oracles::generate_case(Op::split_sinkhorn, cfg, T, seed, oracles::Precision::fp32);
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> exponent(-8, 5.3);
+    auto arg = [&] { return (rng() & 1 ? 1 : -1) * std::exp2(exponent(rng)); };
+    const float* s = c.param("hc_scale").data.data();
+    const float* b = c.param("hc_base").data.data();
+    std::vector<float>& mixes = c.inputs.at("mixes").data;
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t j = 0; j < 2 * n; ++j)
+        mixes[t * M + j] = float((arg() - double(b[j])) / double(s[j < n ? 0 : 1]));
+    for (const Form& f : forms()) {
+      oracles::Trace<float> got{{"pre", {T, n}, std::vector<float>(T * n)},
+                                {"post", {T, n}, std::vector<float>(T * n)}};
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t j = 0; j < n; ++j) {
+          const int k = int((t * 7 + j * 3 + seed) % 3) - 1;
+          got[0].values[t * n + j] =
+              f.sig(mixes[t * M + j], s[0], b[j], k) + float(cfg.hc_eps);
+          got[1].values[t * n + j] = 2.0f * f.sig(mixes[t * M + n + j], s[1], b[n + j], k);
+        }
+      for (const auto& st : got) {
+        const oracles::NoiseModel m = oracles::noise_model(c, st.name, got);
+        REQUIRE(m.value.size() == T * n);
+        const auto v = oracles::noise_judge(st.values.data(), m, n);
+        CAPTURE(seed, f.name, st.name, v.reason);
+        CHECK(v.elements == T * n);
+        CHECK(v.z_max <= 1);
+      }
+    }
+  }
+}
