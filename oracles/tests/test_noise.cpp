@@ -32,38 +32,44 @@ struct Form {
 
 const std::vector<Form>& forms() {
   static const std::vector<Form> all = {
-      {"1 / (1 + exp(-a))", [](float m, float s, float b, int) {
+      {"1 / (1 + exp(-a))",
+       [](float m, float s, float b, int) {
          const float a = m * s + b;
          return 1.0f / (1.0f + std::exp(-a));
        }},
-      {"fma argument", [](float m, float s, float b, int) {
-         return 1.0f / (1.0f + std::exp(-std::fma(m, s, b)));
-       }},
-      {"exp one ulp off (GPU expf)", [](float m, float s, float b, int k) {
+      {"fma argument",
+       [](float m, float s, float b, int) { return 1.0f / (1.0f + std::exp(-std::fma(m, s, b))); }},
+      {"exp one ulp off (GPU expf)",
+       [](float m, float s, float b, int k) {
          const float a = m * s + b;
          return 1.0f / (1.0f + ulps(std::exp(-a), k));
        }},
-      {"exp2 with log2(e)", [](float m, float s, float b, int) {
+      {"exp2 with log2(e)",
+       [](float m, float s, float b, int) {
          const float a = m * s + b;
          return 1.0f / (1.0f + std::exp2(-a * 1.44269504088896341f));
        }},
-      {"e / (1 + e) for a < 0", [](float m, float s, float b, int k) {
+      {"e / (1 + e) for a < 0",
+       [](float m, float s, float b, int k) {
          const float a = m * s + b;
          if (a >= 0) return 1.0f / (1.0f + std::exp(-a));
          const float e = ulps(std::exp(a), k);
          return e / (1.0f + e);
        }},
-      {"e * (1 / (1 + e)) for a < 0", [](float m, float s, float b, int) {
+      {"e * (1 / (1 + e)) for a < 0",
+       [](float m, float s, float b, int) {
          const float a = m * s + b;
          if (a >= 0) return 1.0f / (1.0f + std::exp(-a));
          const float e = std::exp(a);
          return e * (1.0f / (1.0f + e));
        }},
-      {"0.5 (1 + tanh(a / 2))", [](float m, float s, float b, int) {
+      {"0.5 (1 + tanh(a / 2))",
+       [](float m, float s, float b, int) {
          const float a = m * s + b;
          return 0.5f * (1.0f + std::tanh(0.5f * a));
        }},
-      {"tanh two ulp off the correctly rounded one", [](float m, float s, float b, int k) {
+      {"tanh two ulp off the correctly rounded one",
+       [](float m, float s, float b, int k) {
          const float a = m * s + b, t = float(std::tanh(0.5 * double(a)));
          return 0.5f * (1.0f + std::clamp(ulps(t, 2 * k), -1.0f, 1.0f));
        }},
@@ -97,8 +103,7 @@ TEST_CASE("noise: the weights' scale bounds every usual fp32 form of the sigmoid
       for (std::size_t t = 0; t < T; ++t)
         for (std::size_t j = 0; j < n; ++j) {
           const int k = int((t * 7 + j * 3 + seed) % 3) - 1;
-          got[0].values[t * n + j] =
-              f.sig(mixes[t * M + j], s[0], b[j], k) + float(cfg.hc_eps);
+          got[0].values[t * n + j] = f.sig(mixes[t * M + j], s[0], b[j], k) + float(cfg.hc_eps);
           got[1].values[t * n + j] = 2.0f * f.sig(mixes[t * M + n + j], s[1], b[n + j], k);
         }
       for (const auto& st : got) {
