@@ -162,6 +162,7 @@ struct Split {
 // FLT_MIN.
 double half_ulp(double x, double top = HUGE_VAL) {
   const double a = std::min(std::fabs(x) * (1 + 0x1p-20), top * (1 - 0x1p-30));
+  if (!std::isfinite(a)) return a;  // NaN or infinite: no scale, the element is not judged
   return a < 0x1p-126 ? 0x1p-150 : std::ldexp(1.0, std::ilogb(a) - 24);
 }
 
