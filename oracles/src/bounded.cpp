@@ -9,8 +9,55 @@
 
 namespace mhc::bnd {
 
+const FormatInfo& format_info(Format f) {
+  static const FormatInfo info[] = {
+      {"fp32", 0x1.0p-24, 0x1.fffffep127, 0x1.0p-126},
+      {"tf32", 0x1.0p-11, 0x1.ffep127, 0x1.0p-126},  // 10 explicit mantissa bits, fp32's range
+      {"bf16", 0x1.0p-8, 0x1.fep127, 0x1.0p-126},    // 7 explicit mantissa bits, fp32's range
+      {"fp16", 0x1.0p-11, 65504, 0x1.0p-14},         // 10 explicit mantissa bits, 5 exponent bits
+  };
+  return info[int(f)];
+}
+
+Format format_from_name(const std::string& name) {
+  for (Format f : {Format::fp32, Format::tf32, Format::bf16, Format::fp16})
+    if (name == format_info(f).name) return f;
+  throw std::invalid_argument("unknown number format '" + name + "' (fp32, tf32, bf16, fp16)");
+}
+
+Model model_for(const Declaration& d, const std::string& name) {
+  Model m;
+  m.name = name;
+  if (d.products != Format::fp32) {
+    const double up = format_info(d.products).u;
+    m.u_prod = 2 * up + up * up;  // both operands rounded: (1+d1)(1+d2) - 1
+  }
+  if (d.accumulation != Format::fp32 && d.accumulation != Format::bf16)
+    throw std::invalid_argument(std::string("an accumulation in ") +
+                                format_info(d.accumulation).name + " is not modelled (fp32, bf16)");
+  m.u_sum = format_info(d.accumulation).u;
+  if (d.streams != Format::fp32) {
+    const FormatInfo& s = format_info(d.streams);
+    m.u_store = s.u;
+    m.eta_store = std::max(s.eta, m.eta);
+    m.big_store = s.max;
+  }
+  return m;
+}
+
+const std::vector<std::pair<std::string, Declaration>>& presets() {
+  static const std::vector<std::pair<std::string, Declaration>> all = {
+      {"fp32", {}},
+      {"tf32", {Format::fp32, Format::tf32, Format::fp32}},
+      {"bf16", {Format::bf16, Format::fp32, Format::fp32}},
+      {"bf16-projection", {Format::fp32, Format::bf16, Format::fp32}},
+      {"fp16", {Format::fp16, Format::fp16, Format::fp32}},
+  };
+  return all;
+}
+
 Model fp32() {
-  return Model{};
+  return model_by_name("fp32");
 }
 
 double reduction_gamma(const Model& m, double n, double u) {
@@ -20,25 +67,20 @@ double reduction_gamma(const Model& m, double n, double u) {
 }
 
 Model tf32() {
-  Model m;
-  m.name = "tf32";
-  const double ut = 0x1.0p-11;  // tf32 keeps 10 explicit mantissa bits: u = 2^-11
-  m.u_prod = 2 * ut + ut * ut;  // both operands rounded: (1+d1)(1+d2) - 1
-  return m;
+  return model_by_name("tf32");
 }
 
 Model bf16() {
-  Model m;
-  m.name = "bf16";
-  m.u_store = 0x1.0p-8;  // bf16 keeps 7 explicit mantissa bits: u = 2^-8
-  return m;
+  return model_by_name("bf16");
 }
 
 Model model_by_name(const std::string& name) {
-  if (name == "fp32") return fp32();
-  if (name == "tf32") return tf32();
-  if (name == "bf16") return bf16();
-  throw std::invalid_argument("unknown precision model '" + name + "' (fp32, tf32, bf16)");
+  std::string known;
+  for (const auto& [preset, d] : presets()) {
+    if (preset == name) return model_for(d, name);
+    known += (known.empty() ? "" : ", ") + preset;
+  }
+  throw std::invalid_argument("unknown precision model '" + name + "' (" + known + ")");
 }
 
 namespace {
@@ -70,7 +112,7 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
   }
   const double seq =
       detail::premise_checked(model(), double(n)) ? detail::sequential_error(x, w, n) : 0;
-  return detail::reduce(v, A, E, n, model().u_prod, seq);
+  return detail::reduce(v, A, E, n, model().u_prod, seq, model().u_sum);
 }
 
 namespace detail {
@@ -335,7 +377,10 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
              Bounded* out) {
 #ifdef __AVX2__
   const Model& m = model();
-  const double nn = double(n), kp = m.u_prod, g = reduction_gamma(m, nn, m.u);
+  // A running sum in another format than fp32 gets the rigorous constant (as in reduce()).
+  const bool fp32_sum = m.u_sum == m.u;
+  const double nn = double(n), kp = m.u_prod,
+               g = fp32_sum ? reduction_gamma(m, nn, m.u) : gamma(nn, m.u_sum);
   const double alpha = 1 + kp + g * (1 + kp), beta = kp + g * (1 + kp) + gamma(nn, u64);
   // fp32 products and sums of nonnegative terms, any order: the exact sum is at most
   // (computed + n 2^-150 for underflow) (1 + gamma_n(2^-24)); 2^-45 covers the double steps.
@@ -427,7 +472,7 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
     }
   }
   // Where the probabilistic premise fails, linear() gives the element its gamma_n bound.
-  if (detail::premise_checked(m, nn)) {
+  if (fp32_sum && detail::premise_checked(m, nn)) {
     std::vector<double> seq(tokens * rows), A(tokens * rows);
     detail::sequential_errors(x, tokens, W, rows, n, seq.data(), A.data());
     for (std::size_t o = 0; o < tokens * rows; ++o)

@@ -397,3 +397,64 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
     CHECK(std::memcmp(&d.exact, &o.exact, sizeof d.exact) == 0);
   }
 }
+
+// A declaration's parts reach the bound-carrying arithmetic: a projection whose running sum is
+// rounded to bf16 after every addition lies inside the bound of a declared bf16 accumulation
+// (gamma_n at u = 2^-8) and, on these sums, outside fp32's; the presets are declarations.
+#include "mhc/oracles/generate.hpp"
+TEST_CASE("bounded: a declared bf16 accumulation bounds a bf16 running sum", "[bounded]") {
+  const bnd::Model bf16_sum =
+      bnd::model_for({bnd::Format::fp32, bnd::Format::fp32, bnd::Format::bf16}, "bf16-sum");
+  CHECK(bf16_sum.u_sum == 0x1.0p-8);
+  CHECK(bnd::model_by_name("tf32").u_prod == 2 * 0x1.0p-11 + 0x1.0p-22);
+  CHECK(bnd::model_by_name("bf16").u_store == 0x1.0p-8);
+  CHECK(bnd::model_by_name("fp16").big_store == 65504);
+  CHECK_THROWS_WITH(bnd::model_by_name("fp8"), Catch::Contains("bf16-projection"));
+  CHECK_THROWS_WITH(bnd::model_for({bnd::Format::fp32, bnd::Format::fp32, bnd::Format::fp16}, "x"),
+                    Catch::Contains("not modelled"));
+  oracles::Rng rng(11);
+  const std::size_t n = 2048;
+  int outside_fp32 = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> w(n), x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i] = float(rng.uniform(0, 1));  // same-signed terms: the running sum grows
+      x[i] = float(rng.uniform(0, 1));
+    }
+    float s = 0;
+    for (std::size_t i = 0; i < n; ++i) s = oracles::gen::round_bf16(s + w[i] * x[i]);
+    std::vector<B> xb(x.begin(), x.end());
+    {
+      const bnd::ModelScope scope(bf16_sum);
+      const B b = bnd::linear(xb.data(), w.data(), n);
+      CAPTURE(trial, b.v, b.e, s);
+      CHECK(std::fabs(double(s) - b.v) <= b.e);
+    }
+    const bnd::ModelScope scope(bnd::fp32());
+    const B b = bnd::linear(xb.data(), w.data(), n);
+    outside_fp32 += std::fabs(double(s) - b.v) > b.e;
+  }
+  CHECK(outside_fp32 == 20);
+}
+
+// fp16 storage: every value rounded to fp16 (nearest even; subnormals below 2^-14 in steps of
+// 2^-24; 65520 and above overflow) lies inside stored()'s bound under the fp16 preset, and a value
+// that may overflow has no bound.
+TEST_CASE("bounded: fp16 storage bounds fp16 rounding over its range", "[bounded]") {
+  auto round_fp16 = [](double v) {
+    const double a = std::fabs(v);
+    const double step = a < 0x1.0p-14 ? 0x1.0p-24 : std::ldexp(1.0, std::ilogb(a) - 10);
+    const double r = std::nearbyint(a / step) * step;  // ties to even: the default mode
+    return std::copysign(r >= 65520 ? HUGE_VAL : r, v);
+  };
+  const bnd::ModelScope scope(bnd::model_by_name("fp16"));
+  oracles::Rng rng(12);
+  for (int i = 0; i < 20000; ++i) {
+    const double v = (i % 2 ? 1 : -1) * std::exp2(rng.uniform(-30, 15.99));
+    const B s = bnd::stored(B(v, 0));
+    CAPTURE(v, s.e);
+    CHECK(std::fabs(round_fp16(v) - v) <= s.e);
+  }
+  CHECK(bnd::stored(B(65504, 0)).e < 32);
+  CHECK(bnd::stored(B(65519, 0)).e == HUGE_VAL);
+}

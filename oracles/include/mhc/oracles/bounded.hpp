@@ -21,13 +21,34 @@
 
 namespace mhc::bnd {
 
+// A number format a kernel stores or computes in: its unit roundoff, its largest finite value and
+// its absolute rounding floor (the smallest normal: underflow, flush to zero).
+enum class Format { fp32, tf32, bf16, fp16 };
+struct FormatInfo {
+  const char* name;
+  double u, max, eta;
+};
+const FormatInfo& format_info(Format f);
+Format format_from_name(const std::string& name);  // throws std::invalid_argument
+
+// What a kernel declares about its precision, part by part; the Model of any combination comes
+// from model_for() (docs/semantics.md, "Precision models").
+struct Declaration {
+  Format streams = Format::fp32;   // storage of the stream tensors it writes (hc_pre, hc_post)
+  Format products = Format::fp32;  // the mixes projection's operands, rounded before multiplying
+  Format accumulation = Format::fp32;  // the mixes projection's running sum (fp32 or bf16)
+};
+
 struct Model {
   std::string name = "fp32";
-  double u = 0x1.0p-24;         // unit roundoff of the arithmetic
-  double u_prod = 0;            // extra relative error of each linear() product (tf32 inputs)
-  double u_store = 0;           // rounding of stream tensors on store (bf16: 2^-8)
-  double eta = 0x1.0p-126;      // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
-  double big = 0x1.fffffep127;  // FLT_MAX: a value beyond it overflows in the model
+  double u = 0x1.0p-24;               // unit roundoff of the arithmetic
+  double u_prod = 0;                  // extra relative error of each linear() product (tf32 inputs)
+  double u_sum = 0x1.0p-24;           // unit roundoff of linear()'s running sum (bf16: 2^-8)
+  double u_store = 0;                 // rounding of stream tensors on store (bf16: 2^-8)
+  double eta_store = 0;               // ... its absolute floor (fp16: 2^-14; fp32 and bf16: eta)
+  double big_store = 0x1.fffffep127;  // ... its largest finite value (fp16: 65504)
+  double eta = 0x1.0p-126;            // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
+  double big = 0x1.fffffep127;        // FLT_MAX: a value beyond it overflows in the model
   // Budgets in units of u, each large enough for the usual implementations:
   double k_div = 2;   // a/b, or a * (1/b)
   double k_sqrt = 2;  // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
@@ -44,10 +65,16 @@ struct Model {
 // The relative error constant of an n-term reduction in unit roundoff u under model m.
 double reduction_gamma(const Model& m, double n, double u);
 
+// The Model of a declaration: fp32 arithmetic everywhere else.
+Model model_for(const Declaration& d, const std::string& name);
+// Presets: fp32; tf32 (projection operands in tf32); bf16 (stream tensors stored in bf16);
+// bf16-projection (projection operands in bf16, fp32 sums); fp16 (stream tensors stored and
+// projection operands in fp16).
+const std::vector<std::pair<std::string, Declaration>>& presets();
 Model fp32();
-Model tf32();  // products of linear() on tf32-rounded operands (10-bit mantissa), fp32 sums
-Model bf16();  // fp32 arithmetic, stream tensors stored in bf16 (round to nearest even)
-Model model_by_name(const std::string& name);  // throws std::invalid_argument
+Model tf32();
+Model bf16();
+Model model_by_name(const std::string& name);  // a preset; throws std::invalid_argument
 
 // The model the Bounded operations of this thread use; a ModelScope sets (a copy of) it until
 // the scope ends.
@@ -206,11 +233,15 @@ double squares_error(const Bounded* x, std::size_t n);
 // The error of an n-term reduction whose terms have magnitudes A and propagated bounds E; k_prod
 // is an extra relative error of each term (tf32 products); seq as above (0 where not checked).
 inline Bounded reduce(double v, double A, double E, std::size_t n, double k_prod = 0,
-                      double seq = 0) {
+                      double seq = 0, double u_sum = 0) {
   const Model& m = model();
   const double nn = double(n);
   if (A + E > m.big) return {v, HUGE_VAL};
-  const double g = premise_holds(m, nn, A, seq) ? reduction_gamma(m, nn, m.u) : gamma(nn, m.u);
+  if (u_sum == 0) u_sum = m.u;
+  // The probabilistic premise is checked on fp32 sums: an accumulation in another format gets
+  // the rigorous constant.
+  const double g =
+      u_sum == m.u && premise_holds(m, nn, A, seq) ? reduction_gamma(m, nn, m.u) : gamma(nn, u_sum);
   return {v, E + k_prod * (A + E) + g * (A + E) * (1 + k_prod) + gamma(nn, u64) * A + nn * m.eta};
 }
 }  // namespace detail
@@ -393,12 +424,14 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
               ref::SinkhornTrace<Bounded>* trace = nullptr);
 
-// The rounding to storage of a stream tensor element (bf16 models; nothing for fp32).
+// The rounding to storage of a stream tensor element (bf16 and fp16 models; nothing for fp32).
+// Beyond the format's largest finite value it may overflow: no bound.
 inline Bounded stored(const Bounded& a) {
   const Model& m = model();
   if (m.u_store == 0) return a;
   const double p = a.e;
-  return {a.v, p + m.u_store * (std::fabs(a.v) + p) + m.eta};
+  if (std::fabs(a.v) + p > m.big_store) return {a.v, HUGE_VAL};
+  return {a.v, p + m.u_store * (std::fabs(a.v) + p) + m.eta_store};
 }
 inline void store_all(Bounded* x, std::size_t n) {
   if (model().u_store == 0) return;  // fp32 storage: a pass over the streams saved
