@@ -18,8 +18,9 @@ constexpr double u = 0x1.0p-24;
 // independent, its spread is u sqrt(sum s_k^2 + sum t_i^2) / sqrt(3). The scale takes the larger
 // of the two orders' partial sums, products counted 4 times (the product's rounding, the
 // stream's own, a scaling before the projection, tensor-core operand handling).
-double sum_noise(double partials2_forward, double partials2_backward, double products2) {
-  return u * std::sqrt(std::max(partials2_forward, partials2_backward) + 4 * products2);
+double sum_noise(float partials2_forward, float partials2_backward, float products2) {
+  return u * std::sqrt(std::max(double(partials2_forward), double(partials2_backward)) +
+                       4 * double(products2));
 }
 
 NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, const float* W) {

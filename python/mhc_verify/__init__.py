@@ -127,37 +127,35 @@ def layout(op: str, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any
     return dict(_core.layout(op, dict(config or {})))
 
 
-def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, bool]":
-    """A C-contiguous float32 copy on the host, and whether the source was bf16."""
-    bf16 = False
+def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, str]":
+    """A C-contiguous float32 copy on the host (exact: bf16 and fp16 are subsets of fp32), and
+    the format the source was stored in: "fp32", "bf16" or "fp16"."""
+    stored = "fp32"
     if type(value).__module__.startswith("torch"):
         import torch
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{name}: expected an array or a tensor, got {type(value).__name__}")
-        if value.dtype == torch.float16:
-            raise TypeError(f"{name}: float16 is not a precision this harness judges yet; "
-                            "convert it to float32 and say so, or declare bf16 storage")
-        if value.dtype == torch.bfloat16:
-            bf16 = True
+        if value.dtype in (torch.bfloat16, torch.float16):
+            stored = "bf16" if value.dtype == torch.bfloat16 else "fp16"
         elif value.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{name}: dtype {value.dtype}, expected a floating tensor")
         value = value.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
     array = np.asarray(value)
     if array.dtype == np.float16:
-        raise TypeError(f"{name}: float16 is not a precision this harness judges yet; convert it "
-                        "to float32 and say so, or declare bf16 storage")
-    if array.dtype.kind != "f":
+        stored = "fp16"
+    elif array.dtype.kind != "f":
         raise TypeError(f"{name}: dtype {array.dtype}, expected floating point")
-    return np.ascontiguousarray(array, dtype=np.float32), bf16
+    return np.ascontiguousarray(array, dtype=np.float32), stored
 
 
-def _arrays(kind: str, given: Optional[Mapping[str, Any]]) -> "tuple[dict, list]":
-    out, bf16 = {}, []
+def _arrays(kind: str, given: Optional[Mapping[str, Any]]) -> "tuple[dict, dict]":
+    """float32 copies by name, and the formats of those given in bf16 or fp16."""
+    out, stored = {}, {}
     for name, value in (given or {}).items():
-        out[name], is_bf16 = _host_float32(f"{kind}[{name!r}]", value)
-        if is_bf16:
-            bf16.append(name)
-    return out, bf16
+        out[name], fmt = _host_float32(f"{kind}[{name!r}]", value)
+        if fmt != "fp32":
+            stored[name] = fmt
+    return out, stored
 
 
 def _within_limits(op: str, config: Optional[Mapping[str, Any]],
@@ -181,13 +179,14 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
           diagnose: bool = True) -> Judgement:
     """Judges `outputs` (any of the op's, by name) of an implementation of `op` on `inputs` and
     `params` under the declared `precision` ("fp32", "tf32" or "bf16"). Params the given outputs
-    do not read may be left out. Outputs given as bfloat16 tensors are judged with their rounding
-    to bf16 in the bound. A failing case is saved under `save_dir` (None: not saved)."""
+    do not read may be left out. Outputs given in bfloat16 or float16 (torch tensors, or numpy
+    float16) are judged with their rounding to that format in the bound; inputs and params in
+    them are taken at their values. A failing case is saved under `save_dir` (None: not saved)."""
     _within_limits(op, config, inputs)
     ins, _ = _arrays("inputs", inputs)
-    outs, bf16 = _arrays("outputs", outputs)
+    outs, stored = _arrays("outputs", outputs)
     pars, _ = _arrays("params", params)
-    r = _core.judge(op, dict(config or {}), ins, outs, pars, precision, error_model, bf16,
+    r = _core.judge(op, dict(config or {}), ins, outs, pars, precision, error_model, stored,
                     save_dir or "", threads, diagnose, _recorder, _label)
     return _judgement(r)
 
@@ -219,11 +218,11 @@ def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
     names, payload = [], []
     for name, case in cases.items():
         ins, _ = _arrays("inputs", case.get("inputs"))
-        outs, bf16 = _arrays("outputs", case.get("outputs"))
+        outs, stored = _arrays("outputs", case.get("outputs"))
         pars, _ = _arrays("params", case.get("params"))
         names.append(str(name))
         payload.append({"op": case["op"], "config": dict(case.get("config") or {}), "inputs": ins,
-                        "outputs": outs, "params": pars, "bf16": bf16,
+                        "outputs": outs, "params": pars, "stored": stored,
                         "precision": case.get("precision", "fp32")})
     _core.write_capture(str(path), names, payload, producer)
 

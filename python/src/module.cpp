@@ -60,8 +60,9 @@ class Recorder {
 
 using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+// stored: the format (bf16, fp16) of arrays the caller gave in one, by name.
 runner::NamedTensors named(const py::dict& d, const char* kind,
-                           const std::vector<std::string>& bf16 = {}) {
+                           const std::map<std::string, std::string>& stored = {}) {
   runner::NamedTensors out;
   for (const auto& [key, value] : d) {
     const std::string name = py::str(key);
@@ -73,7 +74,8 @@ runner::NamedTensors named(const py::dict& d, const char* kind,
     runner::Named t;
     for (py::ssize_t i = 0; i < a.ndim(); ++i) t.shape.push_back(std::size_t(a.shape(i)));
     t.data.assign(a.data(), a.data() + a.size());
-    for (const auto& b : bf16) t.bf16 = t.bf16 || b == name;
+    if (const auto f = stored.find(name); f != stored.end())
+      t.format = bnd::format_from_name(f->second);
     out[name] = std::move(t);
   }
   return out;
@@ -170,12 +172,12 @@ struct Options {
 
 // Judges a case and returns the verdict as plain data (what mhc_verify.Judgement holds).
 py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
-                const std::vector<std::string>& bf16, const std::vector<std::string>& zero_params,
+                const bnd::StoredFormats& stored, const std::vector<std::string>& zero_params,
                 const Options& opt) {
   runner::Outcome o;
   {
     py::gil_scoped_release free;
-    o = runner::judge_outputs(c, got, opt.j, bf16);
+    o = runner::judge_outputs(c, got, opt.j, stored);
   }
   const std::string op = oracles::op_name(c.op), precision = oracles::precision_name(c.precision),
                     model = oracles::error_model_name(opt.j.model);
@@ -260,25 +262,27 @@ runner::TensorCase tensor_case(const py::dict& k) {
     return k.contains(key) ? py::object(k[key]) : py::object(py::dict());
   };
   const std::string precision = k.contains("precision") ? py::str(k["precision"]) : "fp32";
-  return runner::from_tensors(header(oracles::op_from_name(py::str(k["op"])), get("config"),
-                                     oracles::precision_from_name(precision)),
-                              named(get("inputs"), "inputs"), named(get("params"), "params"),
-                              named(get("outputs"), "outputs",
-                                    k.contains("bf16") ? k["bf16"].cast<std::vector<std::string>>()
-                                                       : std::vector<std::string>{}));
+  return runner::from_tensors(
+      header(oracles::op_from_name(py::str(k["op"])), get("config"),
+             oracles::precision_from_name(precision)),
+      named(get("inputs"), "inputs"), named(get("params"), "params"),
+      named(get("outputs"), "outputs",
+            k.contains("stored") ? k["stored"].cast<std::map<std::string, std::string>>()
+                                 : std::map<std::string, std::string>{}));
 }
 
 py::dict judge(const std::string& op_name, const py::dict& config, const py::dict& inputs,
                const py::dict& outputs, const py::dict& params, const std::string& precision,
-               const std::string& error_model, const std::vector<std::string>& bf16_outputs,
+               const std::string& error_model,
+               const std::map<std::string, std::string>& stored_outputs,
                const std::string& save_dir, unsigned threads, bool diagnose, Recorder* recorder,
                const std::string& label) {
   const Options opt = options(error_model, save_dir, threads, diagnose, recorder, label);
   const runner::TensorCase tc = runner::from_tensors(
       header(oracles::op_from_name(op_name), config, oracles::precision_from_name(precision)),
-      named(inputs, "inputs"), named(params, "params"), named(outputs, "outputs", bf16_outputs));
+      named(inputs, "inputs"), named(params, "params"), named(outputs, "outputs", stored_outputs));
   runner::within_limits(tc.c, opt.j.limits);
-  return judged(tc.c, tc.outputs, tc.bf16, tc.zero_params, opt);
+  return judged(tc.c, tc.outputs, tc.stored, tc.zero_params, opt);
 }
 
 // Every case of a fixture or capture file (only those named in `cases`, when given).
@@ -295,7 +299,7 @@ py::list judge_file(const std::string& path, const std::vector<std::string>& cas
           runner::within_limits(fx.c, base.j.limits);
           Options opt = base;
           if (!fx.name.empty()) opt.label = label + "[" + fx.name + "]";
-          out.append(judged(fx.c, fx.outputs, fx.bf16, {}, opt));
+          out.append(judged(fx.c, fx.outputs, fx.stored, {}, opt));
         },
         60, cases);
   } catch (const fixtures::FixtureError& e) {
@@ -304,7 +308,7 @@ py::list judge_file(const std::string& path, const std::vector<std::string>& cas
   return out;
 }
 
-// Writes many cases (dicts of op, config, inputs, params, outputs, precision, bf16) as one
+// Writes many cases (dicts of op, config, inputs, params, outputs, precision, stored) as one
 // mhc-capture/1 file, each checked as judge() checks its arrays.
 void write_capture(const std::string& path, const std::vector<std::string>& names,
                    const py::list& cases, const std::string& producer) {
@@ -348,7 +352,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("write_capture", &write_capture, py::arg("path"), py::arg("names"), py::arg("cases"),
         py::arg("producer"));
   m.def("judge", &judge, py::arg("op"), py::arg("config"), py::arg("inputs"), py::arg("outputs"),
-        py::arg("params"), py::arg("precision"), py::arg("error_model"), py::arg("bf16_outputs"),
+        py::arg("params"), py::arg("precision"), py::arg("error_model"), py::arg("stored_outputs"),
         py::arg("save_dir"), py::arg("threads"), py::arg("diagnose"),
         py::arg("recorder").none(true), py::arg("label"));
   py::class_<Recorder>(m, "Recorder")

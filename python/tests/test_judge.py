@@ -4,6 +4,7 @@ reruns the case."""
 import os
 import subprocess
 
+import h5py
 import numpy as np
 import pytest
 
@@ -106,7 +107,6 @@ def test_layouts_accept_leading_dimensions_and_any_strides(capture):
      r"inputs\['x'\]: an infinity at flat index 70"),
     (lambda i, o, p: i["x"].flat.__setitem__(191, -np.inf), r"an infinity at flat index 191"),
     (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.int32)), r"dtype int32, expected floating"),
-    (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.float16)), r"float16 is not a precision"),
     (lambda i, o, p: o.clear(), r"outputs: none given"),
 ])
 def test_bad_inputs_are_errors_naming_the_tensor(capture, change, message):
@@ -161,12 +161,35 @@ def test_layout_lists_names_and_shapes():
     assert list(l["outputs"]) == ["x", "mixes", "pre", "post", "comb", "y"]
 
 
-def test_bf16_outputs_carry_their_rounding(capture):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_narrow_outputs_carry_their_rounding(capture, dtype):
     torch = pytest.importorskip("torch")
     config, inputs, params, outputs = capture("pre", *SMALL)
-    y = torch.from_numpy(outputs["y"]).to(torch.bfloat16)
+    y = torch.from_numpy(outputs["y"]).to(getattr(torch, dtype))
     r = mhc_verify.judge("pre", config, inputs, {"y": y}, params, save_dir=None)
     assert r.passed
-    # the same values given as float32 claim fp32 storage: the bf16 rounding is then an error
+    # the same values given as float32 claim fp32 storage: the rounding is then an error
     r32 = mhc_verify.judge("pre", config, inputs, {"y": y.float()}, params, save_dir=None)
+    assert not r32.passed and r32.first_divergent == "y"
+    if dtype == "float16":  # numpy's float16 says the same
+        r16 = mhc_verify.judge("pre", config, inputs, {"y": y.numpy()}, params, save_dir=None)
+        assert r16.passed
+
+
+def test_fp16_datasets_in_a_file_carry_their_rounding(tmp_path):
+    # a capture whose output y is rewritten as a float16 dataset is judged with fp16 storage;
+    # the same values as float32 claim fp32 and fail
+    path = tmp_path / "pre.h5"
+    subprocess.run([BIN, "capture", "--op", "pre", "--out", str(path), *SMALL], check=True,
+                   capture_output=True)
+    with h5py.File(path, "r+") as f:
+        y16 = f["outputs/y"][()].astype(np.float16)
+        del f["outputs/y"]
+        f.create_dataset("outputs/y", data=y16)
+    [r] = mhc_verify.judge_file(str(path))
+    assert r.passed
+    with h5py.File(path, "r+") as f:
+        del f["outputs/y"]
+        f.create_dataset("outputs/y", data=y16.astype(np.float32))
+    [r32] = mhc_verify.judge_file(str(path))
     assert not r32.passed and r32.first_divergent == "y"

@@ -50,7 +50,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
                   entry.op.c_str(), fx.c.tokens);
       rec.verdict.state = oracles::State::skipped;
     } else {
-      const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.bf16);
+      const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.stored);
       rec = record(o, index, 0, repro(fx.c, "", spec.model));
       rec.label = label;
       const auto& v = o.verdict;

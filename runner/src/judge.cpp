@@ -229,24 +229,27 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
 
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
                                             const oracles::Trace<float>& got, const Judging& j,
-                                            const std::vector<std::string>& bf16) {
+                                            const bnd::StoredFormats& stored) {
   auto want = oracles::oracle_trace(c, j.threads, j.model, {}, &got);
-  // An output stored as bf16 carries its rounding to bf16 as well.
-  const bnd::ModelScope scope(bnd::bf16());
-  for (auto& st : want)
-    for (const auto& name : bf16)
+  // An output stored in a narrower format carries its rounding to that format as well.
+  for (const auto& [name, format] : stored) {
+    bnd::Declaration d;
+    d.streams = format;
+    const bnd::ModelScope scope(bnd::model_for(d, bnd::format_info(format).name));
+    for (auto& st : want)
       if (st.name == name)
         for (auto& b : st.values) b = bnd::stored(b);
+  }
   return want;
 }
 
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
-                      const std::vector<std::string>& bf16) {
+                      const bnd::StoredFormats& stored) {
   oracles::Trace<bnd::Bounded> want;
   return finish(
       std::move(got),
       [&](const oracles::Trace<float>& given) -> const oracles::Trace<bnd::Bounded>& {
-        return want = outputs_oracle(c, given, j, bf16);
+        return want = outputs_oracle(c, given, j, stored);
       },
       c, j);
 }

@@ -155,7 +155,7 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
     agree(where, t, tokens_of(where, t, trailing, layout.leading));
     std::vector<std::size_t> shape{tokens};
     shape.insert(shape.end(), trailing.begin(), trailing.end());
-    if (t.bf16) r.bf16.push_back(stage);
+    if (t.format != bnd::Format::fp32) r.stored.emplace_back(stage, t.format);
     r.outputs.push_back({stage, shape, std::move(t.data)});
   }
   for (const auto& name : oracles::given_stages(c))

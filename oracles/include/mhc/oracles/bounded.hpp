@@ -31,6 +31,10 @@ struct FormatInfo {
 const FormatInfo& format_info(Format f);
 Format format_from_name(const std::string& name);  // throws std::invalid_argument
 
+// Outputs a kernel stored in a narrower format than fp32 (bf16, fp16), by stage name: their
+// rounding to that format is part of their bounds.
+using StoredFormats = std::vector<std::pair<std::string, Format>>;
+
 // What a kernel declares about its precision, part by part; the Model of any combination comes
 // from model_for() (docs/semantics.md, "Precision models").
 struct Declaration {

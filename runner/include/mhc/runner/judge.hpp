@@ -89,10 +89,10 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
 // Runs the kernel and judges it against an oracle shared by the kernels judged on this case.
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared);
-// Judges outputs an implementation produced elsewhere (a fixture's); stages listed in bf16 were
-// stored as bf16, and that rounding is added to their bounds.
+// Judges outputs an implementation produced elsewhere (a fixture's); stages listed in stored were
+// stored in that format (bf16, fp16), and that rounding is added to their bounds.
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
-                      const std::vector<std::string>& bf16 = {});
+                      const bnd::StoredFormats& stored = {});
 
 // The same against an oracle evaluated once for the case (the pieces and the boundary: their
 // oracle does not read the kernel's trace), for many sets of outputs of one case.
@@ -102,7 +102,7 @@ Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const
 // The oracle judge_outputs compares with.
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
                                             const oracles::Trace<float>& got, const Judging& j,
-                                            const std::vector<std::string>& bf16 = {});
+                                            const bnd::StoredFormats& stored = {});
 
 // The report record of a judged case (index in the run, its seed, its REPRO line).
 reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,

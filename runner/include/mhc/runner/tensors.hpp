@@ -14,14 +14,15 @@ namespace mhc::runner {
 struct Named {
   std::vector<std::size_t> shape;
   std::vector<float> data;
-  bool bf16 = false;  // an output stored as bf16: its rounding is part of its bound
+  bnd::Format format = bnd::Format::fp32;  // an output stored as bf16 or fp16: its rounding is
+                                           // part of its bound
 };
 using NamedTensors = std::map<std::string, Named>;
 
 struct TensorCase {
   oracles::OpCase c;
   oracles::Trace<float> outputs;         // as stages, in the op's order
-  std::vector<std::string> bf16;         // stages stored as bf16
+  bnd::StoredFormats stored;             // stages stored as bf16 or fp16
   std::vector<std::string> zero_params;  // params no judged output reads, given as zeros
 };
 
