@@ -75,11 +75,10 @@ Model bf16() {
 }
 
 Model model_by_name(const std::string& name) {
-  std::string known;
-  for (const auto& [preset, d] : presets()) {
+  for (const auto& [preset, d] : presets())
     if (preset == name) return model_for(d, name);
-    known += (known.empty() ? "" : ", ") + preset;
-  }
+  std::string known;
+  for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p.first;
   throw std::invalid_argument("unknown precision model '" + name + "' (" + known + ")");
 }
 

@@ -207,7 +207,8 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
       // The products of two first-order terms (each below 8 u relative) and the reference's own
       // error; FLT_MIN for results that underflow.
       m.value[t * n + j] = value;
-      m.scale[t * n + j] = worst * (1 + 64 * u) + 0x1p-53 * std::fabs(value) + bnd::fp32().eta;
+      m.scale[t * n + j] = worst * (1 + 64 * u) + 0x1p-53 * std::fabs(value) +
+                           bnd::format_info(bnd::Format::fp32).eta;
     }
   }
   return m;
