@@ -187,6 +187,15 @@ struct Kernel {
     return e;
   }
 
+  // [n, d] stream-major as [d, n]: a sum over it runs column by column across the streams.
+  static std::vector<float> column_major(const std::vector<float>& a, std::size_t n,
+                                         std::size_t d) {
+    std::vector<float> t(n * d);
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t cc = 0; cc < d; ++cc) t[cc * n + j] = a[j * d + cc];
+    return t;
+  }
+
   void mixes_token(const KernelConfig& c, const float* x, const float* W, float* out) const {
     const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
     const std::size_t M = std::size_t(c.mix());
@@ -206,6 +215,7 @@ struct Kernel {
         for (std::size_t cc = 0; cc < d; ++cc) xs[cc * n + j] = x[j * d + cc];
     if (v.scale_first)
       for (float& e : xs) e *= r;
+    if (v.d_major_order) xs = column_major(xs, n, d);  // the same products, another order
     for (std::size_t a = 0; a < M; ++a) {
       std::vector<float> w(W + a * nd, W + (a + 1) * nd);
       if (c.arith == Arith::tf32 || v.tf32_products)
@@ -213,6 +223,7 @@ struct Kernel {
           w[i] = round_tf32(w[i]);
           xs[i] = round_tf32(xs[i]);
         }
+      if (v.d_major_order) w = column_major(w, n, d);
       const float p =
           v.tensor_core ? tc_dot(w.data(), xs.data(), n, d) : dot(w.data(), xs.data(), nd, 1, true);
       out[a] = v.scale_first ? p : p * r;
@@ -372,6 +383,7 @@ const std::vector<Variant>& variant_catalogue() {
     legit("scale_before_projection", [](Variant& x) { x.scale_first = true; });
     legit("tensor_core_projection", [](Variant& x) { x.tensor_core = true; });
     legit("ulp_math", [](Variant& x) { x.ulp_math = true; });
+    legit("d_major_sums", [](Variant& x) { x.d_major_order = true; });
     legit("all_choices", [](Variant& x) {
       x.sum = Variant::Sum::pairwise;
       x.reciprocal = x.tanh_sigmoid = x.exp2_exp = x.scale_first = true;

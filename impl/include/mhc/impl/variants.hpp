@@ -21,15 +21,16 @@ struct Variant {
 
   // Legitimate choices.
   enum class Sum { forward, reverse, pairwise, blocked };
-  Sum sum = Sum::forward;     // order of every reduction
-  bool fma = false;           // products accumulated with fmaf
-  bool reciprocal = false;    // a / b computed as a * (1 / b)
-  bool tanh_sigmoid = false;  // sig(z) = 0.5 * (1 + tanh(z / 2))
-  bool exp2_exp = false;      // exp(x) = exp2(x * log2(e))
-  bool scale_first = false;   // x scaled by r before the projection of mixes
-  bool tensor_core = false;   // the projection formed as cuda-fused's tensor cores do (tc_dot)
-  bool ulp_math = false;      // exp and 1/sqrt one ulp off where a hash of the argument says:
-                              // a GPU math library's accuracy (within 2 ulp), not glibc's
+  Sum sum = Sum::forward;      // order of every reduction
+  bool fma = false;            // products accumulated with fmaf
+  bool reciprocal = false;     // a / b computed as a * (1 / b)
+  bool tanh_sigmoid = false;   // sig(z) = 0.5 * (1 + tanh(z / 2))
+  bool exp2_exp = false;       // exp(x) = exp2(x * log2(e))
+  bool scale_first = false;    // x scaled by r before the projection of mixes
+  bool tensor_core = false;    // the projection formed as cuda-fused's tensor cores do (tc_dot)
+  bool d_major_order = false;  // the projection summed column by column across the streams
+  bool ulp_math = false;       // exp and 1/sqrt one ulp off where a hash of the argument says:
+                               // a GPU math library's accuracy (within 2 ulp), not glibc's
 
   // Deviations (the reference's Semantics, mirrored).
   enum class Eps { in_sum, after, none };
