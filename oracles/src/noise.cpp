@@ -25,8 +25,22 @@ double sum_noise(float partials2_forward, float partials2_backward, float produc
 
 NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, const float* W) {
   const std::size_t nd = cfg.stream_size(), M = std::size_t(cfg.mix());
-  std::vector<bnd::detail::SequentialSums> dots(T * M), squares(T);
+  const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d);
+  std::vector<bnd::detail::SequentialSums> dots(T * M), columns(T * M), squares(T);
   bnd::detail::sequential_sums(xs, T, W, M, nd, dots.data());
+  // The same products summed column by column across the streams (d-major), both ways: its
+  // partial sums differ from the stream-major ones wherever the streams differ.
+  {
+    auto column_major = [&](const float* a, std::size_t rows) {
+      std::vector<float> t(rows * nd);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t j = 0; j < n; ++j)
+          for (std::size_t c = 0; c < d; ++c) t[r * nd + c * n + j] = a[r * nd + j * d + c];
+      return t;
+    };
+    const std::vector<float> xc = column_major(xs, T), Wc = column_major(W, M);
+    bnd::detail::sequential_sums(xc.data(), T, Wc.data(), M, nd, columns.data());
+  }
   // The RMS statistic's sums of squares.
   bnd::detail::self_sums(xs, T, nd, squares.data());
   // Where terms repeat, round to nearest errs with a bias that depends on the terms' mantissas
@@ -55,13 +69,18 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
     const double r_rel = q.exact > 0 ? 0.5 * S_noise / q.exact + 5 * u : 5 * u;
     for (std::size_t a = 0; a < M; ++a) {
       const auto& o = dots[t * M + a];
+      const auto& oc = columns[t * M + a];
       const double value = o.exact * r;
       const double sigma =
-          std::fabs(r) * sum_noise(o.partials2_forward, o.partials2_backward, o.products2) +
+          std::fabs(r) *
+              std::max(sum_noise(o.partials2_forward, o.partials2_backward, o.products2),
+                       sum_noise(oc.partials2_forward, oc.partials2_backward, oc.products2)) +
           std::fabs(value) * (r_rel + u);
-      // The two orders run in fp32 (round to nearest's bias on structured data is in them).
-      const double run = std::max(std::fabs(double(o.forward * rf) - value),
-                                  std::fabs(double(o.backward * rb) - value));
+      // The four orders run in fp32 (round to nearest's bias on structured data is in them).
+      const double run = std::max({std::fabs(double(o.forward * rf) - value),
+                                   std::fabs(double(o.backward * rb) - value),
+                                   std::fabs(double(oc.forward * rf) - value),
+                                   std::fabs(double(oc.backward * rb) - value)});
       m.value[t * M + a] = value;
       m.scale[t * M + a] = repeated[t * M + a] || squares_repeat ? HUGE_VAL : std::max(sigma, run);
     }
