@@ -30,8 +30,9 @@ struct NoiseModel {
   std::vector<double> value, scale;
   double max_z = kNoiseMax;
 };
-// For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection and
-// of the RMS statistic, and the deviations of two of them, run. For the comb from given mixes
+// For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection
+// (forward and backward, stream-major and d-major) and of the RMS statistic, and the deviations
+// of those orders, run. For the comb from given mixes
 // (split_sinkhorn's comb; anchored.comb of mixes and boundary): measured, the spread of
 // stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
 // given mixes (pre and post; anchored.pre and anchored.post): the worst case of the sigmoid's
