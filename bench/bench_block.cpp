@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
   const ref::BlockConfig b;  // H=8, dh=64, E=8, k=2, I=512
   const auto c = oracles::generate_block_case(oracles::Op::block, ref::v41(), b, 1, T, 1,
-                                              oracles::Precision::fp32);
+                                              oracles::Precision::fp32());
   std::printf(
       "one Block, n=4 d=5120 H=%d dh=%d E=%d k=%d I=%d, one sequence of %zu tokens, "
       "%d repeats (median), one thread (attention couples a sequence's positions)\n",
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
               double(T) / s64);
   // Two cores: sequences are independent, so two sequences of T tokens run on two threads.
   const auto c2 = oracles::generate_block_case(oracles::Op::block, ref::v41(), b, 1, T, 2,
-                                               oracles::Precision::fp32);
+                                               oracles::Precision::fp32());
   const double s64x2 = median_seconds(repeats, [&] {
     std::thread other([&] { oracles::evaluate_op<double>(c2, 1); });
     oracles::evaluate_op<double>(c, 1);
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
               2 * double(T) / sbx2);
   num::set_mpfr_bits(256);
   const auto cm = oracles::generate_block_case(oracles::Op::block, ref::v41(), b, 1, Tm, 1,
-                                               oracles::Precision::fp32);
+                                               oracles::Precision::fp32());
   const double sm = median_seconds(1, [&] { oracles::evaluate_op<num::mpfr>(cm, 1); });
   std::printf("%-40s %10.3f s %12.2f s/token (%zu tokens)\n", "MPFR 256-bit reference", sm,
               sm / double(Tm), Tm);

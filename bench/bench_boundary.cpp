@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
       argc > 3 ? unsigned(std::atoi(argv[3])) : std::thread::hardware_concurrency();
   const std::string only = argc > 4 ? argv[4] : "";
   const ref::Config cfg = ref::v41();
-  const auto c = oracles::generate_case(oracles::Op::boundary, cfg, T, 1, oracles::Precision::fp32);
+  const auto c =
+      oracles::generate_case(oracles::Op::boundary, cfg, T, 1, oracles::Precision::fp32());
   std::printf("boundary n=%d d=%d iters=%d, %zu tokens, %d repeats (median), %u threads\n", cfg.n,
               cfg.d, cfg.iters, T, repeats, threads);
   std::printf("%-34s %12s %14s\n", "what", "median s", "tokens/s");

@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     std::map<std::string, int> false_alarms;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
-      const auto c =
-          oracles::generate_case(op, cfg, tokens, std::uint64_t(200 + i), oracles::Precision::fp32);
+      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(200 + i),
+                                            oracles::Precision::fp32());
       const auto base = runner::run(impl::cpu(), c, 1).got;
       const auto shared = runner::shared_oracle(c, j);
       std::vector<oracles::Trace<float>> others;

@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
     std::map<std::pair<std::string, int>, std::vector<double>> ratios;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
-      const auto c =
-          oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), oracles::Precision::fp32);
+      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i),
+                                            oracles::Precision::fp32());
       const auto ran = runner::run(impl::cpu(), c, 0);
       if (!ran.ran()) throw std::runtime_error(ran.verdict.stages.at(0).reason);
       const auto& got = ran.got;

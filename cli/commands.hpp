@@ -59,7 +59,7 @@ void add_worker_options(CLI::App& app, double& kernel_seconds, runner::Limits& l
 void add_report_options(CLI::App& app, reports::Outputs& out);
 // The choices of an enum option, from the library's list ("fp32, tf32, bf16").
 std::vector<std::string> op_names(bool with_block = true);
-std::vector<std::string> precision_names();
+CLI::Validator precision_validator();
 std::vector<std::string> error_model_names();
 
 Run add_selfcheck(CLI::App& app);

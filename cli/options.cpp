@@ -128,10 +128,14 @@ void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
   app.add_option("--precision", precision,
-                 "declared precision model of the kernel: fp32; tf32 (mixes projection on "
-                 "tf32-rounded operands); bf16 (stream tensors stored as bf16)")
+                 "the precision the kernel declares: a preset, fp32; tf32 (the mixes projection "
+                 "on tf32-rounded operands); bf16 (stream tensors stored as bf16); "
+                 "bf16-projection (the projection on bf16-rounded operands, fp32 sums); fp16 "
+                 "(streams stored and projected as fp16, fp32 sums); or parts "
+                 "streams=F,products=F,accumulation=F (streams fp32|bf16|fp16, products "
+                 "fp32|tf32|bf16|fp16, accumulation fp32|bf16; parts left out are fp32)")
       ->capture_default_str()
-      ->check(CLI::IsMember(precision_names()));
+      ->check(precision_validator());
   add_config_options(app, cfg);
 }
 
@@ -156,10 +160,17 @@ std::vector<std::string> op_names(bool with_block) {
   return v;
 }
 
-std::vector<std::string> precision_names() {
-  std::vector<std::string> v;
-  for (oracles::Precision p : oracles::all_precisions()) v.push_back(oracles::precision_name(p));
-  return v;
+CLI::Validator precision_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          oracles::precision_from_name(text);
+          return "";
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      "PRESET|PARTS");
 }
 
 std::vector<std::string> error_model_names() {

@@ -10,16 +10,15 @@
 
 namespace mhc::impl {
 namespace {
+using cpu_detail::operand;
 using cpu_detail::store;
-using cpu_detail::tf32_operand;
 
 // out[r] = sum_i W[r*m + i] * x[i] for r < rows.
 void matvec(const KernelConfig& c, const float* W, std::size_t rows, std::size_t m, const float* x,
             float* out) {
   for (std::size_t r = 0; r < rows; ++r) {
     float acc = 0;
-    for (std::size_t i = 0; i < m; ++i)
-      acc += tf32_operand(c, W[r * m + i]) * tf32_operand(c, x[i]);
+    for (std::size_t i = 0; i < m; ++i) acc += operand(c, W[r * m + i]) * operand(c, x[i]);
     out[r] = acc;
   }
 }

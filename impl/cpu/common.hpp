@@ -13,10 +13,10 @@
 namespace mhc::impl::cpu_detail {
 
 inline float store(const KernelConfig& c, float v) {
-  return c.bf16_streams ? round_bf16(v) : v;
+  return round_to(c.streams, v);
 }
-inline float tf32_operand(const KernelConfig& c, float v) {
-  return c.arith == Arith::tf32 ? round_tf32(v) : v;
+inline float operand(const KernelConfig& c, float v) {
+  return round_to(c.products, v);
 }
 
 // One token of hc_split_sinkhorn, in fp32, in the order of the seeds' kernel.

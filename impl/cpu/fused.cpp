@@ -28,7 +28,7 @@ constexpr std::size_t TB = 8;
 // b's stream k at columns c0..c0+len; the values go to x_out[b] (if any), into
 // y_out[b] = sum_k pre_mix[b][k] * x_k (if any), the sum of squares and the M projections;
 // mix_out[b] gets the finished mixes.
-template <bool TF32, class Load>
+template <bool Round, class Load>
 void block_pass(const KernelConfig& c, const float* W, std::size_t nt, const float* const* pre_mix,
                 Load load, float* const* x_out, float* const* y_out, float* const* mix_out) {
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
@@ -47,14 +47,14 @@ void block_pass(const KernelConfig& c, const float* W, std::size_t nt, const flo
         for (std::size_t l = 0; l < L; ++l) ss[b][l] += xb[l] * xb[l];
         if (y_out)
           for (std::size_t l = 0; l < L; ++l) y[b][l] += pre_mix[b][k] * xb[l];
-        if (TF32)
-          for (std::size_t l = 0; l < L; ++l) xb[l] = round_tf32(xb[l]);
+        if (Round)
+          for (std::size_t l = 0; l < L; ++l) xb[l] = round_to(c.products, xb[l]);
       }
       const float* Wk = W + k * d + c0;
       for (std::size_t a = 0; a < M; ++a) {
         const float* w = Wk + a * nd;
         for (std::size_t l = 0; l < L; ++l)
-          wl[l] = l < len ? (TF32 ? round_tf32(w[l]) : w[l]) : 0.0f;
+          wl[l] = l < len ? (Round ? round_to(c.products, w[l]) : w[l]) : 0.0f;
         for (std::size_t b = 0; b < nt; ++b) {
           float* __restrict A = &acc[(b * M + a) * L];
           const float* __restrict xb = xk[b];
@@ -79,17 +79,23 @@ void parallel_blocks(unsigned threads, std::size_t T, Fn fn) {
                   [&](std::size_t blk) { fn(blk * TB, std::min(TB, T - blk * TB)); });
 }
 
+void need_fp32_sums(const KernelConfig& c) {
+  if (c.accumulation != Format::fp32)
+    throw NotCompiled("cpu-fused accumulates the projection in fp32 only");
+}
+
 template <class Load>
 void block_pass_any(const KernelConfig& c, const float* W, std::size_t nt,
                     const float* const* pre_mix, Load load, float* const* x_out,
                     float* const* y_out, float* const* mix_out) {
-  if (c.arith == Arith::tf32)
+  if (c.products != Format::fp32)
     block_pass<true>(c, W, nt, pre_mix, load, x_out, y_out, mix_out);
   else
     block_pass<false>(c, W, nt, pre_mix, load, x_out, y_out, mix_out);
 }
 
 void mixes(const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
+  need_fp32_sums(c);
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), d = std::size_t(c.d);
   const std::size_t M = std::size_t(c.mix());
   parallel_blocks(c.threads, T, [&](std::size_t t0, std::size_t nt) {
@@ -164,6 +170,7 @@ void rmsnorm(const KernelConfig& c, std::size_t T, const float* x, const float* 
 }
 
 void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const BoundaryOut& out) {
+  need_fp32_sums(c);
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.mix());
   parallel_blocks(c.threads, T, [&](std::size_t t0, std::size_t nt) {
     const float* pm[TB];

@@ -16,7 +16,7 @@ void mixes(const KernelConfig& c, std::size_t T, const float* x, const float* W,
     for (std::size_t a = 0; a < M; ++a) {
       float acc = 0;
       for (std::size_t i = 0; i < nd; ++i)
-        acc += tf32_operand(c, W[a * nd + i]) * tf32_operand(c, xt[i]);
+        acc = round_to(c.accumulation, acc + operand(c, W[a * nd + i]) * operand(c, xt[i]));
       out[t * M + a] = acc * r;
     }
   }

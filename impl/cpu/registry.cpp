@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -52,6 +53,27 @@ float round_bf16(float x) {
 }
 float round_tf32(float x) {
   return round_bits(x, 13);
+}
+float round_fp16(float x) {
+  if (!std::isfinite(x) || x == 0) return x;
+  // The spacing of fp16 values at |x|: 2^(e - 10) for 2^e <= |x|, at least 2^-24 (subnormals).
+  const double ax = std::fabs(double(x));
+  const double spacing = std::ldexp(1.0, std::max(std::ilogb(ax), -14) - 10);
+  const double r = std::nearbyint(double(x) / spacing) * spacing;  // ties to even
+  return std::fabs(r) > 65504 ? std::copysign(INFINITY, x) : float(r);
+}
+float round_to(Format f, float x) {
+  switch (f) {
+    case Format::tf32:
+      return round_tf32(x);
+    case Format::bf16:
+      return round_bf16(x);
+    case Format::fp16:
+      return round_fp16(x);
+    case Format::fp32:
+      break;
+  }
+  return x;
 }
 
 }  // namespace mhc::impl

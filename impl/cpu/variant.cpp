@@ -108,12 +108,13 @@ struct Kernel {
     }
     return 0;
   }
-  // sum_i a[i] * b[i*sb]; projection: the mixes projection (where bf16_accumulation applies)
+  // sum_i a[i] * b[i*sb]; acc: the running sum's format (the mixes projection's, declared or
+  // bf16_accumulation's)
   float dot(const float* a, const float* b, std::size_t n, std::size_t sb = 1,
-            bool projection = false) const {
-    if (projection && v.bf16_accumulation) {
+            Format acc = Format::fp32) const {
+    if (acc != Format::fp32) {
       float s = 0;
-      for (std::size_t i = 0; i < n; ++i) s = round_bf16(s + a[i] * b[i * sb]);
+      for (std::size_t i = 0; i < n; ++i) s = round_to(acc, s + a[i] * b[i * sb]);
       return s;
     }
     if (v.fma) {
@@ -218,14 +219,15 @@ struct Kernel {
     if (v.d_major_order) xs = column_major(xs, n, d);  // the same products, another order
     for (std::size_t a = 0; a < M; ++a) {
       std::vector<float> w(W + a * nd, W + (a + 1) * nd);
-      if (c.arith == Arith::tf32 || v.tf32_products)
-        for (std::size_t i = 0; i < nd; ++i) {
-          w[i] = round_tf32(w[i]);
-          xs[i] = round_tf32(xs[i]);
-        }
+      const Format operands = v.products != Format::fp32 ? v.products : c.products;
+      for (std::size_t i = 0; i < nd; ++i) {
+        w[i] = round_to(operands, w[i]);
+        xs[i] = round_to(operands, xs[i]);
+      }
       if (v.d_major_order) w = column_major(w, n, d);
-      const float p =
-          v.tensor_core ? tc_dot(w.data(), xs.data(), n, d) : dot(w.data(), xs.data(), nd, 1, true);
+      const float p = v.tensor_core ? tc_dot(w.data(), xs.data(), n, d)
+                                    : dot(w.data(), xs.data(), nd, 1,
+                                          v.bf16_accumulation ? Format::bf16 : c.accumulation);
       out[a] = v.scale_first ? p : p * r;
     }
   }
@@ -413,7 +415,8 @@ const std::vector<Variant>& variant_catalogue() {
           [](Variant& x) { x.no_max_subtraction = true; });
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
     wrong("rsqrt_estimate", "", [](Variant& x) { x.rsqrt_estimate = true; });
-    wrong("tf32_products_undeclared", "", [](Variant& x) { x.tf32_products = true; });
+    wrong("tf32_products_undeclared", "", [](Variant& x) { x.products = Format::tf32; });
+    wrong("bf16_products_undeclared", "", [](Variant& x) { x.products = Format::bf16; });
     wrong("sinkhorn_reciprocal_estimate", "", [](Variant& x) { x.sinkhorn_recip_bits = 18; });
     wrong("sigmoid_exp_estimate", "", [](Variant& x) { x.sigmoid_exp_bits = 19; });
     wrong("block_pre_not_shifted", "pre_not_shifted",

@@ -30,6 +30,10 @@ using namespace cuda_detail;
 void need_device(const KernelConfig& k) {
   if (cuda_device_count() == 0) throw NotCompiled("no CUDA device");
   if (k.n > kMaxN) throw NotCompiled("the CUDA kernels take n <= 8");
+  if (k.products != Format::fp32 || k.accumulation != Format::fp32)
+    throw NotCompiled("the CUDA kernels project fp32 operands in fp32 only");
+  if (k.streams != Format::fp32 && k.streams != Format::bf16)
+    throw NotCompiled("the CUDA kernels store streams in fp32 or bf16 only");
 }
 
 // One mma for the tests (cuda_mma_tf32): one warp, the fragments of boundary_tc.
@@ -95,7 +99,6 @@ Backend make(bool fused) {
                         : "CUDA, one kernel per piece; the boundary as four launches";
   b.mixes = [](const KernelConfig& k, std::size_t T, const float* x, const float* W, float* o) {
     need_device(k);
-    if (k.arith == Arith::tf32) throw NotCompiled("the CUDA kernels have no tf32 variant");
     run_mixes(k, T, x, W, o);
   };
   b.split_sinkhorn = [](const KernelConfig& k, std::size_t T, const float* m, const float* s,
@@ -119,9 +122,8 @@ Backend make(bool fused) {
   b.boundary = [=](const KernelConfig& k, std::size_t T, const BoundaryIn& in,
                    const BoundaryOut& out) {
     need_device(k);
-    if (k.arith == Arith::tf32) throw NotCompiled("the CUDA kernels have no tf32 variant");
-    k.bf16_streams ? run_boundary<bf16>(k, T, in, out, fused)
-                   : run_boundary<float>(k, T, in, out, fused);
+    k.streams == Format::bf16 ? run_boundary<bf16>(k, T, in, out, fused)
+                              : run_boundary<float>(k, T, in, out, fused);
   };
   return b;
 }

@@ -148,12 +148,15 @@ __global__ void combine_kernel(std::size_t N, int d, int K, const int* expert, c
 }
 
 float stored(const KernelConfig& c, float v) {
-  return c.bf16_streams ? round_bf16(v) : v;
+  return round_to(c.streams, v);
 }
 
 void need(const KernelConfig& c) {
   if (cuda_device_count() == 0) throw NotCompiled("no CUDA device");
-  if (c.arith == Arith::tf32) throw NotCompiled("the GPU Block has no tf32 variant");
+  if (c.products != Format::fp32 || c.accumulation != Format::fp32)
+    throw NotCompiled("the GPU Block projects fp32 operands in fp32 only");
+  if (c.streams != Format::fp32 && c.streams != Format::bf16)
+    throw NotCompiled("the GPU Block stores streams in fp32 or bf16 only");
 }
 
 // SwiGLU expert on every token: a = silu(h W1^T) * (h W3^T), out = a W2^T (device buffers).

@@ -157,7 +157,7 @@ void rmsnorm_on(const KernelConfig& k, std::size_t T, const float* x, const floa
 }  // namespace
 
 void run_mixes(const KernelConfig& k, std::size_t T, const float* x, const float* W, float* out) {
-  k.bf16_streams ? mixes_on<bf16>(k, T, x, W, out) : mixes_on<float>(k, T, x, W, out);
+  k.streams == Format::bf16 ? mixes_on<bf16>(k, T, x, W, out) : mixes_on<float>(k, T, x, W, out);
 }
 
 void run_split(const KernelConfig& k, std::size_t T, const float* m, const float* s, const float* b,
@@ -176,17 +176,17 @@ void run_split(const KernelConfig& k, std::size_t T, const float* m, const float
 }
 
 void run_pre(const KernelConfig& k, std::size_t T, const float* x, const float* p, float* y) {
-  k.bf16_streams ? pre_on<bf16>(k, T, x, p, y) : pre_on<float>(k, T, x, p, y);
+  k.streams == Format::bf16 ? pre_on<bf16>(k, T, x, p, y) : pre_on<float>(k, T, x, p, y);
 }
 
 void run_post(const KernelConfig& k, std::size_t T, const float* f, const float* R,
               const float* post, const float* comb, float* y) {
-  k.bf16_streams ? post_on<bf16>(k, T, f, R, post, comb, y)
-                 : post_on<float>(k, T, f, R, post, comb, y);
+  k.streams == Format::bf16 ? post_on<bf16>(k, T, f, R, post, comb, y)
+                            : post_on<float>(k, T, f, R, post, comb, y);
 }
 
 void run_rmsnorm(const KernelConfig& k, std::size_t T, const float* x, const float* g, float* y) {
-  k.bf16_streams ? rmsnorm_on<bf16>(k, T, x, g, y) : rmsnorm_on<float>(k, T, x, g, y);
+  k.streams == Format::bf16 ? rmsnorm_on<bf16>(k, T, x, g, y) : rmsnorm_on<float>(k, T, x, g, y);
 }
 
 template <class S>

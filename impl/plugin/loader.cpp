@@ -30,8 +30,13 @@ mhc_config to_c(const KernelConfig& k, std::size_t T) {
   c.iters = k.iters;
   c.hc_eps = k.hc_eps;
   c.norm_eps = k.norm_eps;
-  c.tf32 = k.arith == Arith::tf32 ? 1 : 0;
-  c.bf16_streams = k.bf16_streams ? 1 : 0;
+  // ABI 1 can say tf32 operands and bf16 streams, nothing else.
+  if ((k.products != Format::fp32 && k.products != Format::tf32) ||
+      (k.streams != Format::fp32 && k.streams != Format::bf16) || k.accumulation != Format::fp32)
+    throw NotCompiled(
+        "the plug-in ABI (version 1) declares only tf32 projection operands and bf16 streams");
+  c.tf32 = k.products == Format::tf32 ? 1 : 0;
+  c.bf16_streams = k.streams == Format::bf16 ? 1 : 0;
   c.tokens = T;
   return c;
 }

@@ -95,7 +95,7 @@ int main() {
   ++runs;
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::all_ops())
-      for (oracles::Precision prec : {oracles::Precision::fp32, oracles::Precision::bf16})
+      for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
         for (int d : {5120, 37, 130}) {  // 130: the kernels at a run-time width, several chunks
           ref::Config cfg;
           cfg.d = d;
@@ -111,7 +111,7 @@ int main() {
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.
   for (const auto* b : impl::gpu_backends())
-    for (oracles::Precision prec : {oracles::Precision::fp32, oracles::Precision::bf16})
+    for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
       for (int d : {5120, 48}) {
         ref::Config cfg;
         cfg.d = d;

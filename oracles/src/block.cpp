@@ -34,7 +34,7 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
     m[name] = Tensor{std::move(shape), std::move(data)};
   };
   auto x = gen::activations(rng, N, n * d, c.cfg.norm_eps > 0);
-  if (precision == Precision::bf16) gen::to_bf16(x);
+  gen::to_format(precision.decl.streams, x);
   put(c.inputs, "x", {B, T, n, d}, std::move(x));
   if (op == Op::block) put(c.inputs, "pre_mix", {B, T, n}, gen::pre_weights(rng, c.cfg, N));
   auto draw = [&](const TensorSpec& t, const std::vector<std::size_t>& shape) {

@@ -31,6 +31,9 @@ Model model_for(const Declaration& d, const std::string& name) {
   if (d.products != Format::fp32) {
     const double up = format_info(d.products).u;
     m.u_prod = 2 * up + up * up;  // both operands rounded: (1+d1)(1+d2) - 1
+    // Below its smallest normal an operand errs by half a subnormal step, not relatively: fp16's
+    // 2^-25; bf16 and tf32 share fp32's range and floor.
+    m.eta_prod = d.products == Format::fp16 ? 0x1.0p-25 : m.eta;
   }
   if (d.accumulation != Format::fp32 && d.accumulation != Format::bf16)
     throw std::invalid_argument(std::string("an accumulation in ") +
@@ -101,17 +104,33 @@ ModelScope::~ModelScope() {
 }
 
 // One term at a time, A and E apart: the definition that project() regroups.
+namespace {
+// Operands rounded with an absolute floor eta_p: w' x' - w x errs by at most u_prod |w x| +
+// eta_p (1 + u_p) (|w| + |x|) + eta_p^2 per product, the second and third terms summed here and
+// carried through the running sum (its rigorous gamma_n), rounded up.
+double operand_floor(const Model& m, double sum_w, double sum_x, std::size_t n) {
+  if (m.eta_prod == 0) return 0;
+  const double e = m.eta_prod, nn = double(n);
+  return (1 + gamma(nn, m.u_sum)) * (e * (1 + m.u_prod) * (sum_w + sum_x) + nn * e * e) *
+         (1 + 0x1.0p-40);
+}
+}  // namespace
+
 Bounded linear(const Bounded* x, const float* w, std::size_t n) {
-  double v = 0, A = 0, E = 0;
+  double v = 0, A = 0, E = 0, sw = 0, sx = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double wi = double(w[i]), p = x[i].v * wi;
     v += p;
     A += std::fabs(p);
     E += std::fabs(wi) * x[i].e;
+    sw += std::fabs(wi);
+    sx += std::fabs(x[i].v) + x[i].e;
   }
   const double seq =
       detail::premise_checked(model(), double(n)) ? detail::sequential_error(x, w, n) : 0;
-  return detail::reduce(v, A, E, n, model().u_prod, seq, model().u_sum);
+  Bounded r = detail::reduce(v, A, E, n, model().u_prod, seq, model().u_sum);
+  r.e += operand_floor(model(), sw, sx, n);
+  return r;
 }
 
 namespace detail {
@@ -464,7 +483,16 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
       // A + E <= bound / beta (alpha >= beta); beyond the model's range, or not finite, the
       // exact sums decide.
       if (bound / beta <= m.big) {
-        out[t * rows + a] = Bounded(v, bound + nn * m.eta);
+        double floor = 0;
+        if (m.eta_prod > 0) {
+          double sw = 0, sx = 0;
+          for (std::size_t i = 0; i < n; ++i) {
+            sw += std::fabs(double(W[a * n + i]));
+            sx += std::fabs(x[t * n + i].v) + x[t * n + i].e;
+          }
+          floor = operand_floor(m, sw, sx, n);
+        }
+        out[t * rows + a] = Bounded(v, bound + nn * m.eta + floor);
       } else {
         out[t * rows + a] = linear(x + t * n, W + a * n, n);
       }

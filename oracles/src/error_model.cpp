@@ -65,7 +65,7 @@ void apply_empirical(const OpCase& c, Trace<bnd::Bounded>& t, unsigned threads,
                      const EmpiricalParams& p, const std::vector<bool>& stages) {
   std::vector<std::vector<double>> dev(t.size());
   for (std::size_t s = 0; s < t.size(); ++s) dev[s].assign(t[s].values.size(), 0.0);
-  const bool bf16 = c.precision == Precision::bf16;
+  const bool bf16 = c.precision.decl.streams == bnd::Format::bf16;
   for (int k = 0; k < p.samples; ++k) {
     const auto ens = evaluate_op<sr::sr32>(c, threads, [&](std::size_t blk) {
       sr::seed(c.seed * 1000003u + std::uint64_t(k) * 7919u + blk);
@@ -109,16 +109,20 @@ RoutingPlan plan_routing(const OpCase& c, const std::vector<ref::Routing<bnd::Bo
   RoutingPlan plan;
   plan.forced.assign(routings.size(), std::vector<int>(N * K, -1));
   plan.unknown.assign(routings.size(), {});
-  // Every expert chosen, or the FFN's output captured: no routing to decide.
-  if (c.block.top_k >= c.block.experts || c.block.captured_sublayers) return plan;
+  // The FFN's output captured: no routing to decide.
+  if (c.block.captured_sublayers) return plan;
   for (std::size_t l = 0; l < routings.size(); ++l) {
     const Stage<float>* chosen = nullptr;
     if (kernel)
       for (const auto& st : *kernel)
         if (st.name == layer_prefix(c, l) + "ffn.experts") chosen = &st;
     for (std::size_t t = 0; t < N; ++t) {
-      const auto& m = routings[l].margin[t];
-      if (m.v > m.e) continue;  // decidable
+      bool decidable = true;
+      for (std::size_t j = 0; j < K; ++j) {
+        const auto& m = routings[l].margin[t * K + j];
+        decidable = decidable && (m.v > m.e || (j + 1 == K && K == std::size_t(c.block.experts)));
+      }
+      if (decidable) continue;
       if (!chosen) {
         plan.unknown[l].push_back(t);
         continue;
@@ -217,7 +221,11 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
   }
   Trace<bnd::Bounded> t = oracle_trace(c, threads);
   if (model == ErrorModel::rigorous) return t;
-  if (c.precision == Precision::tf32) return t;  // the ensemble models fp32 products only
+  // The ensemble models fp32 products and sums, and fp32 or bf16 streams, only.
+  const bnd::Declaration& d = c.precision.decl;
+  if (d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32 ||
+      d.streams == bnd::Format::fp16)
+    return t;
   apply_empirical(c, t, threads, params, std::vector<bool>(t.size(), true));
   return t;
 }

@@ -1,5 +1,6 @@
 #include "mhc/oracles/generate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -95,8 +96,28 @@ float round_bf16(float x) {
   return x;
 }
 
-void to_bf16(std::vector<float>& v) {
-  for (auto& x : v) x = round_bf16(x);
+float round_fp16(float x) {
+  if (!std::isfinite(x) || x == 0) return x;
+  // The spacing of fp16 values at |x|: 2^(e - 10) for 2^e <= |x|, at least 2^-24 (subnormals).
+  const double spacing = std::ldexp(1.0, std::max(std::ilogb(std::fabs(double(x))), -14) - 10);
+  const double r = std::nearbyint(double(x) / spacing) * spacing;  // ties to even
+  return std::fabs(r) > 65504 ? std::copysign(INFINITY, x) : float(r);
+}
+
+void to_format(bnd::Format f, std::vector<float>& v) {
+  switch (f) {
+    case bnd::Format::bf16:
+      for (auto& x : v) x = round_bf16(x);
+      break;
+    case bnd::Format::fp16:
+      // Within +-2^12, so that what the pieces store from them (sums of four streams weighted
+      // by up to 2) stays inside fp16's range.
+      for (auto& x : v) x = round_fp16(std::clamp(x, -4096.0f, 4096.0f));
+      break;
+    case bnd::Format::tf32:
+    case bnd::Format::fp32:
+      break;
+  }
 }
 
 }  // namespace mhc::oracles::gen

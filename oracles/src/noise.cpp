@@ -236,7 +236,7 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
 }  // namespace
 
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
-  if (!c.cfg.sem.is_default() || c.precision != Precision::fp32) return {};
+  if (!c.cfg.sem.is_default() || c.precision != Precision::fp32()) return {};
   // The split's stages, from given mixes: the case's, or the kernel's own (anchored).
   const bool split = c.op == Op::split_sinkhorn;
   const std::string name =

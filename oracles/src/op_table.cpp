@@ -2,6 +2,7 @@
 // apart from the oracle (the fixture reader's fuzz target links this file alone).
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "mhc/oracles/ops.hpp"
@@ -334,26 +335,73 @@ const std::vector<TensorSpec>& layer_params() {
 }
 
 const std::vector<Precision>& all_precisions() {
-  static const std::vector<Precision> p{Precision::fp32, Precision::tf32, Precision::bf16};
+  static const std::vector<Precision> p = [] {
+    std::vector<Precision> v;
+    for (const auto& [name, d] : bnd::presets()) v.push_back(Precision{name, d});
+    return v;
+  }();
   return p;
 }
 
-std::string precision_name(Precision p) {
-  switch (p) {
-    case Precision::fp32:
-      return "fp32";
-    case Precision::tf32:
-      return "tf32";
-    case Precision::bf16:
-      return "bf16";
-  }
-  return "?";
+Precision Precision::tf32() {
+  return precision_from_name("tf32");
+}
+Precision Precision::bf16() {
+  return precision_from_name("bf16");
 }
 
+std::string precision_name(const Precision& p) {
+  return p.name;
+}
+
+// A preset's name, or parts "key=format" joined by commas (keys streams, products, accumulation).
 Precision precision_from_name(const std::string& name) {
-  for (Precision p : all_precisions())
-    if (precision_name(p) == name) return p;
-  throw std::invalid_argument("unknown precision '" + name + "' (fp32, tf32, bf16)");
+  std::string presets;
+  for (const Precision& p : all_precisions()) {
+    if (p.name == name) return p;
+    presets += (presets.empty() ? "" : ", ") + p.name;
+  }
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument(
+        "unknown precision '" + name + "': " + why + " (a preset: " + presets +
+        "; or parts such as streams=bf16,products=bf16,accumulation=fp32)");
+  };
+  if (name.find('=') == std::string::npos) throw bad("not a preset");
+  bnd::Declaration d;
+  std::set<std::string> seen;
+  for (std::size_t at = 0; at <= name.size();) {
+    const std::size_t end = std::min(name.find(',', at), name.size());
+    const std::string part = name.substr(at, end - at);
+    at = end + 1;
+    const std::size_t eq = part.find('=');
+    if (eq == std::string::npos) throw bad("part '" + part + "' is not key=format");
+    const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
+    if (!seen.insert(key).second) throw bad("'" + key + "' given twice");
+    bnd::Format f;
+    try {
+      f = bnd::format_from_name(value);
+    } catch (const std::invalid_argument&) {
+      throw bad("'" + value + "' is not a format (fp32, tf32, bf16, fp16)");
+    }
+    using F = bnd::Format;
+    if (key == "streams") {
+      if (f == F::tf32) throw bad("streams are stored in fp32, bf16 or fp16");
+      d.streams = f;
+    } else if (key == "products") {
+      d.products = f;
+    } else if (key == "accumulation") {
+      if (f != F::fp32 && f != F::bf16) throw bad("a projection accumulates in fp32 or bf16");
+      d.accumulation = f;
+    } else {
+      throw bad("unknown part '" + key + "' (streams, products, accumulation)");
+    }
+  }
+  for (const Precision& p : all_precisions())
+    if (p.decl == d) return p;
+  const auto fmt = [](bnd::Format f) { return std::string(bnd::format_info(f).name); };
+  return Precision{"streams=" + fmt(d.streams) + ",products=" + fmt(d.products) +
+                       ",accumulation=" + fmt(d.accumulation),
+                   d};
 }
 
 const Tensor& OpCase::input(const std::string& name) const {

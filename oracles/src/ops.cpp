@@ -37,9 +37,8 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
   OpCase c = case_header(op, cfg_in, T, seed, precision);
   Rng rng(seed);
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
-  const bool bf16 = precision == Precision::bf16;
   auto stream = [&](std::vector<float> v) {
-    if (bf16) gen::to_bf16(v);
+    gen::to_format(precision.decl.streams, v);
     return v;
   };
   auto put = [](std::map<std::string, Tensor>& m, const std::string& name,
@@ -110,8 +109,12 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
   // 16: the streams scaled by 2^k toward either end of fp32's range, k in [-48, -24] (squares
   // subnormal, the RMS statistic's eps dominant) or [16, 32] (a token's sum of squares up to
   // 2^117, below the largest float): the same arithmetic, exact in its scaling.
+  // fp16 streams: toward either end of fp16's range instead (values into its subnormals, or up to
+  // the clamp of gen::to_format).
   const double family = rng.uniform();
-  const int k = rng.uniform() < 0.5 ? rng.integer(-48, -24) : rng.integer(16, 32);
+  const bool fp16 = precision.decl.streams == bnd::Format::fp16;
+  const int k = rng.uniform() < 0.5 ? (fp16 ? rng.integer(-20, -8) : rng.integer(-48, -24))
+                                    : (fp16 ? rng.integer(4, 8) : rng.integer(16, 32));
   if (family >= 0.125) return c;
   for (const auto& t : spec.inputs) {
     if (!t.stream()) continue;
@@ -128,12 +131,13 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
       for (std::size_t i = 0; i < x.size(); ++i) x[i] = token[i % per];
     } else {
       for (float& v : x) v = std::ldexp(v, k);
+      gen::to_format(precision.decl.streams, x);
     }
   }
   return c;
 }
 
-OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
+OpCase campaign_case(std::uint64_t seed, std::uint64_t i, const Precision& precision) {
   Rng rng(seed * 0x100000001B3ull + i);
   static const int ns[] = {1, 2, 3, 4, 8};
   static const Op others[] = {Op::mixes, Op::pre, Op::post, Op::rmsnorm};
@@ -158,13 +162,13 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i) {
     b.route_scale = rng.uniform(0.5, 2.5);
     cfg.d = rng.integer(2, 32);
     const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
-    return generate_block_case(op, cfg, b, B, T, rng.next(), Precision::fp32);
+    return generate_block_case(op, cfg, b, B, T, rng.next(), precision);
   }
-  return generate_case(op, cfg, 2, rng.next(), Precision::fp32);
+  return generate_case(op, cfg, 2, rng.next(), precision);
 }
 
-bnd::Model precision_model(Precision p) {
-  return bnd::model_by_name(precision_name(p));
+bnd::Model precision_model(const Precision& p) {
+  return bnd::model_for(p.decl, p.name);
 }
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {

@@ -60,7 +60,8 @@ TEST_CASE("bounded: the fp32 reference lies within the bounds of every op",
   cfg.d = 96;
   cfg.iters = 20;
   cfg.hc_eps = GENERATE(1e-6, 1e-2);
-  const auto c = oracles::generate_case(op, cfg, 6, std::uint64_t(seed), oracles::Precision::fp32);
+  const auto c =
+      oracles::generate_case(op, cfg, 6, std::uint64_t(seed), oracles::Precision::fp32());
   const auto want = oracles::oracle_trace(c, 1);
   const auto got = oracles::evaluate_op<float>(c, 1);
   REQUIRE(got.size() == want.size());
@@ -78,9 +79,10 @@ TEST_CASE("bounded: the fp32 reference lies within the bounds of every op",
 TEST_CASE("bounded: tf32 products exceed the fp32 model and fit the tf32 one", "[bounded]") {
   ref::Config cfg;
   cfg.d = 512;
-  const auto c32 = oracles::generate_case(oracles::Op::mixes, cfg, 4, 5, oracles::Precision::fp32);
+  const auto c32 =
+      oracles::generate_case(oracles::Op::mixes, cfg, 4, 5, oracles::Precision::fp32());
   auto ctf = c32;
-  ctf.precision = oracles::Precision::tf32;
+  ctf.precision = oracles::Precision::tf32();
   const auto w32 = oracles::oracle_trace(c32, 1);
   const auto wtf = oracles::oracle_trace(ctf, 1);
   // tf32 rounding of both operands (11 significant bits, to nearest even), products and sums in

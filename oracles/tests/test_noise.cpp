@@ -87,7 +87,7 @@ TEST_CASE("noise: the weights' scale bounds every usual fp32 form of the sigmoid
   const std::size_t n = std::size_t(cfg.n), M = std::size_t(cfg.mix()), T = 2048;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     oracles::OpCase c =
-        oracles::generate_case(Op::split_sinkhorn, cfg, T, seed, oracles::Precision::fp32);
+        oracles::generate_case(Op::split_sinkhorn, cfg, T, seed, oracles::Precision::fp32());
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> exponent(-8, 5.3);
     auto arg = [&] { return (rng() & 1 ? 1 : -1) * std::exp2(exponent(rng)); };
@@ -130,7 +130,7 @@ TEST_CASE("noise: the mixes scale holds a d-major accumulation", "[noise]") {
   cfg.d = 1024;
   const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d), nd = n * d,
                     M = std::size_t(cfg.mix()), T = 32;
-  oracles::OpCase c = oracles::generate_case(Op::mixes, cfg, T, 7, oracles::Precision::fp32);
+  oracles::OpCase c = oracles::generate_case(Op::mixes, cfg, T, 7, oracles::Precision::fp32());
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<float> unit(1, 2), jitter(-1, 1);
   std::vector<float>& x = c.inputs.at("x").data;

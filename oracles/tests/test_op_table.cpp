@@ -43,7 +43,7 @@ TEST_CASE("op table: generated cases and the reference's outputs follow it", "[o
   for (Op op : oracles::all_ops()) {
     CAPTURE(oracles::op_name(op));
     const auto& spec = oracles::op_spec(op);
-    const auto c = oracles::generate_case(op, cfg, 3, 7, oracles::Precision::fp32);
+    const auto c = oracles::generate_case(op, cfg, 3, 7, oracles::Precision::fp32());
     REQUIRE(c.inputs.size() == spec.inputs.size());
     for (const auto& t : spec.inputs)
       CHECK(c.input(t.name).shape == with_tokens({3}, oracles::resolve(t.dims, c.cfg)));
@@ -69,7 +69,8 @@ TEST_CASE("op table: the Block's and a stack's stages are the reference's", "[op
   b.layers = 2;
   for (Op op : oracles::block_ops()) {
     CAPTURE(oracles::op_name(op));
-    const auto c = oracles::generate_block_case(op, small(), b, 2, 2, 3, oracles::Precision::fp32);
+    const auto c =
+        oracles::generate_block_case(op, small(), b, 2, 2, 3, oracles::Precision::fp32());
     const auto& spec = oracles::op_spec(op);
     for (const auto& t : spec.inputs)
       CHECK(c.input(t.name).shape == with_tokens({2, 2}, oracles::resolve(t.dims, c.cfg, c.block)));

@@ -28,7 +28,7 @@ oracles::OpCase tied_case() {
   b.experts = 3;
   b.top_k = 1;
   b.inter = 4;
-  auto c = oracles::generate_block_case(Op::block, cfg, b, 1, 3, 5, oracles::Precision::fp32);
+  auto c = oracles::generate_block_case(Op::block, cfg, b, 1, 3, 5, oracles::Precision::fp32());
   auto& router = c.params["ffn/router"].data;
   std::copy(router.begin(), router.begin() + 16, router.begin() + 16);
   auto& bias = c.params["ffn/router_bias"].data;

@@ -194,7 +194,7 @@ TEST_CASE("NaN stays in its token", "[property][nan]") {
     c.d = std::min(c.d, 48);
     auto oc =
         oracles::generate_case(oracles::Op::pre, c, 2, *rc::gen::inRange<std::uint64_t>(0, 1000000),
-                               oracles::Precision::fp32);
+                               oracles::Precision::fp32());
     auto& x = oc.inputs["x"].data;
     const std::size_t half = x.size() / 2;
     const auto v = *rc::gen::container<std::vector<float>>(half, props::activation(true));
@@ -226,15 +226,15 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
         *rc::gen::element(oracles::Op::split_sinkhorn, oracles::Op::mixes, oracles::Op::pre,
                           oracles::Op::post, oracles::Op::rmsnorm, oracles::Op::boundary);
     const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
-    const auto prec = *rc::gen::element(oracles::Precision::fp32, oracles::Precision::tf32,
-                                        oracles::Precision::bf16);
+    const auto prec = *rc::gen::element(oracles::Precision::fp32(), oracles::Precision::tf32(),
+                                        oracles::Precision::bf16());
     auto oc = oracles::generate_case(op, c, 2, seed, prec);
     // Activations of every regime in place of the generated ones (bf16 streams stay bf16).
     for (const char* name : {"x", "f", "residual"}) {
       auto it = oc.inputs.find(name);
       if (it == oc.inputs.end()) continue;
       auto v = *rc::gen::container<std::vector<float>>(it->second.data.size(), props::activation());
-      if (prec == oracles::Precision::bf16)
+      if (prec == oracles::Precision::bf16())
         for (auto& x : v) x = impl::round_bf16(x);
       // a token of all zeros with norm_eps = 0 is 0 * inf: undefined, skip it
       it->second.data = v;

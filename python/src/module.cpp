@@ -365,7 +365,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("within_limits",
         [](const std::string& op_name, const py::dict& config, double tokens, double batch) {
           const oracles::OpCase c =
-              header(oracles::op_from_name(op_name), config, oracles::Precision::fp32);
+              header(oracles::op_from_name(op_name), config, oracles::Precision::fp32());
           runner::within_limits(c.op, c.cfg, c.block, tokens, batch, runner::Limits{});
         });
   m.def("ops", [] {
@@ -375,7 +375,7 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("layout", [](const std::string& op_name, const py::dict& config) {
     const oracles::OpCase c =
-        header(oracles::op_from_name(op_name), config, oracles::Precision::fp32);
+        header(oracles::op_from_name(op_name), config, oracles::Precision::fp32());
     const oracles::CaseLayout l = oracles::case_layout(c);
     auto list = [](const std::vector<oracles::NamedShape>& v) {
       py::dict d;

@@ -23,8 +23,13 @@ impl::KernelConfig kernel_config(const oracles::OpCase& c, unsigned threads) {
   k.iters = c.cfg.iters;
   k.hc_eps = float(c.cfg.hc_eps);
   k.norm_eps = float(c.cfg.norm_eps);
-  k.arith = c.precision == oracles::Precision::tf32 ? impl::Arith::tf32 : impl::Arith::fp32;
-  k.bf16_streams = c.precision == oracles::Precision::bf16;
+  static_assert(int(impl::Format::tf32) == int(bnd::Format::tf32) &&
+                int(impl::Format::bf16) == int(bnd::Format::bf16) &&
+                int(impl::Format::fp16) == int(bnd::Format::fp16));
+  const auto format = [](bnd::Format f) { return impl::Format(int(f)); };
+  k.streams = format(c.precision.decl.streams);
+  k.products = format(c.precision.decl.products);
+  k.accumulation = format(c.precision.decl.accumulation);
   k.threads = threads;
   return k;
 }

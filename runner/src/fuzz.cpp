@@ -122,7 +122,7 @@ void shrink(const ref::Config& c, Finding& f) {
 
 oracles::OpCase split_case(const ref::Config& c, const std::vector<double>& L, std::uint64_t seed) {
   auto oc =
-      oracles::generate_case(oracles::Op::split_sinkhorn, c, 1, seed, oracles::Precision::fp32);
+      oracles::generate_case(oracles::Op::split_sinkhorn, c, 1, seed, oracles::Precision::fp32());
   auto& mix = oc.inputs["mixes"].data;
   std::fill(mix.begin(), mix.end(), 0.0f);
   for (std::size_t i = 0; i < L.size(); ++i) mix[std::size_t(2 * c.n) + i] = float(L[i]);

@@ -33,7 +33,7 @@ constexpr const char* kBaselineSchema = "mhc-baseline/1";
 struct Suite {
   std::vector<std::string> kernels{"cpu", "cpu-fused"};
   std::vector<oracles::Op> ops = oracles::all_ops();
-  std::vector<oracles::Precision> precisions{oracles::Precision::fp32};
+  std::vector<oracles::Precision> precisions{oracles::Precision::fp32()};
   std::vector<double> hc_eps{1e-6};
   ref::Config cfg = ref::v41();
   int cases = 4;

@@ -21,8 +21,11 @@ namespace mhc::runner {
 namespace {
 
 struct Row {
-  const impl::Variant* v = nullptr;
   impl::Backend backend;
+  std::string name;  // the backend's, with " as PRECISION" where it declares another than fp32
+  bool wrong = false;
+  std::string explains;  // the catalogued deviation a wrong kernel must be diagnosed as
+  oracles::Precision precision;
   int cases = 0, failed = 0, undecided = 0;
   long killed_at = -1;
   std::string stage, diagnosis, repro;
@@ -55,7 +58,7 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
   for (int i = 0; i < cases; ++i) {
     const oracles::Op op = i % 2 == 0 ? oracles::Op::boundary : oracles::Op::split_sinkhorn;
     const auto c = oracles::generate_case(op, ref::v41(), 2, seed + std::uint64_t(i),
-                                          oracles::Precision::fp32);
+                                          oracles::Precision::fp32());
     std::vector<oracles::Trace<bnd::Bounded>> want;
     for (ErrorModel m : models) want.push_back(oracles::oracle_trace(c, 0, m));
     // max observed/bound under model m, and the stage where it is largest
@@ -158,6 +161,26 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
   return ok ? 0 : 1;
 }
 
+// Kernels judged against a declaration other than fp32. Each legitimate one does what it declares
+// and must pass; a wrong one claims more than it does (here: fp32 sums, accumulating in bf16).
+struct Declared {
+  const char* kernel;
+  const char* precision;
+  bool wrong;
+};
+constexpr Declared kDeclared[] = {
+    {"cpu", "tf32", false},
+    {"cpu", "bf16", false},
+    {"cpu", "bf16-projection", false},
+    {"cpu", "fp16", false},
+    {"cpu-fused", "bf16-projection", false},
+    {"cpu-fused", "fp16", false},
+    {"variant:all_choices", "bf16-projection", false},
+    {"variant:all_choices", "fp16", false},
+    {"mutant:bf16_accumulation", "products=bf16,accumulation=bf16", false},
+    {"mutant:bf16_accumulation", "bf16-projection", true},
+};
+
 }  // namespace
 
 int run_mutants(const MutantsSpec& spec, Session& session) {
@@ -166,19 +189,33 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
   std::vector<Row> rows;
   for (const auto& v : impl::variant_catalogue()) {
     Row r;
-    r.v = &v;
     r.backend = impl::make_backend(v);
+    r.name = r.backend.name;
+    r.wrong = v.wrong;
+    r.explains = v.explains;
+    rows.push_back(std::move(r));
+  }
+  std::vector<oracles::Precision> precisions{oracles::Precision::fp32()};
+  for (const Declared& d : kDeclared) {
+    Row r;
+    r.backend = *impl::find_backend(d.kernel);
+    r.precision = oracles::precision_from_name(d.precision);
+    r.name = r.backend.name + " as " + r.precision.name;
+    r.wrong = d.wrong;
+    if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
+      precisions.push_back(r.precision);
     rows.push_back(std::move(r));
   }
   const int total = std::max(st->cases, st->kill_budget);
   for (auto& r : rows) {
-    reports::Entry& e = session.report.entry(r.backend.name);
-    e.kind = r.v->wrong ? "mutant" : "variant";
+    reports::Entry& e = session.report.entry(r.name);
+    e.kind = r.wrong ? "mutant" : "variant";
     e.kernel = r.backend.name;
+    e.precision = r.precision.name;
     e.error_model = oracles::error_model_name(st->model);
-    e.expect = r.v->wrong ? "fail" : "pass";
+    e.expect = r.wrong ? "fail" : "pass";
     e.keep_passing = false;
-    e.settings = {{"cases", std::to_string(r.v->wrong ? st->kill_budget : st->cases)},
+    e.settings = {{"cases", std::to_string(r.wrong ? st->kill_budget : st->cases)},
                   {"seed", std::to_string(st->seed)}};
   }
   Progress progress("mutants", total);
@@ -186,40 +223,48 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
   judging.model = st->model;
   judging.threads = 1;
   for (int i = 0; i < total && !session.stop(); ++i) {
-    const auto c = oracles::campaign_case(st->seed, std::uint64_t(i));
-    // Judged as check judges it (so that the REPRO line gives the same verdict): block cases
-    // anchored on each kernel's own stages; for the mHC pieces the anchored oracle does not
-    // depend on the kernel, so it is evaluated once for all of them.
-    const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
-    std::optional<SharedOracle> pieces;
-    if (!whole) pieces = shared_oracle(c, judging);
-    for (auto& r : rows) {
-      if (r.v->wrong ? (r.killed_at >= 0 || i >= st->kill_budget) : i >= st->cases) continue;
-      const Outcome o =
-          whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
-      const oracles::Verdict& verdict = o.verdict;
-      ++r.cases;
-      reports::Entry& e = session.report.entry(r.backend.name);
-      reports::CaseRecord rec = record(o, std::size_t(i), st->seed + std::uint64_t(i),
-                                       repro(c, r.backend.name, st->model));
-      rec.diagnosis.clear();
-      e.add_case(std::move(rec));
-      if (verdict.state == oracles::State::undecidable) ++r.undecided;
-      if (verdict.state != oracles::State::fail) continue;
-      ++r.failed;
-      if (r.failed > 1) continue;
-      r.stage = verdict.first_divergent;
-      r.repro = e.cases.back().repro;
-      if (r.v->wrong) {
-        r.killed_at = i;
-        const auto& names = o.deviations;
-        r.diagnosis = names.empty() ? "-" : names[0];
-        for (std::size_t k = 1; k < names.size(); ++k) r.diagnosis += "|" + names[k];
-        bool named = r.v->explains.empty();
-        for (const auto& nm : names) named = named || nm == r.v->explains;
-        r.diagnosis_ok = named;
-        e.cases.back().diagnosis = r.diagnosis;
-        if (!named) e.problem = "misdiagnosed: " + r.diagnosis + ", expected " + r.v->explains;
+    for (const oracles::Precision& p : precisions) {
+      auto active = [&](const Row& r) {
+        return r.precision == p &&
+               (r.wrong ? r.killed_at < 0 && i < st->kill_budget : i < st->cases);
+      };
+      if (std::none_of(rows.begin(), rows.end(), active)) continue;
+      // Case i under each declaration: the same draw, its inputs stored as the declaration says.
+      const auto c = oracles::campaign_case(st->seed, std::uint64_t(i), p);
+      // Judged as check judges it (so that the REPRO line gives the same verdict): block cases
+      // anchored on each kernel's own stages; for the mHC pieces the anchored oracle does not
+      // depend on the kernel, so it is evaluated once for all of them.
+      const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
+      std::optional<SharedOracle> pieces;
+      if (!whole) pieces = shared_oracle(c, judging);
+      for (auto& r : rows) {
+        if (!active(r)) continue;
+        const Outcome o =
+            whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
+        const oracles::Verdict& verdict = o.verdict;
+        ++r.cases;
+        reports::Entry& e = session.report.entry(r.name);
+        reports::CaseRecord rec = record(o, std::size_t(i), st->seed + std::uint64_t(i),
+                                         repro(c, r.backend.name, st->model));
+        rec.diagnosis.clear();
+        e.add_case(std::move(rec));
+        if (verdict.state == oracles::State::undecidable) ++r.undecided;
+        if (verdict.state != oracles::State::fail) continue;
+        ++r.failed;
+        if (r.failed > 1) continue;
+        r.stage = verdict.first_divergent;
+        r.repro = e.cases.back().repro;
+        if (r.wrong) {
+          r.killed_at = i;
+          const auto& names = o.deviations;
+          r.diagnosis = names.empty() ? "-" : names[0];
+          for (std::size_t k = 1; k < names.size(); ++k) r.diagnosis += "|" + names[k];
+          bool named = r.explains.empty();
+          for (const auto& nm : names) named = named || nm == r.explains;
+          r.diagnosis_ok = named;
+          e.cases.back().diagnosis = r.diagnosis;
+          if (!named) e.problem = "misdiagnosed: " + r.diagnosis + ", expected " + r.explains;
+        }
       }
     }
     session.update();
@@ -232,33 +277,32 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
               "diagnosis", "verdict");
   for (const auto& r : rows) {
     std::string verdict;
-    if (r.v->wrong) {
+    if (r.wrong) {
       verdict = r.killed_at < 0 ? "SURVIVED" : !r.diagnosis_ok ? "MISDIAGNOSED" : "killed";
-      if (r.killed_at >= 0 && r.v->explains.empty()) verdict = "killed (no catalogued deviation)";
+      if (r.killed_at >= 0 && r.explains.empty()) verdict = "killed (no catalogued deviation)";
     } else {
       verdict = r.failed ? "FLAGGED (" + std::to_string(r.failed) + " cases)" : "passed";
     }
-    const bool ok = r.v->wrong ? r.killed_at >= 0 && r.diagnosis_ok : r.failed == 0;
+    const bool ok = r.wrong ? r.killed_at >= 0 && r.diagnosis_ok : r.failed == 0;
     bad += ok ? 0 : 1;
-    std::printf("%-34s %-6s %7d %8s %-9s %-28s %s\n", r.backend.name.c_str(),
-                r.v->wrong ? "wrong" : "legit", r.cases,
-                r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
+    std::printf("%-34s %-6s %7d %8s %-9s %-28s %s\n", r.name.c_str(), r.wrong ? "wrong" : "legit",
+                r.cases, r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
                 r.stage.empty() ? "-" : r.stage.c_str(),
-                r.v->wrong
+                r.wrong
                     ? r.diagnosis.c_str()
                     : (r.undecided ? (std::to_string(r.undecided) + " undecidable").c_str() : "-"),
                 verdict.c_str());
     if (!ok && !r.repro.empty()) std::printf("  REPRO: %s\n", r.repro.c_str());
   }
   int wrong = 0, legit = 0;
-  for (const auto& r : rows) (r.v->wrong ? wrong : legit)++;
+  for (const auto& r : rows) (r.wrong ? wrong : legit)++;
   std::printf(
       "\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
       "%s error model: %s\n",
       wrong, st->kill_budget, legit, st->cases, oracles::error_model_name(st->model).c_str(),
       bad ? "FAIL" : "PASS");
   for (const auto& r : rows) {
-    reports::Entry& e = session.report.entry(r.backend.name);
+    reports::Entry& e = session.report.entry(r.name);
     e.facts = {{"cases", std::to_string(r.cases)},
                {"killed at", r.killed_at >= 0 ? std::to_string(r.killed_at) : "-"},
                {"stage", r.stage.empty() ? "-" : r.stage},

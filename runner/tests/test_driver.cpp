@@ -32,7 +32,7 @@ ref::Config small() {
 }
 
 oracles::Verdict judge(const impl::Backend& b, Op op) {
-  const auto c = oracles::generate_case(op, small(), 6, 11, oracles::Precision::fp32);
+  const auto c = oracles::generate_case(op, small(), 6, 11, oracles::Precision::fp32());
   return oracles::compare(runner::run_kernel(b, c, 1), oracles::oracle_trace(c, 1));
 }
 
@@ -145,7 +145,7 @@ TEST_CASE("driver: a kernel that throws gets a failed verdict with the reason", 
   b.hc_pre = [](const impl::KernelConfig&, std::size_t, const float*, const float*, float*) {
     throw std::runtime_error("out of shared memory");
   };
-  const auto c = oracles::generate_case(Op::pre, small(), 3, 1, oracles::Precision::fp32);
+  const auto c = oracles::generate_case(Op::pre, small(), 3, 1, oracles::Precision::fp32());
   const auto j = runner::judge(b, c, judging1());
   CHECK(j.verdict.state == State::fail);
   CHECK(j.verdict.first_divergent == "kernel");
@@ -161,7 +161,7 @@ namespace {
 
 // The case's first input (in the op's order) with one value of token 0 set to v.
 oracles::OpCase hostile_case(Op op, float v, std::size_t at) {
-  auto c = oracles::generate_case(op, small(), 3, 5, oracles::Precision::fp32);
+  auto c = oracles::generate_case(op, small(), 3, 5, oracles::Precision::fp32());
   static const char* order[] = {"x", "f", "mixes", "residual"};
   for (const char* name : order)
     if (c.inputs.count(name)) {
@@ -218,7 +218,7 @@ TEST_CASE("driver: a kernel that writes into its inputs or params fails the case
     std::fill_n(const_cast<float*>(x), T * std::size_t(k.n) * std::size_t(k.d), 0.0f);
     std::fill_n(y, T * std::size_t(k.d), 0.0f);
   };
-  const auto c = oracles::generate_case(Op::pre, small(), 3, 2, oracles::Precision::fp32);
+  const auto c = oracles::generate_case(Op::pre, small(), 3, 2, oracles::Precision::fp32());
   const auto before = c.input("x").data;
   const auto j = runner::judge(b, c, judging1());
   CHECK(c.input("x").data == before);  // the case itself is untouched
@@ -235,7 +235,7 @@ TEST_CASE("driver: a kernel that writes into its inputs or params fails the case
     impl::cpu().boundary(k, T, in, out);
     const_cast<float*>(in.hc_fn)[5] += 1.0f;  // scratch space in a param
   };
-  const auto cb = oracles::generate_case(Op::boundary, small(), 2, 3, oracles::Precision::fp32);
+  const auto cb = oracles::generate_case(Op::boundary, small(), 2, 3, oracles::Precision::fp32());
   const auto jb = runner::judge(p, cb, judging1());
   REQUIRE(jb.verdict.state == State::fail);
   CHECK(jb.verdict.stages[0].rule == "wrote_input");
@@ -274,13 +274,14 @@ TEST_CASE("driver: the second tier passes legitimate kernels and flags regressio
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()}, wrong;
   for (const auto& v : impl::variant_catalogue()) {
     if (!v.wrong) legit.push_back(impl::make_backend(v));
-    if (v.rsqrt_estimate || v.tf32_products) wrong.push_back(impl::make_backend(v));
+    if (v.rsqrt_estimate || v.products == impl::Format::tf32)
+      wrong.push_back(impl::make_backend(v));
   }
   REQUIRE(wrong.size() == 2);
   const ref::Config cfg;  // n=4, d=5120
   for (Op op : {Op::mixes, Op::boundary})
     for (std::uint64_t seed : {1, 2, 3, 6}) {
-      const auto c = oracles::generate_case(op, cfg, 4, seed, oracles::Precision::fp32);
+      const auto c = oracles::generate_case(op, cfg, 4, seed, oracles::Precision::fp32());
       auto mixes = [](const oracles::Verdict& v) {
         for (const auto& s : v.stages)
           if (s.stage == "mixes") return s;
@@ -311,7 +312,7 @@ TEST_CASE("driver: the second tier passes legitimate kernels and flags regressio
   for (const auto& v : impl::variant_catalogue())
     if (v.sinkhorn_recip_bits) sinkhorn = impl::make_backend(v);
   for (std::uint64_t seed : {1, 2, 3}) {
-    const auto c = oracles::generate_case(Op::boundary, cfg, 4, seed, oracles::Precision::fp32);
+    const auto c = oracles::generate_case(Op::boundary, cfg, 4, seed, oracles::Precision::fp32());
     const auto v = runner::judge(sinkhorn, c, judging1()).verdict;
     for (const auto& s : v.stages) {
       CAPTURE(seed, s.stage, s.reason);
@@ -340,7 +341,7 @@ TEST_CASE("driver: the second tier flags the weights' regressions in the band", 
   const ref::Config cfg;
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     const auto c =
-        oracles::generate_case(Op::split_sinkhorn, cfg, 4, seed, oracles::Precision::fp32);
+        oracles::generate_case(Op::split_sinkhorn, cfg, 4, seed, oracles::Precision::fp32());
     for (const auto& b : legit)
       for (const auto& s : runner::judge(b, c, judging1()).verdict.stages) {
         CAPTURE(b.name, seed, s.stage, s.reason);
@@ -368,7 +369,7 @@ TEST_CASE("driver: one weight beyond the weights' limit fails the second tier", 
   int tried = 0;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     const auto c =
-        oracles::generate_case(Op::split_sinkhorn, cfg, 4, seed, oracles::Precision::fp32);
+        oracles::generate_case(Op::split_sinkhorn, cfg, 4, seed, oracles::Precision::fp32());
     const auto got = runner::run(impl::cpu(), c, 1).got;
     const auto shared = runner::shared_oracle(c, j);
     for (const std::string stage : {"pre", "post"}) {
@@ -414,7 +415,7 @@ TEST_CASE("driver: legitimate kernels pass the structured cases", "[driver][nois
     std::vector<oracles::OpCase> repeated, tiny, huge;
     for (std::uint64_t seed = 1;
          seed < 400 && (repeated.size() < 2 || tiny.empty() || huge.empty()); ++seed) {
-      auto c = oracles::generate_case(op, cfg, 4, seed, oracles::Precision::fp32);
+      auto c = oracles::generate_case(op, cfg, 4, seed, oracles::Precision::fp32());
       const auto& x = c.input(op == Op::mixes ? "x" : "residual").data;
       float top = 0;
       for (float v : x) top = std::max(top, std::fabs(v));
@@ -451,7 +452,7 @@ TEST_CASE("driver: pre, post and comb are judged again from the kernel's mixes",
           "[driver][anchored]") {
   const ref::Config cfg;  // n=4, d=5120
   {
-    const auto c = oracles::generate_case(Op::boundary, cfg, 16, 67, oracles::Precision::bf16);
+    const auto c = oracles::generate_case(Op::boundary, cfg, 16, 67, oracles::Precision::bf16());
     const auto v = runner::judge(impl::cpu_fused(), c, judging1()).verdict;
     const oracles::StageVerdict* comb = nullptr;
     const oracles::StageVerdict* anchored = nullptr;
@@ -468,7 +469,7 @@ TEST_CASE("driver: pre, post and comb are judged again from the kernel's mixes",
     CHECK(anchored->undecidable == 0);
     CHECK(v.state == State::pass);
   }
-  const auto c = oracles::generate_case(Op::boundary, cfg, 4, 1, oracles::Precision::fp32);
+  const auto c = oracles::generate_case(Op::boundary, cfg, 4, 1, oracles::Precision::fp32());
   const auto e2e = oracles::oracle_trace(c, 1);
   const auto got = runner::run_kernel(impl::cpu(), c, 1);
   oracles::OpCase split = c;

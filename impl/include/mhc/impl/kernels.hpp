@@ -13,14 +13,16 @@
 
 namespace mhc::impl {
 
-enum class Arith { fp32, tf32 };  // tf32: operands of the mixes projection rounded to tf32
+// Number formats a kernel declares, part by part (docs/semantics.md, "Precision models").
+enum class Format { fp32, tf32, bf16, fp16 };
 
 struct KernelConfig {
   int n = 4, d = 5120, iters = 20;
   float hc_eps = 1e-6f, norm_eps = 1e-20f;
-  Arith arith = Arith::fp32;
-  bool bf16_streams = false;  // stream tensors (hc_pre and hc_post outputs) stored as bf16 values
-  unsigned threads = 0;       // 0: one per core
+  Format streams = Format::fp32;       // stream tensors (hc_pre and hc_post outputs) stored in
+  Format products = Format::fp32;      // the mixes projection's operands rounded to
+  Format accumulation = Format::fp32;  // the mixes projection's running sum rounded to
+  unsigned threads = 0;                // 0: one per core
   int mix() const { return (2 + n) * n; }
 };
 
@@ -151,5 +153,10 @@ const Backend& cpu_fused();  // vectorisable, threaded over tokens; single-pass 
 float round_bf16(float x);
 // Round to the nearest tf32 value (10 explicit mantissa bits, ties to even), kept in a float.
 float round_tf32(float x);
+// Round to the nearest fp16 value (10 explicit mantissa bits, subnormals below 2^-14, infinite
+// beyond 65504), kept in a float.
+float round_fp16(float x);
+// Round to the nearest value of f (fp32: x itself).
+float round_to(Format f, float x);
 
 }  // namespace mhc::impl

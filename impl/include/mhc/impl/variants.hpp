@@ -49,11 +49,11 @@ struct Variant {
   bool no_max_subtraction = false;  // exp(L) without subtracting the row max
   bool bf16_accumulation = false;   // the projection's accumulator rounded to bf16 each step
   // Precision regressions that stay inside the bounds (the second tier's band):
-  bool rsqrt_estimate = false;  // r's reciprocal square root to 11 mantissa bits, no Newton step
-  bool tf32_products = false;   // the projection's operands rounded to tf32, declared fp32
-  int sinkhorn_recip_bits = 0;  // Sinkhorn divisions as x * (1 / s) cut to this many bits
-  int sigmoid_exp_bits = 0;     // the weights' exp(-z) cut to this many bits (a fast exp)
-  BlockKnobs block;             // Block-level deviations (pre not shifted, not causal, ...)
+  bool rsqrt_estimate = false;     // r's reciprocal square root to 11 mantissa bits, no Newton step
+  Format products = Format::fp32;  // the projection's operands rounded to it, whatever is declared
+  int sinkhorn_recip_bits = 0;     // Sinkhorn divisions as x * (1 / s) cut to this many bits
+  int sigmoid_exp_bits = 0;        // the weights' exp(-z) cut to this many bits (a fast exp)
+  BlockKnobs block;                // Block-level deviations (pre not shifted, not causal, ...)
 };
 
 const std::vector<Variant>& variant_catalogue();

@@ -41,12 +41,16 @@ struct Declaration {
   Format streams = Format::fp32;   // storage of the stream tensors it writes (hc_pre, hc_post)
   Format products = Format::fp32;  // the mixes projection's operands, rounded before multiplying
   Format accumulation = Format::fp32;  // the mixes projection's running sum (fp32 or bf16)
+  friend bool operator==(const Declaration& a, const Declaration& b) {
+    return a.streams == b.streams && a.products == b.products && a.accumulation == b.accumulation;
+  }
 };
 
 struct Model {
   std::string name = "fp32";
   double u = 0x1.0p-24;               // unit roundoff of the arithmetic
   double u_prod = 0;                  // extra relative error of each linear() product (tf32 inputs)
+  double eta_prod = 0;                // ... and absolute, per operand (fp16's subnormals: 2^-25)
   double u_sum = 0x1.0p-24;           // unit roundoff of linear()'s running sum (bf16: 2^-8)
   double u_store = 0;                 // rounding of stream tensors on store (bf16: 2^-8)
   double eta_store = 0;               // ... its absolute floor (fp16: 2^-14; fp32 and bf16: eta)

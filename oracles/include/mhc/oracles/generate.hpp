@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/random.hpp"
 #include "mhc/reference/config.hpp"
 
@@ -29,7 +30,10 @@ std::vector<float> norm_weight(Rng& rng, std::size_t d);
 // The oracle side's one bf16 rounding (the kernels have impl::round_bf16): to the nearest bf16
 // value, ties to even, kept in a float; NaN stays NaN.
 float round_bf16(float x);
-// Round every value to bf16 (stored exactly in fp32).
-void to_bf16(std::vector<float>& v);
+// To the nearest fp16 value (subnormals below 2^-14, infinite beyond 65504), kept in a float.
+float round_fp16(float x);
+// Every value as stream storage in format f holds it (stored exactly in fp32): bf16 and fp16
+// rounded, fp16 first clamped to +-2^12.
+void to_format(bnd::Format f, std::vector<float>& v);
 
 }  // namespace mhc::oracles::gen

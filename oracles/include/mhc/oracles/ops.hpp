@@ -111,13 +111,23 @@ struct Elements {
 };
 Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens);
 
-// The precision model a kernel declares: fp32 arithmetic and storage; tf32 operands of the mixes
-// projection; bf16 storage of the stream tensors (docs/semantics.md, "Precision models").
-enum class Precision { fp32, tf32, bf16 };
-const std::vector<Precision>& all_precisions();
-std::string precision_name(Precision p);
+// The precision a kernel declares, part by part (docs/semantics.md, "Precision models"): a preset
+// (fp32, tf32, bf16, bf16-projection, fp16) or parts such as
+// "streams=bf16,products=bf16,accumulation=fp32" (parts left out are fp32). Its name is the
+// preset's where the parts are one, else the parts written in full.
+struct Precision {
+  std::string name = "fp32";
+  bnd::Declaration decl;
+  static Precision fp32() { return {}; }
+  static Precision tf32();
+  static Precision bf16();
+  friend bool operator==(const Precision& a, const Precision& b) { return a.decl == b.decl; }
+  friend bool operator!=(const Precision& a, const Precision& b) { return !(a == b); }
+};
+const std::vector<Precision>& all_precisions();  // the presets
+std::string precision_name(const Precision& p);
 Precision precision_from_name(const std::string& name);  // throws std::invalid_argument
-bnd::Model precision_model(Precision p);                 // the bound-carrying type's model
+bnd::Model precision_model(const Precision& p);          // the bound-carrying type's model
 
 struct Tensor {
   std::vector<std::size_t> shape;
@@ -131,7 +141,7 @@ struct OpCase {
   ref::Config cfg;
   std::size_t tokens = 1;
   std::uint64_t seed = 0;
-  Precision precision = Precision::fp32;
+  Precision precision;
   ref::BlockConfig block;  // block and stack: the sublayers' shapes (and layers)
   std::size_t batch =
       1;  // block and stack: tokens = batch * positions; attention within a sequence
@@ -191,8 +201,10 @@ ref::BlockParams block_params(const OpCase& c, int layer);
 // Case i of a self-test campaign (seed + i): an op (boundary 45%, split_sinkhorn 25%, the other
 // pieces 15%, a small whole Block 15%), n in {1,2,3,4,8}, d in 1..48, iters in 1..30, hc_eps
 // log-uniform in 1e-6..1e-1 (large eps makes a misplaced eps glaring), norm_eps log-uniform in
-// 1e-20..1e-3, 2 tokens (Block: 1-2 sequences of 2-4 positions, 1-2 heads, 2-4 experts), fp32.
-OpCase campaign_case(std::uint64_t seed, std::uint64_t i);
+// 1e-20..1e-3, 2 tokens (Block: 1-2 sequences of 2-4 positions, 1-2 heads, 2-4 experts), under
+// the given declaration (inputs stored as it says).
+OpCase campaign_case(std::uint64_t seed, std::uint64_t i,
+                     const Precision& precision = Precision::fp32());
 
 // The oracle: the reference in the bound-carrying Scalar under the case's precision model.
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads = 0);

@@ -77,11 +77,12 @@ struct BlockParams {
 };
 
 // The routing of the FFN's tokens: the chosen experts (ascending selection rank), and for each
-// token the margin between the k-th and the (k+1)-th largest score + bias (0 when k = E).
+// token the margins between the j-th and the (j+1)-th largest score + bias, j = 1..k (the last 0
+// when k = E): the choice and its order.
 template <class S>
 struct Routing {
   std::vector<int> chosen;  // [N, k]
-  std::vector<S> margin;    // [N]
+  std::vector<S> margin;    // [N, k]
 };
 
 template <class S>
@@ -151,7 +152,7 @@ void ffn(const Config& c, const BlockConfig& b, std::size_t N, const S* h, const
   const std::size_t d = std::size_t(c.d), E = std::size_t(b.experts), K = std::size_t(b.top_k);
   const std::size_t I = std::size_t(b.inter);
   routing.chosen.assign(N * K, 0);
-  routing.margin.assign(N, S(0));
+  routing.margin.assign(N * K, S(0));
   std::vector<S> logit(E), score(E), sel(E), res((K + 1) * d), w(K + 1);
   std::vector<const S*> rows(K + 1);
   std::vector<std::size_t> order(E);
@@ -165,7 +166,9 @@ void ffn(const Config& c, const BlockConfig& b, std::size_t N, const S* h, const
     std::iota(order.begin(), order.end(), std::size_t(0));
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t x, std::size_t y) { return sel[x] > sel[y]; });
-    if (K < E) routing.margin[t] = sel[order[K - 1]] - sel[order[K]];
+    // ffn.experts lists the choice in selection order: every gap down to the (k+1)-th decides it.
+    for (std::size_t j = 0; j < K && j + 1 < E; ++j)
+      routing.margin[t * K + j] = sel[order[j]] - sel[order[j + 1]];
     int* chosen = &routing.chosen[t * K];
     for (std::size_t j = 0; j < K; ++j) chosen[j] = int(order[j]);
     if (forced && forced[t * K] >= 0)

@@ -21,7 +21,7 @@ struct CheckSpec {
   std::string kind = "check";
   std::string kernel = "cpu";
   oracles::Op op = oracles::Op::boundary;
-  oracles::Precision precision = oracles::Precision::fp32;
+  oracles::Precision precision = oracles::Precision::fp32();
   oracles::ErrorModel model = oracles::ErrorModel::standard;
   ref::Config cfg = ref::v41();
   ref::BlockConfig block;
