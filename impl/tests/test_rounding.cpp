@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "mhc/impl/kernels.hpp"
 
@@ -38,4 +39,35 @@ TEST_CASE("round_tf32: 10 mantissa bits, ties to even", "[rounding]") {
   CHECK(bits_of(round_tf32(bits(0x3F803000u))) == 0x3F804000u);  // tie, odd rounds up
   CHECK(bits_of(round_tf32(bits(0x3F801001u))) == 0x3F802000u);
   CHECK(round_tf32(0.5f) == 0.5f);
+}
+
+// fp16 against its own value set: every finite fp16 decoded from its bits (sign, 5 exponent bits,
+// 10 mantissa bits, subnormals below 2^-14), then each value, each midpoint between neighbours
+// (ties to the even mantissa) and the floats just beside each midpoint must round where the set
+// says; beyond the largest midpoint above 65504 lies infinity.
+TEST_CASE("round_fp16: every value, midpoint and its neighbours", "[rounding]") {
+  using mhc::impl::round_fp16;
+  std::vector<double> v;  // the nonnegative finite fp16 values, ascending (bits 0x0000..0x7BFF)
+  for (std::uint32_t h = 0; h < 0x7C00u; ++h) {
+    const int e = int(h >> 10), m = int(h & 0x3FFu);
+    v.push_back(e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+  }
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    for (float s : {1.0f, -1.0f}) {
+      const float x = s * float(v[i]), inf = s * INFINITY;
+      CHECK(round_fp16(x) == x);
+      const double next = i + 1 < v.size() ? v[i + 1] : 65536.0;  // 65536: the next step up
+      const float mid = float(double(s) * (v[i] + next) / 2);     // exact in fp32
+      const bool even = (i & 1u) == 0;                            // bits h = i: even mantissa
+      const float low = x, high = i + 1 < v.size() ? s * float(next) : inf;
+      CAPTURE(i, v[i], s);
+      CHECK(round_fp16(mid) == (even ? low : high));
+      CHECK(round_fp16(std::nextafter(mid, 0.0f)) == low);
+      CHECK(round_fp16(std::nextafter(mid, inf)) == high);
+      ++checked;
+    }
+  CHECK(checked == 2 * 0x7C00u);
+  CHECK(std::isinf(round_fp16(1e6f)));
+  CHECK(std::isnan(round_fp16(NAN)));
 }

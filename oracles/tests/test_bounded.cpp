@@ -460,3 +460,31 @@ TEST_CASE("bounded: fp16 storage bounds fp16 rounding over its range", "[bounded
   CHECK(bnd::stored(B(65504, 0)).e < 32);
   CHECK(bnd::stored(B(65519, 0)).e == HUGE_VAL);
 }
+
+// fp16 operands below fp16's smallest normal (2^-14) lose up to half a subnormal step (2^-25)
+// each, not a relative 2^-11: weights near 1e-6 round by up to 3%. A kernel that rounds both
+// operands to fp16 and sums in fp32 must stay within the fp16 preset's bound, through linear()
+// and through project()'s vector path.
+TEST_CASE("bounded: fp16 operands below fp16's normal range are within the bound", "[bounded]") {
+  const bnd::ModelScope scope(bnd::model_by_name("fp16"));
+  const std::size_t n = 64, rows = 3, tokens = 4;
+  std::vector<float> W(rows * n), xf(tokens * n);
+  std::vector<B> x(tokens * n), got(tokens * rows);
+  for (std::size_t i = 0; i < W.size(); ++i)
+    W[i] = float((1 + double(i % 7) / 7) * 1e-6 * (i % 3 ? 1 : -1));
+  for (std::size_t i = 0; i < xf.size(); ++i) {
+    xf[i] = mhc::oracles::gen::round_fp16(float(1 + double(i % 11) / 11));
+    x[i] = B(double(xf[i]), 0);
+  }
+  bnd::project(x.data(), tokens, W.data(), rows, n, got.data());
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      float acc = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        acc += mhc::oracles::gen::round_fp16(W[a * n + i]) * xf[t * n + i];
+      const B want = bnd::linear(&x[t * n], &W[a * n], n);
+      CAPTURE(t, a, acc, want.v, want.e, got[t * rows + a].e);
+      CHECK(std::fabs(double(acc) - want.v) <= want.e);
+      CHECK(std::fabs(double(acc) - got[t * rows + a].v) <= got[t * rows + a].e);
+    }
+}

@@ -96,3 +96,41 @@ TEST_CASE("op table: the Block's and a stack's stages are the reference's", "[op
     }
   }
 }
+
+// Declarations: a preset by name, parts that equal a preset take its name, other parts are
+// written in full and read back; and the ways a declaration can be wrong, each named.
+TEST_CASE("precision: presets, parts and their names", "[op_table]") {
+  using F = bnd::Format;
+  for (const auto& p : oracles::all_precisions())
+    CHECK(oracles::precision_from_name(p.name).decl == p.decl);
+  const std::vector<std::pair<std::string, std::string>> same = {
+      {"streams=bf16", "bf16"},
+      {"products=tf32", "tf32"},
+      {"products=bf16", "bf16-projection"},
+      {"accumulation=fp32,products=bf16,streams=fp32", "bf16-projection"},
+      {"streams=fp16,products=fp16", "fp16"},
+      {"streams=fp32", "fp32"}};
+  for (const auto& [parts, preset] : same) {
+    CAPTURE(parts);
+    CHECK(oracles::precision_from_name(parts).name == preset);
+  }
+  const auto p = oracles::precision_from_name("products=bf16,accumulation=bf16");
+  CHECK(p.name == "streams=fp32,products=bf16,accumulation=bf16");
+  CHECK(p.decl.products == F::bf16);
+  CHECK(p.decl.accumulation == F::bf16);
+  CHECK(oracles::precision_from_name(p.name) == p);
+  CHECK(oracles::precision_from_name("streams=fp16").name ==
+        "streams=fp16,products=fp32,accumulation=fp32");
+  const std::vector<std::pair<std::string, std::string>> wrong = {
+      {"fp8", "not a preset"},
+      {"streams=tf32", "stored in fp32, bf16 or fp16"},
+      {"accumulation=fp16", "accumulates in fp32 or bf16"},
+      {"products=bf16,products=fp32", "given twice"},
+      {"products=bf16,", "not key=format"},
+      {"colour=bf16", "unknown part 'colour'"},
+      {"products=fp8", "'fp8' is not a format"}};
+  for (const auto& [text, why] : wrong) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH(oracles::precision_from_name(text), Catch::Contains(why));
+  }
+}

@@ -15,9 +15,10 @@ using oracles::State;
 
 namespace {
 
-// A small Block case with k = 1 of 3 experts where experts 0 and 1 have identical router rows and
-// biases: every token's selection is an exact tie between them (expert 2 is pushed away).
-oracles::OpCase tied_case() {
+// A small Block case with k of 3 experts (k = 1 unless given) where experts 0 and 1 have
+// identical router rows and biases: every token's selection is an exact tie between them (expert
+// 2 is pushed away).
+oracles::OpCase tied_case(int top_k = 1) {
   ref::Config cfg;
   cfg.n = 2;
   cfg.d = 16;
@@ -26,7 +27,7 @@ oracles::OpCase tied_case() {
   b.heads = 1;
   b.head_dim = 4;
   b.experts = 3;
-  b.top_k = 1;
+  b.top_k = top_k;
   b.inter = 4;
   auto c = oracles::generate_block_case(Op::block, cfg, b, 1, 3, 5, oracles::Precision::fp32());
   auto& router = c.params["ffn/router"].data;
@@ -62,6 +63,27 @@ TEST_CASE("routing: an exact tie broken the other way is judged with the kernel'
   const auto own =
       oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard));
   CHECK(own.state != State::pass);
+}
+
+// ffn.experts lists the choice in selection order: with experts 0 and 1 both chosen (k = 2 of 3,
+// and k = 3 of 3), their order is a tie too, and a kernel that lists them the other way passes.
+// (Only the k-th margin decided the routing before: the order was taken as decided, and failed.)
+TEST_CASE("routing: a tie inside the choice is judged with the kernel's order", "[routing]") {
+  for (int k : {2, 3}) {
+    auto c = tied_case(k);
+    if (k == 3) c.params["ffn/router_bias"].data[2] = -1.0f;  // chosen, last
+    CAPTURE(k);
+    CHECK(oracles::undecidable_routing(c)[0].size() == 3u);
+    auto kc = c;
+    kc.params["ffn/router_bias"].data[0] -= 1e-6f;
+    const auto got = runner::run_kernel(impl::cpu(), kc, 1);
+    for (const auto& s : got)
+      if (s.name == "ffn.experts")
+        for (std::size_t t = 0; t < 3; ++t) CHECK(s.values[t * std::size_t(k)] == 1.0f);
+    const auto v =
+        oracles::compare(got, oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
+    CHECK(v.state == State::pass);
+  }
 }
 
 TEST_CASE("routing: a tie the kernel does not report makes the token undecidable, never failed",
