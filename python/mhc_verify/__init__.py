@@ -178,7 +178,8 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
           save_dir: Optional[str] = DEFAULT_SAVE_DIR, threads: int = 0,
           diagnose: bool = True) -> Judgement:
     """Judges `outputs` (any of the op's, by name) of an implementation of `op` on `inputs` and
-    `params` under the declared `precision` ("fp32", "tf32" or "bf16"). Params the given outputs
+    `params` under the declared `precision` (a preset, "fp32", "tf32", "bf16", "bf16-projection",
+    "fp16", or parts such as "streams=bf16,products=bf16"). Params the given outputs
     do not read may be left out. Outputs given in bfloat16 or float16 (torch tensors, or numpy
     float16) are judged with their rounding to that format in the bound; inputs and params in
     them are taken at their values. A failing case is saved under `save_dir` (None: not saved)."""

@@ -193,3 +193,23 @@ def test_fp16_datasets_in_a_file_carry_their_rounding(tmp_path):
         f.create_dataset("outputs/y", data=y16.astype(np.float32))
     [r32] = mhc_verify.judge_file(str(path))
     assert not r32.passed and r32.first_divergent == "y"
+
+
+def test_a_declared_precision_is_what_the_outputs_are_judged_by(capture):
+    # mixes from bf16-rounded projection operands (fp32 sums, the RMS from the fp32 streams):
+    # faithful to "bf16-projection" and to the same parts spelled out, not to fp32
+    torch = pytest.importorskip("torch")
+    config, inputs, params, _ = capture("mixes", *SMALL)
+    x = torch.from_numpy(inputs["x"]).flatten(-2)
+    w = torch.from_numpy(params["hc_fn"])
+    r = torch.rsqrt(x.square().mean(-1, keepdim=True) + config["norm_eps"])
+    m = torch.nn.functional.linear(x.bfloat16().float(), w.bfloat16().float()) * r
+    for precision in ("bf16-projection", "products=bf16", "streams=fp32,products=bf16"):
+        got = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, precision=precision,
+                               save_dir=None)
+        assert got.passed and got.precision == "bf16-projection"
+    as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
+    assert not as32.passed and as32.first_divergent == "mixes"
+    with pytest.raises(ValueError, match="accumulates in fp32 or bf16"):
+        mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params,
+                         precision="products=bf16,accumulation=fp16", save_dir=None)
