@@ -1,10 +1,12 @@
 // Sensitivity: the smallest relative perturbation of a faithful output that the harness flags,
 // per op, stage and kind of perturbation, for the bounds alone (tier 1) and with the second tier,
 // next to the legitimate envelope and to torch.testing.assert_close's fp32 defaults. Usage:
-// mhc-bench-sensitivity [cases] [tokens] [more]   (defaults 4 cases x 4 tokens, V4.1 sizes, fp32)
+// mhc-bench-sensitivity [cases] [tokens] [more] [precision]   (defaults 4 cases x 4 tokens, V4.1
+// sizes, fp32)
 // more: legitimate kernels to add to the envelope, by name, comma-separated (cuda,cuda-fused on a
-// machine with a GPU); their envelope is also printed apart ("more env"), and "2/all" is the
-// ratio against the envelope of every legitimate kernel.
+// machine with a GPU; "" for none); their envelope is also printed apart ("more env"), and "2/all"
+// is the ratio against the envelope of every legitimate kernel. precision: a preset or parts, as
+// check --precision (every kernel runs what it declares; the second tier models fp32 only).
 //
 // Faithful outputs: kernel cpu's. A perturbation scales every element of one stage by 1 + delta
 // (uniform), or one element (the one of median, or of largest, oracle magnitude). Flagged: that
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   std::vector<impl::Backend> legit{impl::cpu_fused()};
   for (const auto& v : impl::variant_catalogue())
     if (!v.wrong) legit.push_back(impl::make_backend(v));
+  const oracles::Precision precision = oracles::precision_from_name(argc > 4 ? argv[4] : "fp32");
   std::vector<impl::Backend> more;
   if (argc > 3) {
     std::stringstream names(argv[3]);
@@ -109,8 +112,8 @@ int main(int argc, char** argv) {
   j.diagnose = false;
   std::printf(
       "sensitivity: kernel cpu perturbed, n=%d d=%d iters=%d hc_eps=%g, %d cases x %zu tokens, "
-      "fp32; delta: median over cases of the smallest flagged\n",
-      cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cases, tokens);
+      "%s; delta: median over cases of the smallest flagged\n",
+      cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cases, tokens, precision.name.c_str());
   std::printf("%-15s %-6s %-14s %10s %10s %10s %10s %8s %6s", "op", "stage", "perturbation",
               "tier 1", "tiers 1+2", "a_close", "envelope", "2/env", "a_c FA");
   if (!more.empty()) std::printf(" %10s %8s", "more env", "2/all");
@@ -122,8 +125,7 @@ int main(int argc, char** argv) {
     std::map<std::string, int> false_alarms;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
-      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(200 + i),
-                                            oracles::Precision::fp32());
+      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(200 + i), precision);
       const auto base = runner::run(impl::cpu(), c, 1).got;
       const auto shared = runner::shared_oracle(c, j);
       std::vector<oracles::Trace<float>> others;

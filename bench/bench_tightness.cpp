@@ -1,6 +1,7 @@
 // Bound tightness: observed error / bound of the straightforward fp32 kernel (`cpu`), per op,
 // stage and error model, pooled over every element of every case. Usage:
-// mhc-bench-tightness [cases] [tokens] [d]   (defaults 4 cases x 4 tokens at d = 5120)
+// mhc-bench-tightness [cases] [tokens] [d] [precision]   (defaults 4 cases x 4 tokens at d = 5120,
+// fp32; precision: a preset or parts, as check --precision, the kernel running what it declares)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,10 +20,11 @@ int main(int argc, char** argv) {
   const std::size_t tokens = argc > 2 ? std::size_t(std::atol(argv[2])) : 4;
   ref::Config cfg = ref::v41();
   if (argc > 3) cfg.d = std::atoi(argv[3]);
+  const oracles::Precision precision = oracles::precision_from_name(argc > 4 ? argv[4] : "fp32");
   std::printf(
       "tightness of the bounds on kernel cpu: n=%d d=%d iters=%d hc_eps=%g norm_eps=%g, "
-      "%d cases x %zu tokens per op, fp32\n",
-      cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cfg.norm_eps, cases, tokens);
+      "%d cases x %zu tokens per op, %s\n",
+      cfg.n, cfg.d, cfg.iters, cfg.hc_eps, cfg.norm_eps, cases, tokens, precision.name.c_str());
   std::printf("%-15s %-7s %-14s %12s %12s %12s\n", "op", "stage", "model", "median", "p99", "max");
   const oracles::ErrorModel models[] = {
       oracles::ErrorModel::rigorous, oracles::ErrorModel::probabilistic,
@@ -31,8 +33,7 @@ int main(int argc, char** argv) {
     std::map<std::pair<std::string, int>, std::vector<double>> ratios;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
-      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i),
-                                            oracles::Precision::fp32());
+      const auto c = oracles::generate_case(op, cfg, tokens, std::uint64_t(100 + i), precision);
       const auto ran = runner::run(impl::cpu(), c, 0);
       if (!ran.ran()) throw std::runtime_error(ran.verdict.stages.at(0).reason);
       const auto& got = ran.got;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "mhc/oracles/noise.hpp"
 
@@ -166,4 +167,24 @@ TEST_CASE("noise: the mixes scale holds a d-major accumulation", "[noise]") {
   CHECK(v.elements == T * M);
   CHECK(v.state == oracles::State::pass);  // without them the tier flags it (rms 1.59)
   CHECK(v.z_rms <= 0.577 * (1 + 4 * 0.026));
+}
+
+// The root mean square rule needs (kNoiseMax / kNoiseRms)^2 = 16 independent elements: fewer, and
+// one element inside the element limit could exceed it alone. A 2 x 2 comb over 2 tokens has 2
+// (of its 8 entries' errors, the sums tie the rest): z = 1.6 everywhere is not judged by it there,
+// and is over 16 independent elements.
+TEST_CASE("noise: the root mean square is judged over 16 independent elements or more", "[noise]") {
+  for (const auto& [elements, independent, flagged] :
+       {std::tuple{8, 0.25, false}, {64, 0.25, true}, {15, 1.0, false}, {16, 1.0, true}}) {
+    oracles::NoiseModel m;
+    m.value.assign(std::size_t(elements), 1.0);
+    m.scale.assign(std::size_t(elements), 1e-6);
+    m.independent = independent;
+    const std::vector<float> got(std::size_t(elements), float(1 + 1.6e-6));
+    const auto v = oracles::noise_judge(got.data(), m, 4);
+    CAPTURE(elements, independent, v.reason);
+    CHECK(v.z_max < oracles::kNoiseMax);
+    CHECK(v.z_rms > oracles::kNoiseRms);
+    CHECK((v.state == oracles::State::fail) == flagged);
+  }
 }

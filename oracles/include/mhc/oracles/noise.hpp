@@ -17,7 +17,8 @@
 namespace mhc::oracles {
 
 // Thresholds on z = |got - want| / s, s the element's noise scale: an element beyond the model's
-// max_z, or a stage whose root mean square of z is beyond kNoiseRms, is flagged. max_z is
+// max_z, or a stage of at least 16 independent elements whose root mean square of z is beyond
+// kNoiseRms, is flagged. max_z is
 // kNoiseMax for mixes and the comb, and 1 for the weights, whose scale is a worst case.
 // Derivations: docs/semantics.md, "The second tier".
 constexpr double kNoiseMax = 6;
@@ -29,6 +30,7 @@ constexpr double kNoiseRms = 1.5;
 struct NoiseModel {
   std::vector<double> value, scale;
   double max_z = kNoiseMax;
+  double independent = 1;  // the share of its elements whose errors are free (the comb's sums)
 };
 // For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection
 // (forward and backward, stream-major and d-major) and of the RMS statistic, and the deviations
