@@ -186,7 +186,7 @@ py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
     repro = runner::repro(c, "", opt.j.model);  // the case is already a file
   } else if (o.verdict.state == oracles::State::fail && !opt.save_dir.empty()) {
     saved = runner::save_case(opt.save_dir, "python_" + op + "_" + case_key(c, o.got), c, o.got,
-                              "mhc_verify.judge (Python)");
+                              "mhc_verify.judge (Python)", stored);
     if (!saved.empty()) {
       oracles::OpCase file = c;
       file.origin = oracles::OpCase::Origin::file;
@@ -320,7 +320,7 @@ void write_capture(const std::string& path, const std::vector<std::string>& name
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("case '" + names[i] + "': " + e.what());
     }
-    out.push_back({names[i], std::move(tc.c), std::move(tc.outputs), ""});
+    out.push_back({names[i], std::move(tc.c), std::move(tc.outputs), "", std::move(tc.stored)});
   }
   try {
     fixtures::write_capture(path, out, producer);

@@ -160,3 +160,26 @@ def test_capture_blocks_takes_each_sites_weights_when_given(tmp_path):
     judged = {s.stage for s in r.stages if s.state == "pass"}
     assert r.passed and {f"L{l}.{s}.{w}" for l in (0, 1) for s in ("attn", "ffn")
                          for w in ("pre", "post", "comb")} <= judged
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_narrow_outputs_are_written_as_what_they_are(capture, tmp_path, dtype):
+    # outputs given in bf16 or fp16 keep that format in the file, so the file is judged as the
+    # arrays were (as float32 they would claim fp32 and fail), and so is a saved failing case
+    torch = pytest.importorskip("torch")
+    c = case(capture, "pre")
+    c["outputs"] = {"y": torch.from_numpy(c["outputs"]["y"]).to(getattr(torch, dtype))}
+    assert mhc_verify.judge("pre", c["config"], c["inputs"], c["outputs"], c["params"],
+                            save_dir=None).passed
+    path = tmp_path / "narrow.h5"
+    mhc_verify.write_capture(path, {"a": c})
+    [r] = mhc_verify.judge_file(path)
+    assert r.passed, r.reason
+    c["outputs"]["y"][0, 0] += 1.0
+    saved = tmp_path / "saved"
+    bad = mhc_verify.judge("pre", c["config"], c["inputs"], c["outputs"], c["params"],
+                           save_dir=str(saved))
+    assert not bad.passed and bad.first_divergent == "y"
+    [again] = mhc_verify.judge_file(next(saved.iterdir()))
+    assert not again.passed and again.first_divergent == "y"
+    assert again.stages[0].ratio_max == pytest.approx(bad.stages[0].ratio_max)

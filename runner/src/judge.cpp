@@ -276,14 +276,15 @@ reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t se
 }
 
 std::string save_case(const std::string& dir, const std::string& name, const oracles::OpCase& c,
-                      const oracles::Trace<float>& got, const std::string& producer) {
+                      const oracles::Trace<float>& got, const std::string& producer,
+                      const bnd::StoredFormats& stored) {
   std::string file = name;
   for (char& ch : file)
     if (ch == ':' || ch == '/' || ch == ' ') ch = '_';
   const std::string path = dir + "/" + file + ".h5";
   try {
     std::filesystem::create_directories(dir);
-    fixtures::write_fixture(path, c, got, producer);
+    fixtures::write_fixture(path, c, got, producer, stored);
     return path;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n", path.c_str(), e.what());
