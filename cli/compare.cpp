@@ -19,12 +19,12 @@ namespace mhc::cli {
 Run add_compare(CLI::App& app) {
   struct State {
     runner::CompareSpec spec;
-    std::string model = "standard";
+    std::string model = "standard", precision;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
   app.add_option("files", st->spec.files,
-                 "mhc-fixture/1 files (one case) or mhc-capture/1 files (many: a model's forward); "
+                 "mhc-fixture files (one case) or mhc-capture files (many: a model's forward); "
                  "layout: fixtures/README.md")
       ->required();
   app.add_option("--case", st->spec.cases,
@@ -32,6 +32,10 @@ Run add_compare(CLI::App& app) {
   app.add_option("--error-model", st->model, "rigorous, probabilistic, empirical or standard")
       ->capture_default_str()
       ->check(CLI::IsMember(error_model_names()));
+  app.add_option("--precision", st->precision,
+                 "judge every case under this declaration instead of its file's (as check "
+                 "--precision: a preset or parts); e.g. fp32, to see what a declaration allows")
+      ->check(precision_validator());
   app.add_option("--threads", st->spec.threads,
                  "threads for the oracle (0 or more than the cores: one per core)")
       ->capture_default_str()
@@ -49,12 +53,14 @@ Run add_compare(CLI::App& app) {
   app.footer(
       "Each file's Case is rebuilt from its inputs, params and config, the oracle evaluated with\n"
       "bounds for its declared precision (root or config attribute `precision`: fp32 by default,\n"
-      "tf32, bf16; outputs stored as bf16 include that rounding), and each output and\n"
+      "or a preset or parts as check --precision says; --precision replaces it; outputs stored\n"
+      "as bf16 or fp16 include that rounding), and each output and\n"
       "/outputs/trace stage present is judged. One line per file; a failing file also gets its\n"
       "DIAGNOSIS and REPRO lines. Exit 0: all within bounds; 1: an output is not; 2: a file is\n"
       "unreadable or invalid (the message names the file, the dataset and what was expected).");
   return [st]() -> int {
     st->spec.model = oracles::error_model_from_name(st->model);
+    if (!st->precision.empty()) st->spec.precision = oracles::precision_from_name(st->precision);
     runner::Session session(st->out, st->spec.threads);
     return session.finish(runner::run_compare(st->spec, session));
   };

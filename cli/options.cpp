@@ -131,9 +131,11 @@ void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
                  "the precision the kernel declares: a preset, fp32; tf32 (the mixes projection "
                  "on tf32-rounded operands); bf16 (stream tensors stored as bf16); "
                  "bf16-projection (the projection on bf16-rounded operands, fp32 sums); fp16 "
-                 "(streams stored and projected as fp16, fp32 sums); or parts "
-                 "streams=F,products=F,accumulation=F (streams fp32|bf16|fp16, products "
-                 "fp32|tf32|bf16|fp16, accumulation fp32|bf16; parts left out are fp32)")
+                 "(inputs, weights and streams stored, and the projection's operands rounded, "
+                 "as fp16; fp32 sums); or parts KEY=F joined by commas, parts left out fp32: "
+                 "storage of inputs, weights, mixes, coefficients (pre, post, comb) and streams "
+                 "(fp32|bf16|fp16), the projection's products (fp32|tf32|bf16|fp16) and "
+                 "accumulation (fp32|bf16); e.g. streams=bf16,mixes=bf16,products=bf16")
       ->capture_default_str()
       ->check(precision_validator());
   add_config_options(app, cfg);

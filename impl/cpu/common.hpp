@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,6 +18,16 @@ inline float store(const KernelConfig& c, float v) {
 }
 inline float operand(const KernelConfig& c, float v) {
   return round_to(c.products, v);
+}
+// Rounds a coefficient (pre, post, comb) to its storage.
+inline auto coefficient(const KernelConfig& c) {
+  return [f = c.coefficients](float v) { return round_to(f, v); };
+}
+// Throws NotCompiled unless the mixes and the coefficients are stored in fp32 (the backends that
+// do not implement narrower intermediate stages).
+inline void need_fp32_stages(const KernelConfig& c, const char* backend) {
+  if (c.mixes != Format::fp32 || c.coefficients != Format::fp32)
+    throw NotCompiled(std::string(backend) + " stores the mixes and coefficients in fp32 only");
 }
 
 // One token of hc_split_sinkhorn, in fp32, in the order of the seeds' kernel.

@@ -82,6 +82,7 @@ void parallel_blocks(unsigned threads, std::size_t T, Fn fn) {
 void need_fp32_sums(const KernelConfig& c) {
   if (c.accumulation != Format::fp32)
     throw NotCompiled("cpu-fused accumulates the projection in fp32 only");
+  need_fp32_stages(c, "cpu-fused");
 }
 
 template <class Load>

@@ -17,7 +17,7 @@ void mixes(const KernelConfig& c, std::size_t T, const float* x, const float* W,
       float acc = 0;
       for (std::size_t i = 0; i < nd; ++i)
         acc = round_to(c.accumulation, acc + operand(c, W[a * nd + i]) * operand(c, xt[i]));
-      out[t * M + a] = acc * r;
+      out[t * M + a] = round_to(c.mixes, acc * r);
     }
   }
 }
@@ -27,6 +27,8 @@ void split_sinkhorn(const KernelConfig& c, std::size_t T, const float* m, const 
   const std::size_t n = std::size_t(c.n), M = std::size_t(c.mix());
   for (std::size_t t = 0; t < T; ++t)
     split_token(c, m + t * M, s, b, pre + t * n, post + t * n, comb + t * n * n);
+  for (float* v : {pre, post}) std::transform(v, v + T * n, v, coefficient(c));
+  std::transform(comb, comb + T * n * n, comb, coefficient(c));
 }
 
 void hc_pre(const KernelConfig& c, std::size_t T, const float* x, const float* p, float* y) {

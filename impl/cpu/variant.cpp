@@ -321,12 +321,16 @@ Backend make_backend(const Variant& v) {
   b.mixes = [k](const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
     const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
     for (std::size_t t = 0; t < T; ++t) k->mixes_token(c, x + t * nd, W, out + t * M);
+    const Format stored = k->v.mixes != Format::fp32 ? k->v.mixes : c.mixes;
+    for (std::size_t i = 0; i < T * M; ++i) out[i] = round_to(stored, out[i]);
   };
   b.split_sinkhorn = [k](const KernelConfig& c, std::size_t T, const float* m, const float* s,
                          const float* bb, float* pre, float* post, float* comb) {
     const std::size_t n = std::size_t(c.n), M = std::size_t(c.mix());
     for (std::size_t t = 0; t < T; ++t)
       k->split_token(c, m + t * M, s, bb, pre + t * n, post + t * n, comb + t * n * n);
+    for (float* w : {pre, post}) std::transform(w, w + T * n, w, coefficient(c));
+    std::transform(comb, comb + T * n * n, comb, coefficient(c));
   };
   b.hc_pre = [k](const KernelConfig& c, std::size_t T, const float* x, const float* p, float* y) {
     const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
@@ -417,6 +421,7 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("rsqrt_estimate", "", [](Variant& x) { x.rsqrt_estimate = true; });
     wrong("tf32_products_undeclared", "", [](Variant& x) { x.products = Format::tf32; });
     wrong("bf16_products_undeclared", "", [](Variant& x) { x.products = Format::bf16; });
+    wrong("bf16_mixes_undeclared", "", [](Variant& x) { x.mixes = Format::bf16; });
     wrong("sinkhorn_reciprocal_estimate", "", [](Variant& x) { x.sinkhorn_recip_bits = 18; });
     wrong("sigmoid_exp_estimate", "", [](Variant& x) { x.sigmoid_exp_bits = 19; });
     wrong("block_pre_not_shifted", "pre_not_shifted",

@@ -32,7 +32,8 @@ mhc_config to_c(const KernelConfig& k, std::size_t T) {
   c.norm_eps = k.norm_eps;
   // ABI 1 can say tf32 operands and bf16 streams, nothing else.
   if ((k.products != Format::fp32 && k.products != Format::tf32) ||
-      (k.streams != Format::fp32 && k.streams != Format::bf16) || k.accumulation != Format::fp32)
+      (k.streams != Format::fp32 && k.streams != Format::bf16) || k.accumulation != Format::fp32 ||
+      k.mixes != Format::fp32 || k.coefficients != Format::fp32)
     throw NotCompiled(
         "the plug-in ABI (version 1) declares only tf32 projection operands and bf16 streams");
   c.tf32 = k.products == Format::tf32 ? 1 : 0;

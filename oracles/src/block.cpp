@@ -64,6 +64,7 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
       put(c.params, layer_prefix(c, l) + t.name, shape, draw(t, shape));
     }
   if (op == Op::stack) put(c.params, "final_norm/weight", {d}, gen::norm_weight(rng, d));
+  store_declared(c);
   return c;
 }
 

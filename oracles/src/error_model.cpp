@@ -14,8 +14,8 @@ inline sr32 stored_bf16(const sr32& x) {
   return sr32(mhc::oracles::gen::round_bf16(x.v));
 }
 thread_local bool bf16_storage = false;
-inline sr32 stored(const sr32& x) {
-  return bf16_storage ? stored_bf16(x) : x;
+inline sr32 stored(const sr32& x, mhc::ref::Storage kind = mhc::ref::Storage::streams) {
+  return bf16_storage && kind == mhc::ref::Storage::streams ? stored_bf16(x) : x;
 }
 }  // namespace mhc::sr
 
@@ -221,11 +221,11 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
   }
   Trace<bnd::Bounded> t = oracle_trace(c, threads);
   if (model == ErrorModel::rigorous) return t;
-  // The ensemble models fp32 products and sums, and fp32 or bf16 streams, only.
-  const bnd::Declaration& d = c.precision.decl;
-  if (d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32 ||
-      d.streams == bnd::Format::fp16)
-    return t;
+  // The ensemble models fp32 arithmetic with fp32 or bf16 streams, only.
+  bnd::Declaration d = c.precision.decl;
+  if (d.streams == bnd::Format::bf16) d.streams = bnd::Format::fp32;
+  d.inputs = d.weights = bnd::Format::fp32;  // stored values: the case holds them
+  if (!(d == bnd::Declaration{})) return t;
   apply_empirical(c, t, threads, params, std::vector<bool>(t.size(), true));
   return t;
 }

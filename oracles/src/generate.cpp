@@ -87,23 +87,6 @@ std::vector<float> norm_weight(Rng& rng, std::size_t d) {
   return g;
 }
 
-float round_bf16(float x) {
-  if (std::isnan(x)) return x;
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
-float round_fp16(float x) {
-  if (!std::isfinite(x) || x == 0) return x;
-  // The spacing of fp16 values at |x|: 2^(e - 10) for 2^e <= |x|, at least 2^-24 (subnormals).
-  const double spacing = std::ldexp(1.0, std::max(std::ilogb(std::fabs(double(x))), -14) - 10);
-  const double r = std::nearbyint(double(x) / spacing) * spacing;  // ties to even
-  return std::fabs(r) > 65504 ? std::copysign(INFINITY, x) : float(r);
-}
-
 void to_format(bnd::Format f, std::vector<float>& v) {
   switch (f) {
     case bnd::Format::bf16:

@@ -238,9 +238,11 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
 }  // namespace
 
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
-  // Every declaration keeps the split in fp32 arithmetic; streams stored narrower are read as
-  // they are. Only the projection's model needs fp32 operands and sums.
-  if (!c.cfg.sem.is_default()) return {};
+  // The split's models need its stages in fp32: mixes read as the kernel stored them, the
+  // coefficients not rounded after; streams stored narrower are read as they are. The
+  // projection's model needs fp32 operands and sums too.
+  const bnd::Declaration& d = c.precision.decl;
+  if (!c.cfg.sem.is_default() || d.coefficients != bnd::Format::fp32) return {};
   // The split's stages, from given mixes: the case's, or the kernel's own (anchored).
   const bool split = c.op == Op::split_sinkhorn;
   const std::string name =
@@ -257,8 +259,8 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
     if (!mixes) return {};
     return name == "comb" ? comb_model(c, mixes) : weights_model(c, mixes, name == "pre");
   }
-  const bnd::Declaration& d = c.precision.decl;
-  if (stage != "mixes" || d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32)
+  if (stage != "mixes" || d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32 ||
+      d.mixes != bnd::Format::fp32)
     return {};
   const float* xs = nullptr;
   if (c.op == Op::mixes) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/ops.hpp"
 
 namespace mhc::oracles {
@@ -364,7 +365,8 @@ Precision precision_from_name(const std::string& name) {
   auto bad = [&](const std::string& why) {
     return std::invalid_argument(
         "unknown precision '" + name + "': " + why + " (a preset: " + presets +
-        "; or parts such as streams=bf16,products=bf16,accumulation=fp32)");
+        "; or parts such as streams=bf16,products=bf16: inputs, weights, mixes, coefficients, "
+        "streams, products, accumulation, each fp32 where left out)");
   };
   if (name.find('=') == std::string::npos) throw bad("not a preset");
   bnd::Declaration d;
@@ -377,31 +379,55 @@ Precision precision_from_name(const std::string& name) {
     if (eq == std::string::npos) throw bad("part '" + part + "' is not key=format");
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
     if (!seen.insert(key).second) throw bad("'" + key + "' given twice");
+    const bnd::Part* part_of = nullptr;
+    std::string keys;
+    for (const bnd::Part& p : bnd::declaration_parts()) {
+      if (key == p.key) part_of = &p;
+      keys += std::string(keys.empty() ? "" : ", ") + p.key;
+    }
+    if (!part_of) throw bad("unknown part '" + key + "' (" + keys + ")");
     bnd::Format f;
     try {
       f = bnd::format_from_name(value);
     } catch (const std::invalid_argument&) {
       throw bad("'" + value + "' is not a format (fp32, tf32, bf16, fp16)");
     }
-    using F = bnd::Format;
-    if (key == "streams") {
-      if (f == F::tf32) throw bad("streams are stored in fp32, bf16 or fp16");
-      d.streams = f;
-    } else if (key == "products") {
-      d.products = f;
-    } else if (key == "accumulation") {
-      if (f != F::fp32 && f != F::bf16) throw bad("a projection accumulates in fp32 or bf16");
-      d.accumulation = f;
-    } else {
-      throw bad("unknown part '" + key + "' (streams, products, accumulation)");
+    const auto& ok = part_of->allowed;
+    if (std::find(ok.begin(), ok.end(), f) == ok.end()) {
+      std::string formats;
+      for (bnd::Format g : ok)
+        formats += std::string(formats.empty() ? "" : ", ") + bnd::format_info(g).name;
+      throw bad("'" + key + "' (" + part_of->what + ") is one of " + formats);
     }
+    d.*(part_of->member) = f;
   }
   for (const Precision& p : all_precisions())
     if (p.decl == d) return p;
-  const auto fmt = [](bnd::Format f) { return std::string(bnd::format_info(f).name); };
-  return Precision{"streams=" + fmt(d.streams) + ",products=" + fmt(d.products) +
-                       ",accumulation=" + fmt(d.accumulation),
-                   d};
+  // The parts that are not fp32, in the table's order.
+  std::string canonical;
+  for (const bnd::Part& p : bnd::declaration_parts())
+    if (d.*(p.member) != bnd::Format::fp32)
+      canonical += std::string(canonical.empty() ? "" : ",") + p.key + "=" +
+                   bnd::format_info(d.*(p.member)).name;
+  return Precision{canonical, d};
+}
+
+bnd::Format declared_storage(const bnd::Declaration& d, const std::string& input) {
+  if (input == "mixes") return d.mixes;
+  if (input == "pre_mix" || input == "post" || input == "comb") return d.coefficients;
+  return d.inputs;  // the stream tensors: x, residual, f, a captured sublayer's output
+}
+
+void store_declared(OpCase& c) {
+  const bnd::Declaration& d = c.precision.decl;
+  auto round = [](bnd::Format f, std::vector<float>& v) {
+    if (f == bnd::Format::bf16)
+      for (float& x : v) x = gen::round_bf16(x);
+    else if (f == bnd::Format::fp16)
+      for (float& x : v) x = gen::round_fp16(x);
+  };
+  for (auto& [name, t] : c.inputs) round(declared_storage(d, name), t.data);
+  for (auto& [name, t] : c.params) round(d.weights, t.data);
 }
 
 const Tensor& OpCase::input(const std::string& name) const {

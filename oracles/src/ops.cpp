@@ -30,10 +30,24 @@ OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint6
   return c;
 }
 
+namespace {
+OpCase draw_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
+                 Precision precision);
+}
+
 OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
                      Precision precision) {
   if (op == Op::block || op == Op::stack)
     return generate_block_case(op, cfg_in, ref::BlockConfig{}, 1, T, seed, precision);
+  OpCase c = draw_case(op, cfg_in, T, seed, std::move(precision));
+  store_declared(c);
+  return c;
+}
+
+namespace {
+// The case's tensors as generated: streams in the format they are stored in.
+OpCase draw_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
+                 Precision precision) {
   OpCase c = case_header(op, cfg_in, T, seed, precision);
   Rng rng(seed);
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
@@ -136,6 +150,8 @@ OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint6
   }
   return c;
 }
+
+}  // namespace
 
 OpCase campaign_case(std::uint64_t seed, std::uint64_t i, const Precision& precision) {
   Rng rng(seed * 0x100000001B3ull + i);

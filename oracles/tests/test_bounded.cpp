@@ -405,14 +405,19 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
 // (gamma_n at u = 2^-8) and, on these sums, outside fp32's; the presets are declarations.
 #include "mhc/oracles/generate.hpp"
 TEST_CASE("bounded: a declared bf16 accumulation bounds a bf16 running sum", "[bounded]") {
-  const bnd::Model bf16_sum =
-      bnd::model_for({bnd::Format::fp32, bnd::Format::fp32, bnd::Format::bf16}, "bf16-sum");
+  auto summed_in = [](bnd::Format f) {
+    bnd::Declaration d;
+    d.accumulation = f;
+    return d;
+  };
+  const bnd::Model bf16_sum = bnd::model_for(summed_in(bnd::Format::bf16), "bf16-sum");
   CHECK(bf16_sum.u_sum == 0x1.0p-8);
   CHECK(bnd::model_by_name("tf32").u_prod == 2 * 0x1.0p-11 + 0x1.0p-22);
-  CHECK(bnd::model_by_name("bf16").u_store == 0x1.0p-8);
-  CHECK(bnd::model_by_name("fp16").big_store == 65504);
+  const int streams = int(ref::Storage::streams);
+  CHECK(bnd::model_by_name("bf16").store[streams].u == 0x1.0p-8);
+  CHECK(bnd::model_by_name("fp16").store[streams].big == 65504);
   CHECK_THROWS_WITH(bnd::model_by_name("fp8"), Catch::Contains("bf16-projection"));
-  CHECK_THROWS_WITH(bnd::model_for({bnd::Format::fp32, bnd::Format::fp32, bnd::Format::fp16}, "x"),
+  CHECK_THROWS_WITH(bnd::model_for(summed_in(bnd::Format::fp16), "x"),
                     Catch::Contains("not modelled"));
   oracles::Rng rng(11);
   const std::size_t n = 2048;

@@ -108,26 +108,41 @@ TEST_CASE("precision: presets, parts and their names", "[op_table]") {
       {"products=tf32", "tf32"},
       {"products=bf16", "bf16-projection"},
       {"accumulation=fp32,products=bf16,streams=fp32", "bf16-projection"},
-      {"streams=fp16,products=fp16", "fp16"},
+      {"streams=fp16,products=fp16,inputs=fp16,weights=fp16", "fp16"},
       {"streams=fp32", "fp32"}};
   for (const auto& [parts, preset] : same) {
     CAPTURE(parts);
     CHECK(oracles::precision_from_name(parts).name == preset);
   }
   const auto p = oracles::precision_from_name("products=bf16,accumulation=bf16");
-  CHECK(p.name == "streams=fp32,products=bf16,accumulation=bf16");
+  CHECK(p.name == "products=bf16,accumulation=bf16");
   CHECK(p.decl.products == F::bf16);
   CHECK(p.decl.accumulation == F::bf16);
   CHECK(oracles::precision_from_name(p.name) == p);
-  CHECK(oracles::precision_from_name("streams=fp16").name ==
-        "streams=fp16,products=fp32,accumulation=fp32");
+  CHECK(oracles::precision_from_name("streams=fp16,products=fp16").name ==
+        "streams=fp16,products=fp16");
+  // Every part, in any order: named in the table's order, and read back to the same parts.
+  const auto all = oracles::precision_from_name(
+      "accumulation=bf16,products=tf32,streams=bf16,coefficients=fp16,mixes=bf16,weights=fp16,"
+      "inputs=bf16");
+  CHECK(all.name ==
+        "inputs=bf16,weights=fp16,mixes=bf16,coefficients=fp16,streams=bf16,products=tf32,"
+        "accumulation=bf16");
+  CHECK(all.decl.inputs == F::bf16);
+  CHECK(all.decl.weights == F::fp16);
+  CHECK(all.decl.mixes == F::bf16);
+  CHECK(all.decl.coefficients == F::fp16);
+  CHECK(oracles::precision_from_name(all.name) == all);
   const std::vector<std::pair<std::string, std::string>> wrong = {
       {"fp8", "not a preset"},
-      {"streams=tf32", "stored in fp32, bf16 or fp16"},
-      {"accumulation=fp16", "accumulates in fp32 or bf16"},
+      {"streams=tf32", "'streams' (stream tensors written) is one of fp32, bf16, fp16"},
+      {"mixes=tf32", "'mixes' (the mixes, stored before the split) is one of fp32, bf16, fp16"},
+      {"accumulation=fp16", "'accumulation' (the projection's sums) is one of fp32, bf16"},
       {"products=bf16,products=fp32", "given twice"},
       {"products=bf16,", "not key=format"},
-      {"colour=bf16", "unknown part 'colour'"},
+      {"colour=bf16",
+       "unknown part 'colour' (inputs, weights, mixes, coefficients, streams, "
+       "products, accumulation)"},
       {"products=fp8", "'fp8' is not a format"}};
   for (const auto& [text, why] : wrong) {
     CAPTURE(text);

@@ -179,10 +179,12 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
           diagnose: bool = True) -> Judgement:
     """Judges `outputs` (any of the op's, by name) of an implementation of `op` on `inputs` and
     `params` under the declared `precision` (a preset, "fp32", "tf32", "bf16", "bf16-projection",
-    "fp16", or parts such as "streams=bf16,products=bf16"). Params the given outputs
-    do not read may be left out. Outputs given in bfloat16 or float16 (torch tensors, or numpy
-    float16) are judged with their rounding to that format in the bound; inputs and params in
-    them are taken at their values. A failing case is saved under `save_dir` (None: not saved)."""
+    "fp16", or parts such as "streams=bf16,mixes=bf16,products=bf16": the storage of inputs,
+    weights, mixes, coefficients and streams, the projection's products and accumulation).
+    Params the given outputs do not read may be left out. Outputs given in bfloat16 or float16
+    (torch tensors, or numpy float16) are judged with their rounding to that format in the bound;
+    inputs and params in them are taken at their values, and those the declaration stores
+    narrower are rounded to it, as the kernel read them. A failing case is saved under `save_dir` (None: not saved)."""
     _within_limits(op, config, inputs)
     ins, _ = _arrays("inputs", inputs)
     outs, stored = _arrays("outputs", outputs)

@@ -210,6 +210,22 @@ def test_a_declared_precision_is_what_the_outputs_are_judged_by(capture):
         assert got.passed and got.precision == "bf16-projection"
     as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
     assert not as32.passed and as32.first_divergent == "mixes"
-    with pytest.raises(ValueError, match="accumulates in fp32 or bf16"):
+    with pytest.raises(ValueError, match="accumulation.*is one of fp32, bf16"):
         mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params,
                          precision="products=bf16,accumulation=fp16", save_dir=None)
+
+
+def test_declared_storage_of_weights_is_the_values_judged(capture):
+    # A kernel that stores hc_fn in bf16 computes from its bf16 values: faithful to
+    # "weights=bf16" (the case holds hc_fn rounded as the declaration stores it), not to fp32.
+    torch = pytest.importorskip("torch")
+    config, inputs, params, _ = capture("mixes", *SMALL)
+    x = torch.from_numpy(inputs["x"]).flatten(-2)
+    w = torch.from_numpy(params["hc_fn"]).bfloat16().float()
+    r = torch.rsqrt(x.square().mean(-1, keepdim=True) + config["norm_eps"])
+    m = torch.nn.functional.linear(x, w) * r
+    got = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, precision="weights=bf16",
+                           save_dir=None)
+    assert got.passed and got.precision == "weights=bf16"
+    as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
+    assert not as32.passed and as32.first_divergent == "mixes"

@@ -28,6 +28,8 @@ impl::KernelConfig kernel_config(const oracles::OpCase& c, unsigned threads) {
                 int(impl::Format::fp16) == int(bnd::Format::fp16));
   const auto format = [](bnd::Format f) { return impl::Format(int(f)); };
   k.streams = format(c.precision.decl.streams);
+  k.mixes = format(c.precision.decl.mixes);
+  k.coefficients = format(c.precision.decl.coefficients);
   k.products = format(c.precision.decl.products);
   k.accumulation = format(c.precision.decl.accumulation);
   k.threads = threads;

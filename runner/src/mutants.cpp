@@ -162,7 +162,8 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
 }
 
 // Kernels judged against a declaration other than fp32. Each legitimate one does what it declares
-// and must pass; a wrong one claims more than it does (here: fp32 sums, accumulating in bf16).
+// and must pass; a wrong one claims more than it does (fp32 sums, accumulating in bf16; fp32
+// mixes, storing them in bf16).
 struct Declared {
   const char* kernel;
   const char* precision;
@@ -179,6 +180,12 @@ constexpr Declared kDeclared[] = {
     {"variant:all_choices", "fp16", false},
     {"mutant:bf16_accumulation", "products=bf16,accumulation=bf16", false},
     {"mutant:bf16_accumulation", "bf16-projection", true},
+    {"cpu", "inputs=bf16,weights=bf16,mixes=bf16,coefficients=bf16,streams=bf16,products=bf16",
+     false},
+    {"variant:all_choices", "mixes=bf16,coefficients=bf16", false},
+    {"variant:all_choices", "coefficients=fp16", false},
+    {"mutant:bf16_mixes_undeclared", "mixes=bf16", false},
+    {"mutant:bf16_mixes_undeclared", "coefficients=bf16", true},
 };
 
 }  // namespace

@@ -51,7 +51,10 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
       model == d.model ? "" : " --error-model " + oracles::error_model_name(model);
   if (c.origin == OpCase::Origin::file)
     return "mhc-verify compare " + shell_quote(c.file) +
-           (c.file_case.empty() ? "" : " --case " + shell_quote(c.file_case)) + model_flag;
+           (c.file_case.empty() ? "" : " --case " + shell_quote(c.file_case)) +
+           (c.precision_given ? " --precision " + shell_quote(oracles::precision_name(c.precision))
+                              : "") +
+           model_flag;
   if (c.origin == OpCase::Origin::derived) return "";
   const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
   std::string r = "mhc-verify check --kernel " + shell_quote(kernel) + " --op " +

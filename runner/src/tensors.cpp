@@ -194,6 +194,7 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
     finite(where, it->second);
     c.params[spec.name] = {std::move(it->second.shape), std::move(it->second.data)};
   }
+  oracles::store_declared(c);  // tensors the declaration stores narrower hold its values
   c.origin = oracles::OpCase::Origin::derived;
   return r;
 }

@@ -498,3 +498,54 @@ TEST_CASE("driver: pre, post and comb are judged again from the kernel's mixes",
   }
   CHECK(v.first_divergent == "anchored.comb");
 }
+
+// Intermediate stages stored narrower than fp32: the straightforward kernel storing its mixes and
+// coefficients in bf16 passes under that declaration and fails as fp32 (the boundary and the
+// Block); the storage error reaches what is computed from it (the comb's bound widens); a kernel
+// storing its mixes in bf16 while declaring only bf16 coefficients fails.
+TEST_CASE("driver: mixes and coefficients stored in bf16 are judged as declared", "[driver]") {
+  const auto stages = oracles::precision_from_name("mixes=bf16,coefficients=bf16");
+  const auto coefficients = oracles::precision_from_name("coefficients=bf16");
+  impl::Backend mixes16;
+  for (const auto& v : impl::variant_catalogue())
+    if (v.name == "bf16_mixes_undeclared") mixes16 = impl::make_backend(v);
+  REQUIRE(mixes16.mixes);
+  ref::Config cfg;
+  cfg.d = 32;
+  ref::BlockConfig b;
+  b.heads = 2;
+  b.head_dim = 8;
+  b.experts = 4;
+  b.inter = 16;
+  int failed_as_fp32 = 0, failed_undeclared = 0, cases = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed)
+    for (Op op : {Op::boundary, Op::block}) {
+      CAPTURE(seed, oracles::op_name(op));
+      auto make = [&](const oracles::Precision& p) {
+        return op == Op::block ? oracles::generate_block_case(op, cfg, b, 1, 3, seed, p)
+                               : oracles::generate_case(op, cfg, 4, seed, p);
+      };
+      const auto c = make(stages);
+      const auto got = runner::run_kernel(impl::cpu(), c, 1);
+      const auto want = oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got);
+      CHECK(oracles::compare(got, want).state != State::fail);
+      auto as32 = c;
+      as32.precision = oracles::Precision::fp32();
+      const auto want32 = oracles::oracle_trace(as32, 1, oracles::ErrorModel::standard, {}, &got);
+      failed_as_fp32 += oracles::compare(got, want32).state == State::fail;
+      // The comb's bound (from the stored mixes) is wider than fp32's, element by element.
+      for (std::size_t s = 0; s < want.size(); ++s)
+        if (want[s].name == "comb" || want[s].name == "attn.comb")
+          for (std::size_t i = 0; i < want[s].values.size(); ++i)
+            CHECK(want[s].values[i].e > want32[s].values[i].e);
+      auto c2 = make(coefficients);
+      const auto got2 = runner::run_kernel(mixes16, c2, 1);
+      failed_undeclared +=
+          oracles::compare(got2,
+                           oracles::oracle_trace(c2, 1, oracles::ErrorModel::standard, {}, &got2))
+              .state == State::fail;
+      ++cases;
+    }
+  CHECK(failed_as_fp32 == cases);
+  CHECK(failed_undeclared == cases);
+}

@@ -20,6 +20,8 @@ struct KernelConfig {
   int n = 4, d = 5120, iters = 20;
   float hc_eps = 1e-6f, norm_eps = 1e-20f;
   Format streams = Format::fp32;       // stream tensors (hc_pre and hc_post outputs) stored in
+  Format mixes = Format::fp32;         // the mixes stored in, before the split reads them
+  Format coefficients = Format::fp32;  // pre, post and comb stored in
   Format products = Format::fp32;      // the mixes projection's operands rounded to
   Format accumulation = Format::fp32;  // the mixes projection's running sum rounded to
   unsigned threads = 0;                // 0: one per core

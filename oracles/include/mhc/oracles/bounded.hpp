@@ -38,25 +38,50 @@ using StoredFormats = std::vector<std::pair<std::string, Format>>;
 // What a kernel declares about its precision, part by part; the Model of any combination comes
 // from model_for() (docs/semantics.md, "Precision models").
 struct Declaration {
-  Format streams = Format::fp32;   // storage of the stream tensors it writes (hc_pre, hc_post)
-  Format products = Format::fp32;  // the mixes projection's operands, rounded before multiplying
-  Format accumulation = Format::fp32;  // the mixes projection's running sum (fp32 or bf16)
+  // Storage of the tensors a kernel reads: the values it is given are those of this format.
+  Format inputs = Format::fp32;  // stream tensors (x, residual, f)
+  Format weights =
+      Format::fp32;  // parameters (hc_fn, hc_scale, hc_base, norm and sublayer weights)
+  // Storage of what it writes or passes between stages: rounded on store.
+  Format mixes = Format::fp32;         // the mixes, before the split reads them
+  Format coefficients = Format::fp32;  // pre, post and comb, before hc_pre and hc_post read them
+  Format streams = Format::fp32;       // stream tensors (hc_pre, hc_post, RMSNorm, sublayers)
+  // The mixes projection, the one long reduction a kernel may run narrower:
+  Format products = Format::fp32;      // its operands, rounded before multiplying
+  Format accumulation = Format::fp32;  // its running sum (fp32 or bf16)
   friend bool operator==(const Declaration& a, const Declaration& b) {
-    return a.streams == b.streams && a.products == b.products && a.accumulation == b.accumulation;
+    return a.inputs == b.inputs && a.weights == b.weights && a.mixes == b.mixes &&
+           a.coefficients == b.coefficients && a.streams == b.streams && a.products == b.products &&
+           a.accumulation == b.accumulation;
   }
+};
+
+// The parts of a declaration by name, in the order a name lists them, with the formats each
+// allows: streams, mixes and coefficients fp32, bf16 or fp16 (so are inputs and weights),
+// products any, accumulation fp32 or bf16.
+struct Part {
+  const char* key;
+  Format Declaration::*member;
+  std::vector<Format> allowed;
+  const char* what;
+};
+const std::vector<Part>& declaration_parts();
+
+// The rounding of a stored tensor: unit roundoff, absolute floor, largest finite value (u = 0:
+// stored exactly, in fp32).
+struct Store {
+  double u = 0, eta = 0, big = 0x1.fffffep127;
 };
 
 struct Model {
   std::string name = "fp32";
-  double u = 0x1.0p-24;               // unit roundoff of the arithmetic
-  double u_prod = 0;                  // extra relative error of each linear() product (tf32 inputs)
-  double eta_prod = 0;                // ... and absolute, per operand (fp16's subnormals: 2^-25)
-  double u_sum = 0x1.0p-24;           // unit roundoff of linear()'s running sum (bf16: 2^-8)
-  double u_store = 0;                 // rounding of stream tensors on store (bf16: 2^-8)
-  double eta_store = 0;               // ... its absolute floor (fp16: 2^-14; fp32 and bf16: eta)
-  double big_store = 0x1.fffffep127;  // ... its largest finite value (fp16: 65504)
-  double eta = 0x1.0p-126;            // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
-  double big = 0x1.fffffep127;        // FLT_MAX: a value beyond it overflows in the model
+  double u = 0x1.0p-24;         // unit roundoff of the arithmetic
+  double u_prod = 0;            // extra relative error of each linear() product (tf32 inputs)
+  double eta_prod = 0;          // ... and absolute, per operand (fp16's subnormals: 2^-25)
+  double u_sum = 0x1.0p-24;     // unit roundoff of linear()'s running sum (bf16: 2^-8)
+  Store store[3];               // per ref::Storage: streams, mixes, coefficients
+  double eta = 0x1.0p-126;      // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
+  double big = 0x1.fffffep127;  // FLT_MAX: a value beyond it overflows in the model
   // Budgets in units of u, each large enough for the usual implementations:
   double k_div = 2;   // a/b, or a * (1/b)
   double k_sqrt = 2;  // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
@@ -76,8 +101,8 @@ double reduction_gamma(const Model& m, double n, double u);
 // The Model of a declaration: fp32 arithmetic everywhere else.
 Model model_for(const Declaration& d, const std::string& name);
 // Presets: fp32; tf32 (projection operands in tf32); bf16 (stream tensors stored in bf16);
-// bf16-projection (projection operands in bf16, fp32 sums); fp16 (stream tensors stored and
-// projection operands in fp16).
+// bf16-projection (projection operands in bf16, fp32 sums); fp16 (inputs, weights and stream
+// tensors stored, and projection operands rounded, in fp16).
 const std::vector<std::pair<std::string, Declaration>>& presets();
 Model fp32();
 Model tf32();
@@ -432,18 +457,18 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
               ref::SinkhornTrace<Bounded>* trace = nullptr);
 
-// The rounding to storage of a stream tensor element (bf16 and fp16 models; nothing for fp32).
+// The rounding to storage of an element of a stored tensor (nothing where it is stored in fp32).
 // Beyond the format's largest finite value it may overflow: no bound.
-inline Bounded stored(const Bounded& a) {
-  const Model& m = model();
-  if (m.u_store == 0) return a;
+inline Bounded stored(const Bounded& a, ref::Storage kind = ref::Storage::streams) {
+  const Store& s = model().store[int(kind)];
+  if (s.u == 0) return a;
   const double p = a.e;
-  if (std::fabs(a.v) + p > m.big_store) return {a.v, HUGE_VAL};
-  return {a.v, p + m.u_store * (std::fabs(a.v) + p) + m.eta_store};
+  if (std::fabs(a.v) + p > s.big) return {a.v, HUGE_VAL};
+  return {a.v, p + s.u * (std::fabs(a.v) + p) + s.eta};
 }
-inline void store_all(Bounded* x, std::size_t n) {
-  if (model().u_store == 0) return;  // fp32 storage: a pass over the streams saved
-  for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i]);
+inline void store_all(Bounded* x, std::size_t n, ref::Storage kind = ref::Storage::streams) {
+  if (model().store[int(kind)].u == 0) return;  // stored in fp32: a pass saved
+  for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i], kind);
 }
 
 }  // namespace mhc::bnd

@@ -112,9 +112,9 @@ struct Elements {
 Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, double tokens);
 
 // The precision a kernel declares, part by part (docs/semantics.md, "Precision models"): a preset
-// (fp32, tf32, bf16, bf16-projection, fp16) or parts such as
-// "streams=bf16,products=bf16,accumulation=fp32" (parts left out are fp32). Its name is the
-// preset's where the parts are one, else the parts written in full.
+// (fp32, tf32, bf16, bf16-projection, fp16) or parts such as "streams=bf16,products=bf16" (parts
+// left out are fp32; bnd::declaration_parts()). Its name is the preset's where the parts are one,
+// else the parts that are not fp32.
 struct Precision {
   std::string name = "fp32";
   bnd::Declaration decl;
@@ -152,7 +152,8 @@ struct OpCase {
   enum class Origin { generated, file, derived };
   Origin origin = Origin::generated;
   std::string file;
-  std::string file_case;  // the case's name within a multi-case capture file
+  std::string file_case;         // the case's name within a multi-case capture file
+  bool precision_given = false;  // judged under a declaration given in place of the file's
   const Tensor& input(const std::string& name) const;
   const Tensor& param(const std::string& name) const;
 };
@@ -195,6 +196,12 @@ OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint6
 // "final_norm/weight".
 OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig& block,
                            std::size_t B, std::size_t T, std::uint64_t seed, Precision precision);
+// A case's tensors stored as its declaration says (rounded to nearest, where it names bf16 or
+// fp16): inputs and captured sublayer outputs as `inputs`, mixes as `mixes`, pre_mix, post and
+// comb as `coefficients`, every parameter as `weights`. Generated cases and read fixtures are
+// stored so: what a kernel is given is what the oracle evaluates.
+bnd::Format declared_storage(const bnd::Declaration& d, const std::string& input);
+void store_declared(OpCase& c);
 // The parameters of layer l of a block or stack Case.
 ref::BlockParams block_params(const OpCase& c, int layer);
 
@@ -321,6 +328,9 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
   auto split = [&](std::size_t t, const B* mix) {
     ref::split_sinkhorn(k, mix, c.param("hc_scale").data.data(), c.param("hc_base").data.data(),
                         &out("pre")[t * n], &out("post")[t * n], &out("comb")[t * n * n]);
+    store_all(&out("pre")[t * n], n, ref::Storage::coefficients);
+    store_all(&out("post")[t * n], n, ref::Storage::coefficients);
+    store_all(&out("comb")[t * n * n], n * n, ref::Storage::coefficients);
   };
   // Blocks of tokens, so that the projection of mixes can reuse each chunk of hc_fn.
   constexpr std::size_t kBlock = 8;
@@ -343,6 +353,7 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
       case Op::mixes:
         ref::mixes(k, nt, c.input("x").data.data() + t0 * nd, c.param("hc_fn").data.data(),
                    &out("mixes")[t0 * M]);
+        store_all(&out("mixes")[t0 * M], nt * M, ref::Storage::mixes);
         for (std::size_t t = t0; t < t0 + nt; ++t) split(t, &out("mixes")[t * M]);
         break;
       case Op::pre:
@@ -380,6 +391,7 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
           store_all(xt, nd);
         }
         ref::mixes(k, nt, x, c.param("hc_fn").data.data(), &out("mixes")[t0 * M]);
+        store_all(&out("mixes")[t0 * M], nt * M, ref::Storage::mixes);
         for (std::size_t t = t0; t < t0 + nt; ++t) {
           split(t, &out("mixes")[t * M]);
           B* y = &out("y")[t * d];

@@ -21,16 +21,21 @@ struct Stage {
   std::vector<S> values;
 };
 
-// The rounding of a stream tensor (hc_pre, hc_post, RMSNorm and sublayer outputs) to its storage
-// type: nothing, unless the Scalar models a storage format (bf16 in the bound-carrying type).
+// The tensors a kernel may store in a narrower format than it computes in: the streams (hc_pre,
+// hc_post, RMSNorm and sublayer outputs), the mixes before the split, and the coefficients (pre,
+// post, comb) before they are applied.
+enum class Storage { streams, mixes, coefficients };
+
+// The rounding of an element of such a tensor to its storage type: nothing, unless the Scalar
+// models storage formats (the bound-carrying type does).
 template <class S>
-S stored(const S& x) {
+S stored(const S& x, Storage = Storage::streams) {
   return x;
 }
 // stored() over n elements in place (a Scalar may skip the pass when its storage is exact).
 template <class S>
-void store_all(S* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i]);
+void store_all(S* x, std::size_t n, Storage kind = Storage::streams) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i], kind);
 }
 
 // The larger of two values (the softmax's running max): b when b > a, else a. A Scalar that

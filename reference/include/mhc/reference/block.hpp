@@ -249,12 +249,14 @@ void block_forward(const Config& c, const BlockConfig& b, std::size_t B, std::si
                   const float* base) {
     auto& mix = stage(s + ".mixes", {N, M});
     mixes(c, N, xs, fn, mix.data());
+    store_all(mix.data(), mix.size(), Storage::mixes);
     const auto& mix_in = fed(s + ".mixes", mix);
     auto& pre = stage(s + ".pre", {N, n});
     auto& post = stage(s + ".post", {N, n});
     auto& comb = stage(s + ".comb", {N, n, n});
     for (std::size_t t = 0; t < N; ++t)
       split_sinkhorn(c, &mix_in[t * M], scale, base, &pre[t * n], &post[t * n], &comb[t * n * n]);
+    for (auto* v : {&pre, &post, &comb}) store_all(v->data(), v->size(), Storage::coefficients);
     return Site{&fed(s + ".pre", pre), &fed(s + ".post", post), &fed(s + ".comb", comb), &pre};
   };
   auto read = [&](const std::string& name, const S* xs, const S* weights) -> const std::vector<S>& {

@@ -2,6 +2,7 @@
 // some implementation produced.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct CompareSpec {
   std::vector<std::string> files;
   std::vector<std::string> cases;  // of capture files, only these names (empty: all)
   oracles::ErrorModel model = oracles::ErrorModel::standard;
+  std::optional<oracles::Precision> precision;  // in place of each file's declaration
   unsigned threads = 0, read_timeout = 60;
   bool diagnose = true;
   Limits limits;
