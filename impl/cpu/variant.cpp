@@ -301,7 +301,8 @@ struct Kernel {
 
   void rmsnorm_token(const KernelConfig& c, const float* x, const float* g, float* y) const {
     const std::size_t d = std::size_t(c.d);
-    const float r = rscale(x, d, c.norm_eps, v.rms == Variant::Rms::token_sum);
+    // The Rms deviations are the mixes' statistic's (ref::Semantics::rms), not RMSNorm's.
+    const float r = rscale(x, d, c.norm_eps, false);
     for (std::size_t i = 0; i < d; ++i) y[i] = store(c, g[i] * (x[i] * r));
   }
 };
