@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
             return std::fabs(double(g->values[e]) - w.values[e].v) / std::fabs(w.values[e].v);
           };
           auto& env = std::size_t(&o - others.data()) < legit_ran ? envelope[w.name]
-                                                                   : envelope_more[w.name];
+                                                                  : envelope_more[w.name];
           env[Kind::uniform] = std::max(env[Kind::uniform], std::sqrt(d2 / w2));
           env[Kind::median] = std::max(env[Kind::median], rel(at_median));
           env[Kind::largest] = std::max(env[Kind::largest], rel(at_max));

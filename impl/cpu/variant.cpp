@@ -175,6 +175,10 @@ struct Kernel {
     }
     return div(x, s);
   }
+  // A stream element stored as declared, or in the variant's own format.
+  float stored(const KernelConfig& c, float x) const {
+    return round_to(v.streams != Format::fp32 ? v.streams : c.streams, x);
+  }
   float rscale(const float* x, std::size_t m, float eps, bool of_sum) const {
     const float ss = dot(x, x, m);
     const float q = (of_sum ? ss : div(ss, float(m))) + eps;
@@ -280,7 +284,7 @@ struct Kernel {
 
   void hc_pre_token(const KernelConfig& c, const float* x, const float* p, float* y) const {
     const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
-    for (std::size_t cc = 0; cc < d; ++cc) y[cc] = store(c, dot(p, x + cc, n, d));
+    for (std::size_t cc = 0; cc < d; ++cc) y[cc] = stored(c, dot(p, x + cc, n, d));
   }
 
   void hc_post_token(const KernelConfig& c, const float* f, const float* R, const float* post,
@@ -294,7 +298,7 @@ struct Kernel {
       for (std::size_t cc = 0; cc < d; ++cc) {
         col[0] = f[cc];
         for (std::size_t j = 0; j < n; ++j) col[j + 1] = R[j * d + cc];
-        y[k * d + cc] = store(c, dot(w.data(), col.data(), n + 1));
+        y[k * d + cc] = stored(c, dot(w.data(), col.data(), n + 1));
       }
     }
   }
@@ -303,7 +307,7 @@ struct Kernel {
     const std::size_t d = std::size_t(c.d);
     // The Rms deviations are the mixes' statistic's (ref::Semantics::rms), not RMSNorm's.
     const float r = rscale(x, d, c.norm_eps, false);
-    for (std::size_t i = 0; i < d; ++i) y[i] = store(c, g[i] * (x[i] * r));
+    for (std::size_t i = 0; i < d; ++i) y[i] = stored(c, g[i] * (x[i] * r));
   }
 };
 
@@ -423,6 +427,7 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("tf32_products_undeclared", "", [](Variant& x) { x.products = Format::tf32; });
     wrong("bf16_products_undeclared", "", [](Variant& x) { x.products = Format::bf16; });
     wrong("bf16_mixes_undeclared", "", [](Variant& x) { x.mixes = Format::bf16; });
+    wrong("bf16_streams_undeclared", "", [](Variant& x) { x.streams = Format::bf16; });
     wrong("sinkhorn_reciprocal_estimate", "", [](Variant& x) { x.sinkhorn_recip_bits = 18; });
     wrong("sigmoid_exp_estimate", "", [](Variant& x) { x.sigmoid_exp_bits = 19; });
     wrong("block_pre_not_shifted", "pre_not_shifted",

@@ -186,6 +186,8 @@ constexpr Declared kDeclared[] = {
     {"variant:all_choices", "coefficients=fp16", false},
     {"mutant:bf16_mixes_undeclared", "mixes=bf16", false},
     {"mutant:bf16_mixes_undeclared", "coefficients=bf16", true},
+    {"mutant:bf16_streams_undeclared", "bf16", false},
+    {"mutant:bf16_streams_undeclared", "bf16-projection", true},
 };
 
 }  // namespace

@@ -52,6 +52,7 @@ struct Variant {
   bool rsqrt_estimate = false;     // r's reciprocal square root to 11 mantissa bits, no Newton step
   Format products = Format::fp32;  // the projection's operands rounded to it, whatever is declared
   Format mixes = Format::fp32;     // the mixes stored in it, whatever is declared
+  Format streams = Format::fp32;   // hc_pre, hc_post, RMSNorm outputs stored in it, likewise
   int sinkhorn_recip_bits = 0;     // Sinkhorn divisions as x * (1 / s) cut to this many bits
   int sigmoid_exp_bits = 0;        // the weights' exp(-z) cut to this many bits (a fast exp)
   BlockKnobs block;                // Block-level deviations (pre not shifted, not causal, ...)
