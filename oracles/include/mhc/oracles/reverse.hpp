@@ -1,0 +1,220 @@
+// Reverse-mode differentiation as a Scalar: run through the generic reference, each value records
+// on a tape how it was computed (its parents and the partial derivatives with respect to them),
+// and one backward sweep gives the gradient of any weighted sum of the outputs with respect to
+// every input: the backward pass derived from the one reference, with every eps where the forward
+// has it. Values in T (double; MPFR to certify the double one). docs/semantics.md, "The backward
+// pass".
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "mhc/reference/arith.hpp"
+
+namespace mhc::rev {
+
+template <class T>
+struct Var;
+
+// The record of one evaluation. A Tape is the current one of its thread from construction to
+// destruction (they nest); Vars of T made meanwhile record on it.
+template <class T>
+class Tape {
+ public:
+  Tape() : prev_(current_) { current_ = this; }
+  ~Tape() { current_ = prev_; }
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  static Tape* current() { return current_; }
+
+  // An independent variable (an input or parameter to differentiate by).
+  Var<T> input(const T& value) { return Var<T>(value, node({})); }
+
+  // A node with edges to its parents (index, partial); constants (index < 0) are left out.
+  std::int64_t node(std::initializer_list<std::pair<std::int64_t, T>> edges) {
+    for (const auto& [p, d] : edges)
+      if (p >= 0) {
+        parent_.push_back(p);
+        partial_.push_back(d);
+      }
+    start_.push_back(parent_.size());
+    return std::int64_t(start_.size()) - 1;
+  }
+  // A node with n edges given one at a time by edge(i) -> (index, partial).
+  template <class Edge>
+  std::int64_t node(std::size_t n, Edge edge) {
+    for (std::size_t i = 0; i < n; ++i) {
+      auto [p, d] = edge(i);
+      if (p >= 0) {
+        parent_.push_back(p);
+        partial_.push_back(std::move(d));
+      }
+    }
+    start_.push_back(parent_.size());
+    return std::int64_t(start_.size()) - 1;
+  }
+
+  // The adjoint of every node for the seed sum_k w_k out_k: d(seed)/d(node), one sweep from the
+  // last node to the first (a node's parents were recorded before it).
+  std::vector<T> adjoints(const std::vector<std::pair<Var<T>, T>>& seed) const {
+    std::vector<T> adj(start_.size(), T(0));
+    for (const auto& [v, w] : seed)
+      if (v.id >= 0) adj[std::size_t(v.id)] += w;
+    for (std::size_t i = start_.size(); i-- > 0;) {
+      if (adj[i] == 0) continue;
+      const std::size_t lo = i == 0 ? 0 : start_[i - 1];
+      for (std::size_t e = lo; e < start_[i]; ++e) adj[parent_[e]] += adj[i] * partial_[e];
+    }
+    return adj;
+  }
+
+ private:
+  std::vector<std::size_t> start_;  // node i's edges end at start_[i] (begin at start_[i - 1])
+  std::vector<std::int64_t> parent_;
+  std::vector<T> partial_;
+  Tape* prev_;
+  static thread_local Tape* current_;
+};
+template <class T>
+thread_local Tape<T>* Tape<T>::current_ = nullptr;
+
+template <class T>
+struct Var {
+  T v = T(0);
+  std::int64_t id = -1;  // its node on the current tape; -1: a constant
+  Var() = default;
+  Var(double x) : v(x) {}  // NOLINT: constants convert implicitly, as in the reference
+  Var(float x) : v(double(x)) {}
+  Var(int x) : v(double(x)) {}
+  Var(T value, std::int64_t node) : v(std::move(value)), id(node) {}
+  template <class U = T, class = std::enable_if_t<!std::is_same<U, double>::value>>
+  Var(const T& x) : v(x) {}  // NOLINT
+
+  static Tape<T>& tape() {
+    Tape<T>* t = Tape<T>::current();
+    if (!t) throw std::logic_error("rev::Var: no tape is recording");
+    return *t;
+  }
+  // A result computed from a and b with partials da and db.
+  static Var make(T value, const Var& a, T da, const Var& b = Var(), T db = T(0)) {
+    if (a.id < 0 && b.id < 0) return Var(std::move(value), -1);
+    return Var(std::move(value), tape().node({{a.id, std::move(da)}, {b.id, std::move(db)}}));
+  }
+
+  Var& operator+=(const Var& o) { return *this = *this + o; }
+  Var& operator-=(const Var& o) { return *this = *this - o; }
+  Var& operator*=(const Var& o) { return *this = *this * o; }
+  Var& operator/=(const Var& o) { return *this = *this / o; }
+
+  friend Var operator-(const Var& a) { return make(-a.v, a, T(-1)); }
+  friend Var operator+(const Var& a, const Var& b) { return make(a.v + b.v, a, T(1), b, T(1)); }
+  friend Var operator-(const Var& a, const Var& b) { return make(a.v - b.v, a, T(1), b, T(-1)); }
+  friend Var operator*(const Var& a, const Var& b) { return make(a.v * b.v, a, b.v, b, a.v); }
+  friend Var operator/(const Var& a, const Var& b) {
+    const T q = a.v / b.v;
+    return make(q, a, T(1) / b.v, b, -q / b.v);
+  }
+  friend bool operator<(const Var& a, const Var& b) { return a.v < b.v; }
+  friend bool operator>(const Var& a, const Var& b) { return a.v > b.v; }
+  friend bool operator<=(const Var& a, const Var& b) { return a.v <= b.v; }
+  friend bool operator>=(const Var& a, const Var& b) { return a.v >= b.v; }
+  friend bool operator==(const Var& a, const Var& b) { return a.v == b.v; }
+};
+
+template <class T>
+Var<T> exp(const Var<T>& a) {
+  using std::exp;
+  const T e = exp(a.v);
+  return Var<T>::make(e, a, e);
+}
+template <class T>
+Var<T> sqrt(const Var<T>& a) {
+  using std::sqrt;
+  const T s = sqrt(a.v);
+  return Var<T>::make(s, a, T(0.5) / s);
+}
+
+// Reductions as one node each (n edges rather than n nodes); the value as the plain Scalar T
+// computes it (double: compensated, as the double oracle's).
+template <class T>
+Var<T> sum(const Var<T>* v, std::size_t n) {
+  std::vector<T> x(n);
+  bool constant = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = v[i].v;
+    constant = constant && v[i].id < 0;
+  }
+  using ref::sum;
+  T s = sum(x.data(), n);
+  if (constant) return Var<T>(std::move(s), -1);
+  return Var<T>(std::move(s), Var<T>::tape().node(n, [&](std::size_t i) {
+    return std::pair<std::int64_t, T>(v[i].id, T(1));
+  }));
+}
+template <class T>
+Var<T> dot(const Var<T>* a, const Var<T>* b, std::size_t n) {
+  std::vector<T> x(n), y(n);
+  bool constant = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = a[i].v;
+    y[i] = b[i].v;
+    constant = constant && a[i].id < 0 && b[i].id < 0;
+  }
+  using ref::dot;
+  T s = dot(x.data(), y.data(), n);
+  if (constant) return Var<T>(std::move(s), -1);
+  return Var<T>(std::move(s), Var<T>::tape().node(2 * n, [&](std::size_t k) {
+    const std::size_t i = k / 2;
+    return k % 2 == 0 ? std::pair<std::int64_t, T>(a[i].id, y[i])
+                      : std::pair<std::int64_t, T>(b[i].id, x[i]);
+  }));
+}
+// A dot product with constant weights (fp32 parameters read exactly).
+template <class T>
+Var<T> dot(const Var<T>* a, const float* w, std::size_t n) {
+  std::vector<T> x(n);
+  bool constant = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = a[i].v;
+    constant = constant && a[i].id < 0;
+  }
+  using ref::dot;
+  T s = dot(x.data(), w, n);
+  if (constant) return Var<T>(std::move(s), -1);
+  return Var<T>(std::move(s), Var<T>::tape().node(n, [&](std::size_t i) {
+    return std::pair<std::int64_t, T>(a[i].id, T(double(w[i])));
+  }));
+}
+
+// The vector-Jacobian product of f at x: f maps input tensors (Vars) to output tensors; given
+// upstream gradients of its outputs (same shapes), the gradient of sum_k upstream_k . out_k with
+// respect to each input tensor.
+template <class T, class F>
+std::vector<std::vector<T>> vjp(F f, const std::vector<std::vector<T>>& inputs,
+                                const std::vector<std::vector<T>>& upstream) {
+  Tape<T> tape;
+  std::vector<std::vector<Var<T>>> in(inputs.size());
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    for (const T& x : inputs[k]) in[k].push_back(tape.input(x));
+  const std::vector<std::vector<Var<T>>> out = f(in);
+  if (out.size() != upstream.size()) throw std::invalid_argument("vjp: upstream per output");
+  std::vector<std::pair<Var<T>, T>> seed;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    if (out[k].size() != upstream[k].size())
+      throw std::invalid_argument("vjp: an upstream gradient of another shape than its output");
+    for (std::size_t i = 0; i < out[k].size(); ++i) seed.emplace_back(out[k][i], upstream[k][i]);
+  }
+  const std::vector<T> adj = tape.adjoints(seed);
+  std::vector<std::vector<T>> grad(inputs.size());
+  for (std::size_t k = 0; k < in.size(); ++k)
+    for (const auto& v : in[k]) grad[k].push_back(adj[std::size_t(v.id)]);
+  return grad;
+}
+
+}  // namespace mhc::rev

@@ -1,0 +1,245 @@
+// The reverse-mode Scalar through the generic reference: gradients of the pieces against closed
+// forms derived by hand (hc_pre, hc_post, RMSNorm) and against central finite differences of the
+// reference evaluated in 256-bit MPFR (the split with its Sinkhorn, the mixes), in double and in
+// MPFR.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "mhc/oracles/random.hpp"
+#include "mhc/oracles/reverse.hpp"
+#include "mhc/oracles/scalars.hpp"
+#include "mhc/reference/mhc.hpp"
+
+using namespace mhc;
+using Tensors = std::vector<std::vector<double>>;
+
+namespace {
+
+std::vector<double> draw(oracles::Rng& rng, std::size_t n, double lo, double hi) {
+  std::vector<double> v(n);
+  for (double& x : v) x = rng.uniform(lo, hi);
+  return v;
+}
+
+// |a - b| <= tol (|b| + scale) element by element, scale the largest |b| of the tensor.
+void close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  double scale = 0;
+  for (double x : b) scale = std::max(scale, std::fabs(x));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i, a[i], b[i]);
+    CHECK(std::fabs(a[i] - b[i]) <= tol * (std::fabs(b[i]) + scale));
+  }
+}
+
+template <class T>
+std::vector<T> as(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+}  // namespace
+
+TEST_CASE("reverse: elementary operations against their derivatives", "[reverse]") {
+  // f(a, b) = exp(a b) / sqrt(a + b) - a: df/da = b e/s - e/(2 s^3) - 1, df/db = a e/s - e/(2 s^3)
+  // with e = exp(a b), s = sqrt(a + b).
+  const double a = 0.7, b = 1.3, e = std::exp(a * b), s = std::sqrt(a + b);
+  const auto g = rev::vjp<double>(
+      [](auto& in) {
+        using V = rev::Var<double>;
+        const V x = in[0][0], y = in[1][0];
+        return std::vector<std::vector<V>>{{exp(x * y) / sqrt(x + y) - x}};
+      },
+      Tensors{{a}, {b}}, Tensors{{1.0}});
+  CHECK(g[0][0] == Approx(b * e / s - e / (2 * s * s * s) - 1).epsilon(1e-15));
+  CHECK(g[1][0] == Approx(a * e / s - e / (2 * s * s * s)).epsilon(1e-15));
+}
+
+TEST_CASE("reverse: hc_pre, hc_post and RMSNorm against their closed forms", "[reverse]") {
+  using V = rev::Var<double>;
+  ref::Config c;
+  c.n = 4;
+  c.d = 6;
+  const std::size_t n = 4, d = 6;
+  oracles::Rng rng(5);
+  const auto x = draw(rng, n * d, -2, 2), p = draw(rng, n, 0, 1), gy = draw(rng, d, -1, 1);
+  // hc_pre: y_c = sum_j p_j x_jc, so dx_jc = p_j gy_c and dp_j = sum_c gy_c x_jc.
+  const auto pre = rev::vjp<double>(
+      [&](auto& in) {
+        std::vector<V> y(d);
+        ref::hc_pre(c, in[0].data(), in[1].data(), y.data());
+        return std::vector<std::vector<V>>{y};
+      },
+      Tensors{x, p}, Tensors{gy});
+  std::vector<double> dx(n * d), dp(n, 0.0);
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t cc = 0; cc < d; ++cc) {
+      dx[j * d + cc] = p[j] * gy[cc];
+      dp[j] += gy[cc] * x[j * d + cc];
+    }
+  close(pre[0], dx, 1e-15);
+  close(pre[1], dp, 1e-15);
+
+  // hc_post: y_kc = post_k f_c + sum_j comb_jk R_jc, so df_c = sum_k post_k g_kc, dR_jc =
+  // sum_k comb_jk g_kc, dpost_k = sum_c g_kc f_c, dcomb_jk = sum_c g_kc R_jc.
+  const auto f = draw(rng, d, -1, 1), post = draw(rng, n, 0, 2), comb = draw(rng, n * n, 0, 1);
+  const auto g = draw(rng, n * d, -1, 1);
+  const auto out = rev::vjp<double>(
+      [&](auto& in) {
+        std::vector<V> y(n * d);
+        ref::hc_post(c, in[0].data(), in[1].data(), in[2].data(), in[3].data(), y.data());
+        return std::vector<std::vector<V>>{y};
+      },
+      Tensors{f, x, post, comb}, Tensors{g});
+  std::vector<double> df(d, 0.0), dR(n * d, 0.0), dpost(n, 0.0), dcomb(n * n, 0.0);
+  for (std::size_t k = 0; k < n; ++k)
+    for (std::size_t cc = 0; cc < d; ++cc) {
+      df[cc] += post[k] * g[k * d + cc];
+      dpost[k] += g[k * d + cc] * f[cc];
+      for (std::size_t j = 0; j < n; ++j) {
+        dR[j * d + cc] += comb[j * n + k] * g[k * d + cc];
+        dcomb[j * n + k] += g[k * d + cc] * x[j * d + cc];
+      }
+    }
+  close(out[0], df, 1e-15);
+  close(out[1], dR, 1e-15);
+  close(out[2], dpost, 1e-15);
+  close(out[3], dcomb, 1e-15);
+
+  // RMSNorm: y_i = w_i x_i r, r = (sum_k x_k^2 / d + eps)^(-1/2), so dw_i = g_i x_i r and
+  // dx_i = r w_i g_i - (r^3 / d) x_i sum_k g_k w_k x_k.
+  const double eps = 1e-3;
+  const auto h = draw(rng, d, -3, 3), w = draw(rng, d, 0.5, 1.5), gh = draw(rng, d, -1, 1);
+  const auto norm = rev::vjp<double>(
+      [&](auto& in) {
+        std::vector<V> y(d);
+        ref::rmsnorm(d, eps, in[0].data(), in[1].data(), y.data());
+        return std::vector<std::vector<V>>{y};
+      },
+      Tensors{h, w}, Tensors{gh});
+  double ss = 0, gwx = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    ss += h[i] * h[i];
+    gwx += gh[i] * w[i] * h[i];
+  }
+  const double r = 1 / std::sqrt(ss / double(d) + eps);
+  std::vector<double> dh(d), dw(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    dw[i] = gh[i] * h[i] * r;
+    dh[i] = r * w[i] * gh[i] - r * r * r / double(d) * h[i] * gwx;
+  }
+  close(norm[0], dh, 1e-14);
+  close(norm[1], dw, 1e-14);
+}
+
+namespace {
+
+// split_sinkhorn of one token as a function of (mixes, hc_scale, hc_base) to (pre, post, comb),
+// in any Scalar S.
+template <class S>
+std::vector<std::vector<S>> split(const ref::Config& c, std::vector<std::vector<S>>& in) {
+  const std::size_t n = std::size_t(c.n);
+  std::vector<S> pre(n), post(n), comb(n * n);
+  ref::split_sinkhorn(c, in[0].data(), in[1].data(), in[2].data(), pre.data(), post.data(),
+                      comb.data());
+  return {pre, post, comb};
+}
+// The mixes of one token as a function of (x, hc_fn).
+template <class S>
+std::vector<std::vector<S>> mix(const ref::Config& c, std::vector<std::vector<S>>& in) {
+  std::vector<S> out(std::size_t(c.mix()));
+  ref::mixes(c, 1, in[0].data(), in[1].data(), out.data());
+  return {out};
+}
+
+// Central differences of sum_k up_k . f_k(in) in MPFR, per input element: h relative to the
+// element (absolute where it is 0); their error is O(h^2) and 2^-256 / h.
+template <class F>
+Tensors differences(F f, const Tensors& inputs, const Tensors& up) {
+  using M = num::mpfr;
+  std::vector<std::vector<M>> in;
+  for (const auto& t : inputs) in.push_back(as<M>(t));
+  auto loss = [&](std::vector<std::vector<M>>& at) {
+    const auto out = f(at);
+    M s = 0;
+    for (std::size_t k = 0; k < out.size(); ++k)
+      for (std::size_t i = 0; i < out[k].size(); ++i) s += M(up[k][i]) * out[k][i];
+    return s;
+  };
+  Tensors grad(inputs.size());
+  for (std::size_t k = 0; k < in.size(); ++k)
+    for (std::size_t i = 0; i < in[k].size(); ++i) {
+      const M x = in[k][i], h = M(1e-30) * (x == 0 ? M(1) : abs(x));
+      in[k][i] = x + h;
+      const M plus = loss(in);
+      in[k][i] = x - h;
+      const M minus = loss(in);
+      in[k][i] = x;
+      grad[k].push_back(((plus - minus) / (2 * h)).convert_to<double>());
+    }
+  return grad;
+}
+
+// The reverse-mode gradient in T, as doubles.
+template <class T, class F>
+Tensors reverse_in(F f, const Tensors& inputs, const Tensors& up) {
+  std::vector<std::vector<T>> in, ups;
+  for (const auto& t : inputs) in.push_back(as<T>(t));
+  for (const auto& t : up) ups.push_back(as<T>(t));
+  const auto g = rev::vjp<T>(f, in, ups);
+  Tensors out(g.size());
+  for (std::size_t k = 0; k < g.size(); ++k)
+    for (const T& v : g[k]) out[k].push_back(double(v));
+  return out;
+}
+
+}  // namespace
+
+// Every eps where the forward has it, through all 20 iterations: the gradients of the split and
+// of the mixes agree with finite differences of the same reference in MPFR, in double (to 1e-9:
+// 20 Sinkhorn rounds differentiated in double) and in MPFR (to 1e-20), at a small and a large
+// hc_eps, and with the eps inside the softmax's sum (a deviation: its gradient differs).
+TEST_CASE("reverse: the split and the mixes against finite differences in MPFR", "[reverse]") {
+  num::set_mpfr_bits(256);
+  using M = num::mpfr;
+  oracles::Rng rng(7);
+  ref::Config c;
+  c.n = 4;
+  c.d = 3;
+  const std::size_t n = 4, M24 = std::size_t(c.mix()), nd = n * 3;
+  for (double eps : {1e-6, 5e-2}) {
+    CAPTURE(eps);
+    c.hc_eps = eps;
+    c.sem = ref::Semantics{};
+    const Tensors in{draw(rng, M24, -3, 3), {0.8, 1.2, 2.5}, draw(rng, M24, -0.5, 0.5)};
+    const Tensors up{draw(rng, n, -1, 1), draw(rng, n, -1, 1), draw(rng, n * n, -1, 1)};
+    const auto fd = differences([&](auto& at) { return split<M>(c, at); }, in, up);
+    const auto gd =
+        reverse_in<double>([&](auto& at) { return split<rev::Var<double>>(c, at); }, in, up);
+    const auto gm = reverse_in<M>([&](auto& at) { return split<rev::Var<M>>(c, at); }, in, up);
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      CAPTURE(k);
+      close(gd[k], fd[k], 1e-9);
+      close(gm[k], fd[k], 1e-20);
+    }
+    // The eps moved inside the softmax's sum changes the gradient by more than the tolerance.
+    c.sem.softmax_eps = ref::Semantics::Eps::in_sum;
+    const auto moved =
+        reverse_in<double>([&](auto& at) { return split<rev::Var<double>>(c, at); }, in, up);
+    double diff = 0;
+    for (std::size_t i = 0; i < M24; ++i) diff = std::max(diff, std::fabs(moved[0][i] - gd[0][i]));
+    CHECK(diff > 1e-3 * eps);
+  }
+  c.sem = ref::Semantics{};
+  const Tensors in{draw(rng, nd, -2, 2), draw(rng, M24 * nd, -0.3, 0.3)};
+  const Tensors up{draw(rng, M24, -1, 1)};
+  const auto fd = differences([&](auto& at) { return mix<M>(c, at); }, in, up);
+  const auto gd =
+      reverse_in<double>([&](auto& at) { return mix<rev::Var<double>>(c, at); }, in, up);
+  const auto gm = reverse_in<M>([&](auto& at) { return mix<rev::Var<M>>(c, at); }, in, up);
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    CAPTURE(k);
+    close(gd[k], fd[k], 1e-12);
+    close(gm[k], fd[k], 1e-20);
+  }
+}
