@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/random.hpp"
 #include "mhc/oracles/reverse.hpp"
 #include "mhc/oracles/scalars.hpp"
@@ -241,5 +242,134 @@ TEST_CASE("reverse: the split and the mixes against finite differences in MPFR",
     CAPTURE(k);
     close(gd[k], fd[k], 1e-12);
     close(gm[k], fd[k], 1e-20);
+  }
+}
+
+namespace {
+
+template <class T>
+std::vector<std::vector<T>> cast(const std::vector<std::vector<float>>& v) {
+  std::vector<std::vector<T>> out;
+  for (const auto& t : v) out.emplace_back(t.begin(), t.end());
+  return out;
+}
+
+// Each element of the fp32 backward (the reference differentiated in float: a straightforward
+// fp32 autograd) against the bound-carrying backward: the largest |fp32 - value| / bound.
+template <class Piece>
+double worst_ratio(Piece piece, const std::vector<std::vector<float>>& in,
+                   const std::vector<std::vector<float>>& up) {
+  const auto got = rev::vjp<float>([&](auto& at) { return piece(at, rev::Var<float>()); }, in, up);
+  const auto want =
+      rev::vjp<bnd::Bounded>([&](auto& at) { return piece(at, rev::Var<bnd::Bounded>()); },
+                             cast<bnd::Bounded>(in), cast<bnd::Bounded>(up));
+  double worst = 0;
+  for (std::size_t k = 0; k < got.size(); ++k)
+    for (std::size_t i = 0; i < got[k].size(); ++i) {
+      const double d = std::fabs(double(got[k][i]) - want[k][i].v);
+      const double r = d == 0 && std::isfinite(want[k][i].e) ? 0 : d / want[k][i].e;
+      worst = std::isnan(r) || !(r <= worst) ? (std::isnan(r) ? HUGE_VAL : r) : worst;
+    }
+  return worst;
+}
+
+std::vector<float> draw32(oracles::Rng& rng, std::size_t n, double lo, double hi) {
+  std::vector<float> v(n);
+  for (float& x : v) x = float(rng.uniform(lo, hi));
+  return v;
+}
+
+}  // namespace
+
+// The bound-carrying Scalar through the tape: a bound on each gradient element of an fp32
+// evaluation of the backward the tape records, each node's contributions summed in any order
+// (accumulate(): bnd::sum). The fp32 autograd of every piece lies inside it (a bound that is not
+// finite counts as outside); a backward through the eps misplaced in the softmax (hc_eps 0.05)
+// lies more than 10 bounds away.
+TEST_CASE("reverse: the fp32 backward lies within the bound-carrying backward", "[reverse]") {
+  oracles::Rng rng(3);
+  ref::Config c;
+  c.n = 4;
+  c.d = 64;
+  c.iters = 20;
+  c.hc_eps = 1e-6;
+  const std::size_t n = 4, d = 64, nd = n * d, M = std::size_t(c.mix());
+  for (int trial = 0; trial < 4; ++trial) {
+    CAPTURE(trial);
+    const auto x = draw32(rng, nd, -2, 2), gy = draw32(rng, d, -1, 1);
+    const auto pre = draw32(rng, n, 0, 1), g = draw32(rng, nd, -1, 1);
+    const double r_pre = worst_ratio(
+        [&](auto& at, auto s) {
+          std::vector<decltype(s)> y(d);
+          ref::hc_pre(c, at[0].data(), at[1].data(), y.data());
+          return std::vector<std::vector<decltype(s)>>{y};
+        },
+        {x, pre}, {gy});
+    const auto f = draw32(rng, d, -1, 1), post = draw32(rng, n, 0, 2);
+    const auto comb = draw32(rng, n * n, 0, 1);
+    const double r_post = worst_ratio(
+        [&](auto& at, auto s) {
+          std::vector<decltype(s)> y(nd);
+          ref::hc_post(c, at[0].data(), at[1].data(), at[2].data(), at[3].data(), y.data());
+          return std::vector<std::vector<decltype(s)>>{y};
+        },
+        {f, x, post, comb}, {g});
+    const auto w = draw32(rng, d, 0.5, 1.5);
+    const double r_norm = worst_ratio(
+        [&](auto& at, auto s) {
+          std::vector<decltype(s)> y(d);
+          ref::rmsnorm(d, 1e-6, at[0].data(), at[1].data(), y.data());
+          return std::vector<std::vector<decltype(s)>>{y};
+        },
+        {std::vector<float>(x.begin(), x.begin() + std::ptrdiff_t(d)), w}, {gy});
+    const auto fn = draw32(rng, M * nd, -0.05, 0.05), gm = draw32(rng, M, -1, 1);
+    const double r_mix = worst_ratio(
+        [&](auto& at, auto s) {
+          std::vector<decltype(s)> out(M);
+          ref::mixes(c, 1, at[0].data(), at[1].data(), out.data());
+          return std::vector<std::vector<decltype(s)>>{out};
+        },
+        {x, fn}, {gm});
+    const auto mixes = draw32(rng, M, -3, 3), scale = std::vector<float>{0.8f, 1.2f, 2.5f};
+    const auto base = draw32(rng, M, -0.5, 0.5);
+    const auto gp = draw32(rng, n, -1, 1), gq = draw32(rng, n, -1, 1);
+    const auto gc = draw32(rng, n * n, -1, 1);
+    auto split_of = [&](const ref::Config& cc) {
+      return [&, cc](auto& at, auto s) {
+        std::vector<decltype(s)> p(n), q(n), C(n * n);
+        ref::split_sinkhorn(cc, at[0].data(), at[1].data(), at[2].data(), p.data(), q.data(),
+                            C.data());
+        return std::vector<std::vector<decltype(s)>>{p, q, C};
+      };
+    };
+    // Three Sinkhorn rounds: propagated step by step, the bound grows about 13-fold a round
+    // (6.6e-5 after one, 0.01 after three, 6.8e3 after eight at hc_eps 0.05; docs/semantics.md,
+    // "The backward pass"), and a bound for 20 rounds needs the linearised treatment the forward
+    // Sinkhorn has.
+    ref::Config c3 = c;
+    c3.iters = 3;
+    const double r_split = worst_ratio(split_of(c3), {mixes, scale, base}, {gp, gq, gc});
+    INFO("worst ratios: pre " << r_pre << ", post " << r_post << ", rmsnorm " << r_norm
+                              << ", mixes " << r_mix << ", split " << r_split);
+    CHECK(r_pre <= 1);
+    CHECK(r_post <= 1);
+    CHECK(r_norm <= 1);
+    CHECK(r_mix <= 1);
+    CHECK(r_split <= 1);
+    // The kernel's eps inside the softmax's sum, judged by the reference's backward.
+    ref::Config wrong = c3, right = c3;
+    wrong.hc_eps = right.hc_eps = 0.05;
+    wrong.sem.softmax_eps = ref::Semantics::Eps::in_sum;
+    const auto in = std::vector<std::vector<float>>{mixes, scale, base};
+    const auto up = std::vector<std::vector<float>>{gp, gq, gc};
+    const auto got =
+        rev::vjp<float>([&](auto& at) { return split_of(wrong)(at, rev::Var<float>()); }, in, up);
+    const auto want = rev::vjp<bnd::Bounded>(
+        [&](auto& at) { return split_of(right)(at, rev::Var<bnd::Bounded>()); },
+        cast<bnd::Bounded>(in), cast<bnd::Bounded>(up));
+    double beyond = 0;
+    for (std::size_t i = 0; i < M; ++i)
+      beyond = std::max(beyond, std::fabs(double(got[0][i]) - want[0][i].v) / want[0][i].e);
+    CHECK(beyond > 10);
   }
 }

@@ -21,6 +21,14 @@ namespace mhc::rev {
 template <class T>
 struct Var;
 
+// The sum of a node's n contributions: T's own reduction (compensated in double, any order for
+// the bound-carrying type, left to right in float).
+template <class T>
+T accumulate(const T* terms, std::size_t n) {
+  using ref::sum;
+  return sum(terms, n);
+}
+
 // The record of one evaluation. A Tape is the current one of its thread from construction to
 // destruction (they nest); Vars of T made meanwhile record on it.
 template <class T>
@@ -61,15 +69,28 @@ class Tape {
   }
 
   // The adjoint of every node for the seed sum_k w_k out_k: d(seed)/d(node), one sweep from the
-  // last node to the first (a node's parents were recorded before it).
+  // last node to the first (a node's parents were recorded before it). A node's adjoint is the
+  // sum of its children's contributions adj(child) * partial, summed as one reduction once they
+  // are all in (accumulate(): in any order, for a bound-carrying T).
   std::vector<T> adjoints(const std::vector<std::pair<Var<T>, T>>& seed) const {
-    std::vector<T> adj(start_.size(), T(0));
+    const std::size_t N = start_.size();
+    std::vector<std::size_t> at(N + 1, 0);  // node i's terms: [at[i], at[i + 1])
     for (const auto& [v, w] : seed)
-      if (v.id >= 0) adj[std::size_t(v.id)] += w;
-    for (std::size_t i = start_.size(); i-- > 0;) {
-      if (adj[i] == 0) continue;
+      if (v.id >= 0) ++at[std::size_t(v.id) + 1];
+    for (std::int64_t p : parent_) ++at[std::size_t(p) + 1];
+    for (std::size_t i = 0; i < N; ++i) at[i + 1] += at[i];
+    std::vector<T> terms(at[N], T(0));
+    std::vector<std::size_t> fill(at.begin(), at.end() - 1);
+    for (const auto& [v, w] : seed)
+      if (v.id >= 0) terms[fill[std::size_t(v.id)]++] = w;
+    std::vector<T> adj(N, T(0));
+    for (std::size_t i = N; i-- > 0;) {
+      const std::size_t count = at[i + 1] - at[i];
+      if (count == 0) continue;
+      adj[i] = accumulate(terms.data() + at[i], count);
       const std::size_t lo = i == 0 ? 0 : start_[i - 1];
-      for (std::size_t e = lo; e < start_[i]; ++e) adj[parent_[e]] += adj[i] * partial_[e];
+      for (std::size_t e = lo; e < start_[i]; ++e)
+        terms[fill[std::size_t(parent_[e])]++] = adj[i] * partial_[e];
     }
     return adj;
   }
@@ -89,11 +110,11 @@ struct Var {
   T v = T(0);
   std::int64_t id = -1;  // its node on the current tape; -1: a constant
   Var() = default;
-  Var(double x) : v(x) {}  // NOLINT: constants convert implicitly, as in the reference
-  Var(float x) : v(double(x)) {}
-  Var(int x) : v(double(x)) {}
+  Var(double x) : v(T(x)) {}  // NOLINT: constants convert implicitly, as in the reference
+  Var(float x) : v(T(double(x))) {}
+  Var(int x) : v(T(double(x))) {}
   Var(T value, std::int64_t node) : v(std::move(value)), id(node) {}
-  template <class U = T, class = std::enable_if_t<!std::is_same<U, double>::value>>
+  template <class U = T, class = std::enable_if_t<!std::is_arithmetic<U>::value>>
   Var(const T& x) : v(x) {}  // NOLINT
 
   static Tape<T>& tape() {
