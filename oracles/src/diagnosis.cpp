@@ -54,7 +54,8 @@ const std::vector<ref::BlockSemantics>& block_deviation_catalogue() {
   return all;
 }
 
-std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads) {
+std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads,
+                                  ErrorModel model) {
   std::vector<std::string> names;
   std::vector<OpCase> alternatives;
   for (const auto& sem : deviation_catalogue()) {
@@ -73,7 +74,7 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
   for (const auto& alt : alternatives) {
     if (!ref::validate(alt.cfg).empty()) continue;  // e.g. iters - 1 = 0
     const std::string name = alt.block.sem.is_default() ? alt.cfg.sem.name() : alt.block.sem.name();
-    const Verdict v = compare(got, oracle_trace(alt, threads, ErrorModel::rigorous, {}, &got));
+    const Verdict v = compare(got, oracle_trace(alt, threads, model, {}, &got));
     bool all_pass = !v.stages.empty();
     bool any_judged = false;
     for (const auto& s : v.stages) {
@@ -83,6 +84,20 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
     if (all_pass && any_judged) names.push_back(name);
   }
   return names;
+}
+
+const char* const kWithinWorstCase =
+    "no catalogued deviation explains it, and it is within the worst-case bounds: an accuracy "
+    "shortfall (a precision the kernel does not declare, or an arithmetic regression)";
+
+bool within_worst_case(const OpCase& c, const Trace<float>& got, unsigned threads) {
+  const Verdict v = compare(got, oracle_trace(c, threads, ErrorModel::rigorous, {}, &got));
+  bool any_judged = false;
+  for (const auto& s : v.stages) {
+    if (s.state == State::fail) return false;
+    any_judged = any_judged || s.state == State::pass;
+  }
+  return any_judged;
 }
 
 std::string describe_diagnosis(const std::vector<std::string>& names) {

@@ -128,8 +128,16 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   }
   o.got = std::move(got);
   if (j.diagnose && o.verdict.state == oracles::State::fail && !o.got.empty()) {
-    o.deviations = oracles::diagnose(c, o.got, j.threads);
-    o.diagnosis = oracles::describe_diagnosis(o.deviations);
+    // Within the worst-case bounds, every deviation too small to leave them would "explain" an
+    // output that failed tighter ones: judge the alternatives by the bounds it failed instead.
+    // (A failure of the second tier alone is not told apart so: its models assume the case's
+    // own semantics, and the diagnosis lists every deviation within the first tier's bounds.)
+    const bool worst_case =
+        j.model != oracles::ErrorModel::rigorous && oracles::within_worst_case(c, o.got, j.threads);
+    o.deviations = oracles::diagnose(c, o.got, j.threads,
+                                     worst_case ? j.model : oracles::ErrorModel::rigorous);
+    o.diagnosis = worst_case && o.deviations.empty() ? oracles::kWithinWorstCase
+                                                     : oracles::describe_diagnosis(o.deviations);
   }
   return o;
 }

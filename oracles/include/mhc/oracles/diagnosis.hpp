@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/ops.hpp"
 
 namespace mhc::oracles {
@@ -18,9 +19,17 @@ const std::vector<ref::Semantics>& deviation_catalogue();
 // skipped, routing weights not normalised, comb transposed at one site.
 const std::vector<ref::BlockSemantics>& block_deviation_catalogue();
 
-// The names of the deviations under which the oracle (same case, same precision model) passes
-// every stage the kernel produced; empty when none explains it.
-std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads = 1);
+// The names of the deviations under which the oracle (same case, same precision model, bounds
+// of the given error model) passes every stage the kernel produced; empty when none explains it.
+std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads = 1,
+                                  ErrorModel model = ErrorModel::rigorous);
+
+// Whether the output passes every stage within the worst-case (rigorous) bounds of the case's own
+// semantics. A failure under tighter bounds is then explained by a deviation only under those
+// tighter bounds, and by none when none passes them: an accuracy shortfall (a precision the
+// kernel does not declare, an arithmetic regression).
+bool within_worst_case(const OpCase& c, const Trace<float>& got, unsigned threads = 1);
+extern const char* const kWithinWorstCase;  // the diagnosis line for it
 
 // One line for people: "matches the oracle with X" / "... with X or Y" / "no catalogued ...".
 std::string describe_diagnosis(const std::vector<std::string>& names);
