@@ -114,15 +114,23 @@ TEST_CASE("driver: first divergent stage of a boundary with the comb transposed"
   CHECK(v.first_divergent == "x");
 }
 
-TEST_CASE("driver: the whole Block and a stack pass on both CPU kernels", "[driver][block]") {
-  ref::Config cfg;
-  cfg.d = 32;
+namespace {
+// A small Block: d = 32, two heads of 8, four experts of 16, two layers for a stack.
+ref::BlockConfig small_block() {
   ref::BlockConfig b;
   b.heads = 2;
   b.head_dim = 8;
   b.experts = 4;
   b.inter = 16;
   b.layers = 2;
+  return b;
+}
+}  // namespace
+
+TEST_CASE("driver: the whole Block and a stack pass on both CPU kernels", "[driver][block]") {
+  ref::Config cfg;
+  cfg.d = 32;
+  const ref::BlockConfig b = small_block();
   for (Op op : oracles::block_ops())
     for (const auto* k : impl::backends())
       for (oracles::Precision prec : oracles::all_precisions()) {
@@ -512,11 +520,7 @@ TEST_CASE("driver: mixes and coefficients stored in bf16 are judged as declared"
   REQUIRE(mixes16.mixes);
   ref::Config cfg;
   cfg.d = 32;
-  ref::BlockConfig b;
-  b.heads = 2;
-  b.head_dim = 8;
-  b.experts = 4;
-  b.inter = 16;
+  const ref::BlockConfig b = small_block();
   int failed_as_fp32 = 0, failed_undeclared = 0, cases = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed)
     for (Op op : {Op::boundary, Op::block}) {

@@ -161,56 +161,57 @@ Var<T> sqrt(const Var<T>& a) {
   return Var<T>::make(s, a, T(0.5) / s);
 }
 
+namespace detail {
+// The values of n Vars, and whether all are constants.
+template <class T>
+bool values(const Var<T>* v, std::size_t n, std::vector<T>& out) {
+  out.resize(n);
+  bool constant = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = v[i].v;
+    constant = constant && v[i].id < 0;
+  }
+  return constant;
+}
+// A reduction's result: s, with n edges edge(i) unless every operand is a constant.
+template <class T, class Edge>
+Var<T> reduced(T s, bool constant, std::size_t n, Edge edge) {
+  if (constant) return Var<T>(std::move(s), -1);
+  return Var<T>(std::move(s), Var<T>::tape().node(n, edge));
+}
+}  // namespace detail
+
 // Reductions as one node each (n edges rather than n nodes); the value as the plain Scalar T
 // computes it (double: compensated, as the double oracle's).
 template <class T>
 Var<T> sum(const Var<T>* v, std::size_t n) {
-  std::vector<T> x(n);
-  bool constant = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = v[i].v;
-    constant = constant && v[i].id < 0;
-  }
+  std::vector<T> x;
+  const bool constant = detail::values(v, n, x);
   using ref::sum;
-  T s = sum(x.data(), n);
-  if (constant) return Var<T>(std::move(s), -1);
-  return Var<T>(std::move(s), Var<T>::tape().node(n, [&](std::size_t i) {
-    return std::pair<std::int64_t, T>(v[i].id, T(1));
-  }));
+  return detail::reduced(sum(x.data(), n), constant, n,
+                         [&](std::size_t i) { return std::pair<std::int64_t, T>(v[i].id, T(1)); });
 }
 template <class T>
 Var<T> dot(const Var<T>* a, const Var<T>* b, std::size_t n) {
-  std::vector<T> x(n), y(n);
-  bool constant = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = a[i].v;
-    y[i] = b[i].v;
-    constant = constant && a[i].id < 0 && b[i].id < 0;
-  }
+  std::vector<T> x, y;
+  const bool a_constant = detail::values(a, n, x), b_constant = detail::values(b, n, y);
   using ref::dot;
-  T s = dot(x.data(), y.data(), n);
-  if (constant) return Var<T>(std::move(s), -1);
-  return Var<T>(std::move(s), Var<T>::tape().node(2 * n, [&](std::size_t k) {
-    const std::size_t i = k / 2;
-    return k % 2 == 0 ? std::pair<std::int64_t, T>(a[i].id, y[i])
-                      : std::pair<std::int64_t, T>(b[i].id, x[i]);
-  }));
+  return detail::reduced(dot(x.data(), y.data(), n), a_constant && b_constant, 2 * n,
+                         [&](std::size_t k) {
+                           const std::size_t i = k / 2;
+                           return k % 2 == 0 ? std::pair<std::int64_t, T>(a[i].id, y[i])
+                                             : std::pair<std::int64_t, T>(b[i].id, x[i]);
+                         });
 }
 // A dot product with constant weights (fp32 parameters read exactly).
 template <class T>
 Var<T> dot(const Var<T>* a, const float* w, std::size_t n) {
-  std::vector<T> x(n);
-  bool constant = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = a[i].v;
-    constant = constant && a[i].id < 0;
-  }
+  std::vector<T> x;
+  const bool constant = detail::values(a, n, x);
   using ref::dot;
-  T s = dot(x.data(), w, n);
-  if (constant) return Var<T>(std::move(s), -1);
-  return Var<T>(std::move(s), Var<T>::tape().node(n, [&](std::size_t i) {
+  return detail::reduced(dot(x.data(), w, n), constant, n, [&](std::size_t i) {
     return std::pair<std::int64_t, T>(a[i].id, T(double(w[i])));
-  }));
+  });
 }
 
 // The vector-Jacobian product of f at x: f maps input tensors (Vars) to output tensors; given
