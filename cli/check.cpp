@@ -34,7 +34,7 @@ Run add_check(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember(error_model_names()));
   app.add_option("--save-failures", st->spec.save_dir,
-                 "directory where each failing case is saved as an mhc-fixture/1 file (a "
+                 "directory where each failing case is saved as an mhc-fixture file (a "
                  "regression test: mhc-verify compare FILE); empty: do not save")
       ->capture_default_str();
   app.add_flag("--isolate", st->spec.isolate,

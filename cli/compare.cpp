@@ -86,7 +86,7 @@ Run add_capture(CLI::App& app) {
       "Generates the case of `check --seed S --cases 1` with the same options (note the\n"
       "default --tokens: 4 here, 16 in check), runs the kernel, and writes the\n"
       "inputs, params, config and the kernel's outputs (and, for block and stack, every\n"
-      "stage under /outputs/trace) as an mhc-fixture/1 file.");
+      "stage under /outputs/trace) as an mhc-fixture file.");
   return [st]() -> int {
     runner::CheckSpec& spec = st->resolve();
     const auto c = runner::check_case(spec, spec.seed);

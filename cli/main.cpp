@@ -43,10 +43,10 @@ int main(int argc, char** argv) {
       "kill table.");
   runs[mutants] = mhc::cli::add_mutants(*mutants);
   auto* compare = app.add_subcommand(
-      "compare", "Judge captured tensors: mhc-fixture/1 HDF5 files, each against the oracle.");
+      "compare", "Judge captured tensors: mhc-fixture HDF5 files, each against the oracle.");
   runs[compare] = mhc::cli::add_compare(*compare);
   auto* capture = app.add_subcommand(
-      "capture", "Write an mhc-fixture/1 file from one of our kernels on a generated case.");
+      "capture", "Write an mhc-fixture file from one of our kernels on a generated case.");
   runs[capture] = mhc::cli::add_capture(*capture);
   auto* fuzz = app.add_subcommand(
       "fuzz",

@@ -206,8 +206,8 @@ def _judgement(r: dict) -> Judgement:
 
 def judge_file(path: str, cases: Optional[List[str]] = None, error_model: str = "standard",
                threads: int = 0, diagnose: bool = True) -> List[Judgement]:
-    """Judges every case of a fixture file (mhc-fixture/1: one case) or capture file
-    (mhc-capture/1: many, e.g. a model's forward from mhc_verify.torch.capture), or only the
+    """Judges every case of a fixture file (mhc-fixture: one case) or capture file
+    (mhc-capture: many, e.g. a model's forward from mhc_verify.torch.capture), or only the
     cases named. Each Judgement's REPRO line reruns its case with `mhc-verify compare`."""
     return [_judgement(r) for r in _core.judge_file(str(path), list(cases or []), error_model,
                                                     threads, diagnose, _recorder, _label)]
@@ -215,7 +215,7 @@ def judge_file(path: str, cases: Optional[List[str]] = None, error_model: str = 
 
 def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
                   producer: str = "mhc_verify.write_capture") -> None:
-    """Writes many cases as one mhc-capture/1 file (atomically). `cases` maps a case name (no
+    """Writes many cases as one mhc-capture file (atomically). `cases` maps a case name (no
     '/'; names sort in judging order) to a dict with the arguments of judge(): op, config,
     inputs, params, outputs, precision."""
     names, payload = [], []

@@ -52,7 +52,7 @@ def _copy(value):
 @contextlib.contextmanager
 def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = None,
             precision: str = "fp32", producer: str = "mhc_verify.torch.capture"):
-    """Records every call of the sites during the block; writes one mhc-capture/1 file at its
+    """Records every call of the sites during the block; writes one mhc-capture file at its
     end (also when the block raises, with the calls made so far)."""
     cases, counts, originals = {}, {}, []
 
@@ -120,7 +120,7 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
                    tokens_per_case: Optional[int] = 128,
                    producer: str = "mhc_verify.torch.capture_blocks"):
     """Records every forward through `blocks` (a model's Blocks, from its first) and writes one
-    mhc-capture/1 file at the end of the block: per forward, `stack` cases ("<name>.<k>") of at
+    mhc-capture file at the end of the block: per forward, `stack` cases ("<name>.<k>") of at
     most `tokens_per_case` tokens (None: all in one), since with the sublayers given each token's
     stages depend on that token alone. Judging takes about 64 bytes per stage value (bench/README.md,
     "Judging limits"): 128 tokens of 4 layers at the V4.1 sizes, about 2 GB.

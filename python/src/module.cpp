@@ -309,7 +309,7 @@ py::list judge_file(const std::string& path, const std::vector<std::string>& cas
 }
 
 // Writes many cases (dicts of op, config, inputs, params, outputs, precision, stored) as one
-// mhc-capture/1 file, each checked as judge() checks its arrays.
+// mhc-capture file, each checked as judge() checks its arrays.
 void write_capture(const std::string& path, const std::vector<std::string>& names,
                    const py::list& cases, const std::string& producer) {
   std::vector<fixtures::CaptureCase> out;

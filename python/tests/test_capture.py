@@ -1,4 +1,4 @@
-"""Capture files (mhc-capture/1): many cases in one file, written by write_capture (and by
+"""Capture files (mhc-capture): many cases in one file, written by write_capture (and by
 mhc_verify.torch.capture), judged by judge_file and by `mhc-verify compare`, one case selected by
 --case; bad captures are errors naming the case."""
 import subprocess

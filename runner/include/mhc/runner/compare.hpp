@@ -1,4 +1,4 @@
-// Captured tensors judged: mhc-fixture/1 files (fixtures/README.md), each a case with the outputs
+// Captured tensors judged: mhc-fixture files (fixtures/README.md), each a case with the outputs
 // some implementation produced.
 #pragma once
 

@@ -108,7 +108,7 @@ oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
 reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,
                            std::string repro);
 
-// Saves a case and the kernel's outputs as an mhc-fixture/1 file in dir (created), named from
+// Saves a case and the kernel's outputs as an mhc-fixture file in dir (created), named from
 // the kernel, op and seed; returns the path, or "" with a warning on stderr when it cannot.
 std::string save_case(const std::string& dir, const std::string& name, const oracles::OpCase& c,
                       const oracles::Trace<float>& got, const std::string& producer,
