@@ -373,3 +373,86 @@ TEST_CASE("reverse: the fp32 backward lies within the bound-carrying backward", 
     CHECK(beyond > 10);
   }
 }
+
+// The first-order bound of an fp32 backward (reverse over reverse), through all 20 Sinkhorn rounds
+// where the bound-carrying sweep gives up: the fp32 autograd of every piece lies inside it; its
+// values are the double backward's; the backward with the eps inside the softmax's sum lies more
+// than 10 bounds away at hc_eps 1e-6 and 0.05.
+TEST_CASE("reverse: a first-order bound for an fp32 backward through 20 Sinkhorn rounds",
+          "[reverse]") {
+  oracles::Rng rng(11);
+  ref::Config c;
+  c.n = 4;
+  c.d = 16;
+  const std::size_t n = 4, d = 16, nd = n * d, M = std::size_t(c.mix());
+  auto to64 = [](const std::vector<std::vector<float>>& v) {
+    Tensors out;
+    for (const auto& t : v) out.emplace_back(t.begin(), t.end());
+    return out;
+  };
+  // The largest |fp32 - value| / bound over the gradient of piece, and the values' agreement with
+  // the double backward.
+  auto judged = [&](auto piece, const std::vector<std::vector<float>>& in,
+                    const std::vector<std::vector<float>>& up, auto fp32_piece) {
+    const rev::Gradient g = rev::first_order_vjp(piece, to64(in), to64(up));
+    const auto want = rev::vjp<double>(piece, to64(in), to64(up));
+    const auto got = rev::vjp<float>(fp32_piece, in, up);
+    double worst = 0;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      close(g.value[k], want[k], 1e-15);
+      for (std::size_t i = 0; i < got[k].size(); ++i) {
+        const double r = std::fabs(double(got[k][i]) - g.value[k][i]) / g.bound[k][i];
+        worst = std::isnan(r) ? HUGE_VAL : std::max(worst, r);
+      }
+    }
+    return worst;
+  };
+  for (double eps : {1e-6, 5e-2}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      CAPTURE(eps, trial);
+      c.hc_eps = eps;
+      const double spread = trial == 2 ? 12 : 3;  // sharper logits in the last trial
+      const std::vector<std::vector<float>> in{
+          draw32(rng, M, -spread, spread), {0.8f, 1.2f, 2.5f}, draw32(rng, M, -0.5, 0.5)};
+      const std::vector<std::vector<float>> up{draw32(rng, n, -1, 1), draw32(rng, n, -1, 1),
+                                               draw32(rng, n * n, -1, 1)};
+      auto split_in = [](const ref::Config& cc) {
+        return [cc](auto& at) {
+          using V = std::decay_t<decltype(at[0][0])>;
+          const std::size_t k = std::size_t(cc.n);
+          std::vector<V> p(k), q(k), C(k * k);
+          ref::split_sinkhorn(cc, at[0].data(), at[1].data(), at[2].data(), p.data(), q.data(),
+                              C.data());
+          return std::vector<std::vector<V>>{p, q, C};
+        };
+      };
+      ref::Config wrong = c;
+      wrong.sem.softmax_eps = ref::Semantics::Eps::in_sum;
+      const double r_split = judged(split_in(c), in, up, split_in(c));
+      const double r_wrong = judged(split_in(c), in, up, split_in(wrong));
+      INFO("split: fp32 / bound " << r_split << ", eps inside the softmax " << r_wrong);
+      CHECK(r_split <= 1);
+      CHECK(r_wrong > 10);
+    }
+  }
+  const auto x = draw32(rng, nd, -2, 2), fn = draw32(rng, M * nd, -0.1, 0.1);
+  auto mix_of = [&](auto& at) {
+    using V = std::decay_t<decltype(at[0][0])>;
+    std::vector<V> out(M);
+    ref::mixes(c, 1, at[0].data(), at[1].data(), out.data());
+    return std::vector<std::vector<V>>{out};
+  };
+  const double r_mix = judged(mix_of, {x, fn}, {draw32(rng, M, -1, 1)}, mix_of);
+  auto post_of = [&](auto& at) {
+    using V = std::decay_t<decltype(at[0][0])>;
+    std::vector<V> y(nd);
+    ref::hc_post(c, at[0].data(), at[1].data(), at[2].data(), at[3].data(), y.data());
+    return std::vector<std::vector<V>>{y};
+  };
+  const double r_post =
+      judged(post_of, {draw32(rng, d, -1, 1), x, draw32(rng, n, 0, 2), draw32(rng, n * n, 0, 1)},
+             {draw32(rng, nd, -1, 1)}, post_of);
+  INFO("mixes " << r_mix << ", hc_post " << r_post);
+  CHECK(r_mix <= 1);
+  CHECK(r_post <= 1);
+}

@@ -2,8 +2,8 @@
 // on a tape how it was computed (its parents and the partial derivatives with respect to them),
 // and one backward sweep gives the gradient of any weighted sum of the outputs with respect to
 // every input: the backward pass derived from the one reference, with every eps where the forward
-// has it. Values in T (double; MPFR to certify the double one). docs/semantics.md, "The backward
-// pass".
+// has it. Values in T (double; MPFR to certify the double one; bnd::Bounded; Var<double> for the
+// first-order bound of a backward). docs/semantics.md, "The backward pass".
 #pragma once
 
 #include <cmath>
@@ -45,18 +45,20 @@ class Tape {
   Var<T> input(const T& value) { return Var<T>(value, node({})); }
 
   // A node with edges to its parents (index, partial); constants (index < 0) are left out.
-  std::int64_t node(std::initializer_list<std::pair<std::int64_t, T>> edges) {
+  // budget: a bound on the rounding error of the node's own operation in fp32 (first_order()).
+  std::int64_t node(std::initializer_list<std::pair<std::int64_t, T>> edges, double budget = 0) {
     for (const auto& [p, d] : edges)
       if (p >= 0) {
         parent_.push_back(p);
         partial_.push_back(d);
       }
     start_.push_back(parent_.size());
+    budget_.push_back(budget);
     return std::int64_t(start_.size()) - 1;
   }
   // A node with n edges given one at a time by edge(i) -> (index, partial).
   template <class Edge>
-  std::int64_t node(std::size_t n, Edge edge) {
+  std::int64_t node(std::size_t n, Edge edge, double budget = 0) {
     for (std::size_t i = 0; i < n; ++i) {
       auto [p, d] = edge(i);
       if (p >= 0) {
@@ -65,7 +67,22 @@ class Tape {
       }
     }
     start_.push_back(parent_.size());
+    budget_.push_back(budget);
     return std::int64_t(start_.size()) - 1;
+  }
+
+  // The first-order rounding bound of each output when everything recorded is evaluated in fp32,
+  // each operation rounding once within its budget: sum over nodes of |d out / d node| budget.
+  std::vector<double> first_order(const std::vector<Var<T>>& outputs) const {
+    std::vector<double> out;
+    for (const auto& o : outputs) {
+      const std::vector<T> adj = adjoints({{o, T(1)}});
+      double b = 0;
+      for (std::size_t k = 0; k < adj.size(); ++k)
+        if (budget_[k] > 0) b += std::fabs(double(adj[k])) * budget_[k];
+      out.push_back(b);
+    }
+    return out;
   }
 
   // The adjoint of every node for the seed sum_k w_k out_k: d(seed)/d(node), one sweep from the
@@ -99,6 +116,7 @@ class Tape {
   std::vector<std::size_t> start_;  // node i's edges end at start_[i] (begin at start_[i - 1])
   std::vector<std::int64_t> parent_;
   std::vector<T> partial_;
+  std::vector<double> budget_;
   Tape* prev_;
   static thread_local Tape* current_;
 };
@@ -123,9 +141,18 @@ struct Var {
     return *t;
   }
   // A result computed from a and b with partials da and db.
-  static Var make(T value, const Var& a, T da, const Var& b = Var(), T db = T(0)) {
+  // k: the operation's rounding in fp32, in units of u (division 2, sqrt 2, exp 4: as the forward
+  // model's budgets; negation exact).
+  static Var make(T value, const Var& a, T da, const Var& b = Var(), T db = T(0), double k = 1) {
     if (a.id < 0 && b.id < 0) return Var(std::move(value), -1);
-    return Var(std::move(value), tape().node({{a.id, std::move(da)}, {b.id, std::move(db)}}));
+    const double budget = fp32_rounding(value, k);
+    return Var(std::move(value),
+               tape().node({{a.id, std::move(da)}, {b.id, std::move(db)}}, budget));
+  }
+  static double fp32_rounding(const T& value, double k) {
+    if constexpr (std::is_same<T, double>::value)
+      return k == 0 ? 0 : k * 0x1.0p-24 * std::fabs(value) + 0x1.0p-126;
+    return 0;
   }
 
   Var& operator+=(const Var& o) { return *this = *this + o; }
@@ -133,13 +160,13 @@ struct Var {
   Var& operator*=(const Var& o) { return *this = *this * o; }
   Var& operator/=(const Var& o) { return *this = *this / o; }
 
-  friend Var operator-(const Var& a) { return make(-a.v, a, T(-1)); }
+  friend Var operator-(const Var& a) { return make(-a.v, a, T(-1), Var(), T(0), 0); }
   friend Var operator+(const Var& a, const Var& b) { return make(a.v + b.v, a, T(1), b, T(1)); }
   friend Var operator-(const Var& a, const Var& b) { return make(a.v - b.v, a, T(1), b, T(-1)); }
   friend Var operator*(const Var& a, const Var& b) { return make(a.v * b.v, a, b.v, b, a.v); }
   friend Var operator/(const Var& a, const Var& b) {
     const T q = a.v / b.v;
-    return make(q, a, T(1) / b.v, b, -q / b.v);
+    return make(q, a, T(1) / b.v, b, -q / b.v, 2);
   }
   friend bool operator<(const Var& a, const Var& b) { return a.v < b.v; }
   friend bool operator>(const Var& a, const Var& b) { return a.v > b.v; }
@@ -152,13 +179,13 @@ template <class T>
 Var<T> exp(const Var<T>& a) {
   using std::exp;
   const T e = exp(a.v);
-  return Var<T>::make(e, a, e);
+  return Var<T>::make(e, a, e, Var<T>(), T(0), 4);
 }
 template <class T>
 Var<T> sqrt(const Var<T>& a) {
   using std::sqrt;
   const T s = sqrt(a.v);
-  return Var<T>::make(s, a, T(0.5) / s);
+  return Var<T>::make(s, a, T(0.5) / s, Var<T>(), T(0), 2);
 }
 
 namespace detail {
@@ -173,11 +200,22 @@ bool values(const Var<T>* v, std::size_t n, std::vector<T>& out) {
   }
   return constant;
 }
-// A reduction's result: s, with n edges edge(i) unless every operand is a constant.
+// |x| where T is double (the tape's rounding budgets are kept for double only), else 0.
+template <class T>
+double magnitude(const T&) {
+  return 0;
+}
+inline double magnitude(double x) {
+  return std::fabs(x);
+}
+// A reduction's result: s, with n edges edge(i) unless every operand is a constant. Its fp32
+// rounding in any order: gamma_{terms - 1} of its terms' magnitudes (plus underflow).
 template <class T, class Edge>
-Var<T> reduced(T s, bool constant, std::size_t n, Edge edge) {
+Var<T> reduced(T s, bool constant, std::size_t n, Edge edge, double magnitude, std::size_t terms) {
   if (constant) return Var<T>(std::move(s), -1);
-  return Var<T>(std::move(s), Var<T>::tape().node(n, edge));
+  const double k = double(terms > 1 ? terms - 1 : 0), g = k * 0x1.0p-24 * (1 + k * 0x1.0p-23);
+  return Var<T>(std::move(s),
+                Var<T>::tape().node(n, edge, g * magnitude + double(terms) * 0x1.0p-126));
 }
 }  // namespace detail
 
@@ -187,31 +225,42 @@ template <class T>
 Var<T> sum(const Var<T>* v, std::size_t n) {
   std::vector<T> x;
   const bool constant = detail::values(v, n, x);
+  double m = 0;
+  for (const T& e : x) m += detail::magnitude(e);
   using ref::sum;
-  return detail::reduced(sum(x.data(), n), constant, n,
-                         [&](std::size_t i) { return std::pair<std::int64_t, T>(v[i].id, T(1)); });
+  return detail::reduced(
+      sum(x.data(), n), constant, n,
+      [&](std::size_t i) { return std::pair<std::int64_t, T>(v[i].id, T(1)); }, m, n);
 }
+// n products and n - 1 additions: gamma_n of the products' magnitudes.
 template <class T>
 Var<T> dot(const Var<T>* a, const Var<T>* b, std::size_t n) {
   std::vector<T> x, y;
   const bool a_constant = detail::values(a, n, x), b_constant = detail::values(b, n, y);
+  double m = 0;
+  for (std::size_t i = 0; i < n; ++i) m += detail::magnitude(x[i]) * detail::magnitude(y[i]);
   using ref::dot;
-  return detail::reduced(dot(x.data(), y.data(), n), a_constant && b_constant, 2 * n,
-                         [&](std::size_t k) {
-                           const std::size_t i = k / 2;
-                           return k % 2 == 0 ? std::pair<std::int64_t, T>(a[i].id, y[i])
-                                             : std::pair<std::int64_t, T>(b[i].id, x[i]);
-                         });
+  return detail::reduced(
+      dot(x.data(), y.data(), n), a_constant && b_constant, 2 * n,
+      [&](std::size_t k) {
+        const std::size_t i = k / 2;
+        return k % 2 == 0 ? std::pair<std::int64_t, T>(a[i].id, y[i])
+                          : std::pair<std::int64_t, T>(b[i].id, x[i]);
+      },
+      m, n + 1);
 }
 // A dot product with constant weights (fp32 parameters read exactly).
 template <class T>
 Var<T> dot(const Var<T>* a, const float* w, std::size_t n) {
   std::vector<T> x;
   const bool constant = detail::values(a, n, x);
+  double m = 0;
+  for (std::size_t i = 0; i < n; ++i) m += detail::magnitude(x[i]) * std::fabs(double(w[i]));
   using ref::dot;
-  return detail::reduced(dot(x.data(), w, n), constant, n, [&](std::size_t i) {
-    return std::pair<std::int64_t, T>(a[i].id, T(double(w[i])));
-  });
+  return detail::reduced(
+      dot(x.data(), w, n), constant, n,
+      [&](std::size_t i) { return std::pair<std::int64_t, T>(a[i].id, T(double(w[i]))); }, m,
+      n + 1);
 }
 
 // The vector-Jacobian product of f at x: f maps input tensors (Vars) to output tensors; given
@@ -237,6 +286,34 @@ std::vector<std::vector<T>> vjp(F f, const std::vector<std::vector<T>>& inputs,
   for (std::size_t k = 0; k < in.size(); ++k)
     for (const auto& v : in[k]) grad[k].push_back(adj[std::size_t(v.id)]);
   return grad;
+}
+
+// The vector-Jacobian product in double and, per element, the first-order bound on the rounding
+// error of an fp32 evaluation of the same backward: the forward recomputed, the partials and the
+// sweep, each operation rounding once within the forward model's budget, every accumulation in
+// any order. Reverse over reverse: the backward is recorded on a tape of its own (f runs on
+// Var<Var<double>>), then swept once per gradient element (Tape::first_order). First order only:
+// the second-order terms, O(u^2), are not bounded (docs/semantics.md, "The backward pass").
+struct Gradient {
+  std::vector<std::vector<double>> value, bound;
+};
+template <class F>
+Gradient first_order_vjp(F f, const std::vector<std::vector<double>>& inputs,
+                         const std::vector<std::vector<double>>& upstream) {
+  Tape<double> inner;
+  std::vector<std::vector<Var<double>>> in(inputs.size()), up(upstream.size());
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    for (double x : inputs[k]) in[k].push_back(inner.input(x));
+  for (std::size_t k = 0; k < upstream.size(); ++k)
+    for (double x : upstream[k]) up[k].emplace_back(x);
+  const auto g = vjp<Var<double>>(f, in, up);
+  Gradient out;
+  for (const auto& t : g) {
+    out.value.emplace_back();
+    for (const auto& v : t) out.value.back().push_back(v.v);
+    out.bound.push_back(inner.first_order(t));
+  }
+  return out;
 }
 
 }  // namespace mhc::rev
