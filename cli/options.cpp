@@ -157,6 +157,7 @@ runner::CheckSpec& CaseFlags::resolve() {
 std::vector<std::string> op_names(bool with_block) {
   std::vector<std::string> v;
   for (oracles::Op op : oracles::all_ops()) v.push_back(oracles::op_name(op));
+  for (oracles::Op op : oracles::backward_ops()) v.push_back(oracles::op_name(op));
   if (with_block)
     for (oracles::Op op : oracles::block_ops()) v.push_back(oracles::op_name(op));
   return v;

@@ -84,3 +84,9 @@ void parallel_tokens(unsigned threads, std::size_t T, Fn fn) {
 }
 
 }  // namespace mhc::impl::cpu_detail
+
+namespace mhc::impl {
+// The CPU backward kernels (impl/cpu/backward.cpp): parameter gradients summed over tokens in one
+// pass, or threaded in per-range partial sums.
+Backend::Backward cpu_backward(const BackwardKnobs& knobs, bool threaded);
+}  // namespace mhc::impl

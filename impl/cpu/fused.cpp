@@ -201,11 +201,17 @@ void boundary(const KernelConfig& c, std::size_t T, const BoundaryIn& in, const 
 
 const Backend& cpu_fused() {
   static const Backend b = [] {
-    Backend k{"cpu-fused", "fp32 CPU, vectorisable and threaded over tokens; single-pass boundary",
-              mixes,       split_sinkhorn,
-              hc_pre,      hc_post,
-              rmsnorm,     boundary,
-              {}};
+    Backend k{"cpu-fused",
+              "fp32 CPU, vectorisable and threaded over tokens; single-pass boundary",
+              mixes,
+              split_sinkhorn,
+              hc_pre,
+              hc_post,
+              rmsnorm,
+              boundary,
+              {},
+              false,
+              cpu_backward({}, true)};
     BlockKnobs knobs;
     knobs.fused_boundary = true;
     k.block = make_block(k, knobs);

@@ -79,10 +79,12 @@ const Backend& cpu() {
               mixes,   split_sinkhorn,
               hc_pre,  hc_post,
               rmsnorm, boundary,
+              {},      false,
               {}};
     BlockKnobs knobs;
     knobs.fused_boundary = false;
     k.block = make_block(k, knobs);
+    k.backward = cpu_backward({}, false);
     return k;
   }();
   return b;

@@ -359,6 +359,7 @@ Backend make_backend(const Variant& v) {
     b.hc_pre(c, T, out.x, in.pre_mix, out.y);
   };
   b.block = make_block(b, v.block);
+  b.backward = cpu_backward(v.backward, false);
   return b;
 }
 
@@ -440,6 +441,19 @@ const std::vector<Variant>& variant_catalogue() {
           [](Variant& x) { x.block.normalise_routing = false; });
     wrong("block_comb_transposed_at_ffn", "comb_transposed_at_ffn",
           [](Variant& x) { x.block.comb_transposed_site = 1; });
+    using O = BackwardKnobs::Order;
+    using S = BackwardKnobs::Sinkhorn;
+    legit("backward_reversed_tokens", [](Variant& x) { x.backward.order = O::reverse; });
+    legit("backward_atomics", [](Variant& x) { x.backward.order = O::shuffled; });
+    wrong("backward_den_without_eps", "", [](Variant& x) { x.backward.den_eps = false; });
+    wrong("backward_comb_transposed", "", [](Variant& x) { x.backward.comb_transposed = true; });
+    wrong("backward_post_without_factor2", "post_without_factor2",
+          [](Variant& x) { x.backward.post_factor2 = false; });
+    wrong("backward_without_mean_term", "", [](Variant& x) { x.backward.mean_term = false; });
+    wrong("backward_sinkhorn_converged", "",
+          [](Variant& x) { x.backward.sinkhorn = S::converged; });
+    wrong("backward_sinkhorn_last_round", "",
+          [](Variant& x) { x.backward.sinkhorn = S::last_round; });
     return v;
   }();
   return all;

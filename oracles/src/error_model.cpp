@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/stochastic.hpp"
 
@@ -185,6 +186,8 @@ std::vector<std::vector<std::size_t>> undecidable_routing(const OpCase& c) {
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel model,
                                  const EmpiricalParams& params, const Trace<float>* kernel) {
+  // A backward's bound is first-order, one model for all (docs/semantics.md, "The backward pass").
+  if (op_spec(c.op).backward) return backward_trace(c, threads);
   if (c.op == Op::block || c.op == Op::stack) {
     const bnd::Model rig = precision_model(c.precision);
     bnd::Model prob = rig;

@@ -21,6 +21,13 @@ const std::vector<Op>& block_ops() {
   return ops;
 }
 
+const std::vector<Op>& backward_ops() {
+  static const std::vector<Op> ops{
+      Op::split_sinkhorn_backward, Op::mixes_backward,   Op::pre_backward,
+      Op::post_backward,           Op::rmsnorm_backward, Op::boundary_backward};
+  return ops;
+}
+
 bool TensorSpec::stream() const {
   return draw == Draw::activations || draw == Draw::activations_if_eps ||
          draw == Draw::activations_nonzero;
@@ -51,81 +58,111 @@ TensorSpec reading(TensorSpec t, std::vector<std::string> params) {
   return t;
 }
 
+// The backward of a forward op's entry (OpSpec::backward).
+OpSpec backward_of(const OpSpec& f, Op op) {
+  OpSpec b = f;
+  b.op = op;
+  b.name = f.name + "_backward";
+  b.backward = true;
+  b.forward = f.op;
+  for (const auto& o : f.outputs)
+    b.inputs.push_back({"upstream_" + o.name, o.dims, Draw::upstream});
+  b.outputs.clear();
+  for (const auto& i : f.inputs) b.outputs.push_back({"grad_" + i.name, i.dims});
+  for (const auto& p : f.params) {
+    TensorSpec g{"grad_" + p.name, p.dims};
+    g.per_token = false;
+    b.outputs.push_back(g);
+  }
+  return b;
+}
+
 }  // namespace
 
 const std::vector<OpSpec>& op_table() {
-  static const std::vector<OpSpec> table{
-      {Op::split_sinkhorn,
-       "split_sinkhorn",
-       {kMixes},
-       {kHcScale, kHcBase},
-       {kPre, kPost, kComb},
-       false,
-       true,
-       true,
-       false},
-      {Op::mixes,
-       "mixes",
-       {with(kX, Draw::activations_if_eps)},
-       {kHcFn, kHcScale, kHcBase},
-       {reading({"mixes", {D::M}}, {"hc_fn"}), kPre, kPost, kComb},
-       false,
-       true,
-       true,
-       true},
-      {Op::pre, "pre", {kX, kPreMix}, {}, {{"y", {D::d}}}, false, false, false, false},
-      {Op::post,
-       "post",
-       {kF, kResidual, kPostIn, kCombIn},
-       {},
-       {{"y", {D::n, D::d}}},
-       false,
-       false,
-       false,
-       false},
-      {Op::rmsnorm,
-       "rmsnorm",
-       {{"x", {D::d}, Draw::activations_if_eps}},
-       {{"weight", {D::d}, Draw::norm_weight}},
-       {{"y", {D::d}}},
-       false,
-       false,
-       false,
-       true},
-      {Op::boundary,
-       "boundary",
-       {with(kF, Draw::activations_nonzero), with(kResidual, Draw::activations_nonzero), kPostIn,
-        kCombIn, kPreMix},
-       {kHcFn, kHcScale, kHcBase},
-       {reading({"x", {D::n, D::d}}, {}),
-        reading({"mixes", {D::M}}, {"hc_fn"}),
-        kPre,
-        kPost,
-        kComb,
-        {"y", {D::d}}},
-       false,
-       true,
-       true,
-       true},
-      {Op::block,
-       "block",
-       {with(kX, Draw::activations_if_eps), kPreMix},
-       layer_params(),
-       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}},
-       true,
-       true,
-       true,
-       true},
-      {Op::stack,
-       "stack",
-       {with(kX, Draw::activations_if_eps)},
-       layer_params(),
-       {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}},
-       true,
-       true,
-       true,
-       true},
-  };
+  static const std::vector<OpSpec> table = [] {
+    std::vector<OpSpec> t{
+        {Op::split_sinkhorn,
+         "split_sinkhorn",
+         {kMixes},
+         {kHcScale, kHcBase},
+         {kPre, kPost, kComb},
+         false,
+         true,
+         true,
+         false},
+        {Op::mixes,
+         "mixes",
+         {with(kX, Draw::activations_if_eps)},
+         {kHcFn, kHcScale, kHcBase},
+         {reading({"mixes", {D::M}}, {"hc_fn"}), kPre, kPost, kComb},
+         false,
+         true,
+         true,
+         true},
+        {Op::pre, "pre", {kX, kPreMix}, {}, {{"y", {D::d}}}, false, false, false, false},
+        {Op::post,
+         "post",
+         {kF, kResidual, kPostIn, kCombIn},
+         {},
+         {{"y", {D::n, D::d}}},
+         false,
+         false,
+         false,
+         false},
+        {Op::rmsnorm,
+         "rmsnorm",
+         {{"x", {D::d}, Draw::activations_if_eps}},
+         {{"weight", {D::d}, Draw::norm_weight}},
+         {{"y", {D::d}}},
+         false,
+         false,
+         false,
+         true},
+        {Op::boundary,
+         "boundary",
+         {with(kF, Draw::activations_nonzero), with(kResidual, Draw::activations_nonzero), kPostIn,
+          kCombIn, kPreMix},
+         {kHcFn, kHcScale, kHcBase},
+         {reading({"x", {D::n, D::d}}, {}),
+          reading({"mixes", {D::M}}, {"hc_fn"}),
+          kPre,
+          kPost,
+          kComb,
+          {"y", {D::d}}},
+         false,
+         true,
+         true,
+         true},
+        {Op::block,
+         "block",
+         {with(kX, Draw::activations_if_eps), kPreMix},
+         layer_params(),
+         {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}},
+         true,
+         true,
+         true,
+         true},
+        {Op::stack,
+         "stack",
+         {with(kX, Draw::activations_if_eps)},
+         layer_params(),
+         {{"x", {D::n, D::d}}, {"next_pre_mix", {D::n}}},
+         true,
+         true,
+         true,
+         true},
+    };
+    for (const auto& [op, forward] : {std::pair{Op::split_sinkhorn_backward, Op::split_sinkhorn},
+                                      {Op::mixes_backward, Op::mixes},
+                                      {Op::pre_backward, Op::pre},
+                                      {Op::post_backward, Op::post},
+                                      {Op::rmsnorm_backward, Op::rmsnorm},
+                                      {Op::boundary_backward, Op::boundary}})
+      for (std::size_t k = 0; k < 6; ++k)
+        if (t[k].op == forward) t.push_back(backward_of(t[k], op));
+    return t;
+  }();
   return table;
 }
 
@@ -206,7 +243,7 @@ Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, d
   auto count = [&](const std::vector<TensorSpec>& ts, double times) {
     double sum = 0;
     for (const auto& t : ts) {
-      double e = times;
+      double e = t.per_token ? times : 1.0;
       for (Dim x : t.dims) e *= double(extent(x, c, b));
       sum += e;
     }
@@ -231,7 +268,8 @@ CaseLayout case_layout(const OpCase& c) {
   const OpSpec& t = op_spec(c.op);
   auto specs = [&](const std::vector<TensorSpec>& ts, const std::string& prefix) {
     std::vector<NamedShape> v;
-    for (const auto& x : ts) v.push_back({prefix + x.name, resolve(x.dims, c.cfg, c.block)});
+    for (const auto& x : ts)
+      v.push_back({prefix + x.name, resolve(x.dims, c.cfg, c.block), x.per_token});
     return v;
   };
   CaseLayout s;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/pieces.hpp"
 #include "mhc/oracles/random.hpp"
@@ -27,6 +28,9 @@ OpCase case_header(Op op, const ref::Config& cfg, std::size_t tokens, std::uint6
   c.tokens = tokens;
   c.seed = seed;
   c.precision = precision;
+  if (op_spec(op).backward && precision != Precision::fp32())
+    throw std::invalid_argument(op_name(op) + " is judged under the fp32 declaration only (" +
+                                precision_name(precision) + " given)");
   return c;
 }
 
@@ -87,6 +91,11 @@ OpCase draw_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t 
         return gen::hc_base(rng, c.cfg);
       case Draw::norm_weight:
         return gen::norm_weight(rng, d);
+      case Draw::upstream: {
+        std::vector<float> v(T * row);
+        for (float& x : v) x = float(rng.uniform(-1, 1));
+        return v;
+      }
       case Draw::fan_in_gaussian:
       case Draw::bias:
         break;
@@ -183,11 +192,32 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i, const Precision& preci
   return generate_case(op, cfg, 2, rng.next(), precision);
 }
 
+OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i) {
+  Rng rng(seed * 0x100000001B3ull + i + 0x9E3779B97F4A7C15ull);
+  static const int ns[] = {1, 2, 3, 4, 8};
+  static const Op others[] = {Op::pre_backward, Op::post_backward, Op::rmsnorm_backward};
+  const double pick = rng.uniform();
+  const Op op = pick < 0.4    ? Op::split_sinkhorn_backward
+                : pick < 0.6  ? Op::boundary_backward
+                : pick < 0.75 ? Op::mixes_backward
+                              : others[rng.integer(0, 2)];
+  // The projection's gradient bound costs (M n d)^2 a token: smaller streams there.
+  const bool projection = op == Op::boundary_backward || op == Op::mixes_backward;
+  ref::Config cfg;
+  cfg.n = ns[rng.integer(0, projection ? 3 : 4)];
+  cfg.d = rng.integer(1, projection ? 8 : 48);
+  cfg.iters = rng.integer(1, 30);
+  cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
+  cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);
+  return generate_case(op, cfg, 2, rng.next(), Precision::fp32());
+}
+
 bnd::Model precision_model(const Precision& p) {
   return bnd::model_for(p.decl, p.name);
 }
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads) {
+  if (op_spec(c.op).backward) return backward_trace(c, threads);
   const bnd::Model model = precision_model(c.precision);
   return evaluate_op<bnd::Bounded>(c, threads,
                                    [&model](std::size_t) { return bnd::ModelScope(model); });

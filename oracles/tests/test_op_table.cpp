@@ -30,6 +30,7 @@ ref::Config small() {
 TEST_CASE("op table: every op once, names round trip", "[op_table]") {
   std::vector<Op> ops = oracles::all_ops();
   for (Op op : oracles::block_ops()) ops.push_back(op);
+  for (Op op : oracles::backward_ops()) ops.push_back(op);
   REQUIRE(oracles::op_table().size() == ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     CHECK(oracles::op_table()[i].op == ops[i]);
@@ -147,5 +148,34 @@ TEST_CASE("precision: presets, parts and their names", "[op_table]") {
   for (const auto& [text, why] : wrong) {
     CAPTURE(text);
     CHECK_THROWS_WITH(oracles::precision_from_name(text), Catch::Contains(why));
+  }
+}
+
+// A backward op reads its forward's inputs and params and the upstream gradient of each forward
+// output, and writes the gradient of each input per token and of each param summed over tokens.
+TEST_CASE("op table: each backward op is derived from its forward op", "[op_table]") {
+  for (Op op : oracles::backward_ops()) {
+    const auto& b = oracles::op_spec(op);
+    const auto& f = oracles::op_spec(b.forward);
+    CAPTURE(b.name);
+    CHECK(b.backward);
+    CHECK(!f.backward);
+    CHECK(b.name == f.name + "_backward");
+    REQUIRE(b.inputs.size() == f.inputs.size() + f.outputs.size());
+    for (std::size_t i = 0; i < f.inputs.size(); ++i) CHECK(b.inputs[i].name == f.inputs[i].name);
+    for (std::size_t o = 0; o < f.outputs.size(); ++o) {
+      CHECK(b.inputs[f.inputs.size() + o].name == "upstream_" + f.outputs[o].name);
+      CHECK(b.inputs[f.inputs.size() + o].dims == f.outputs[o].dims);
+    }
+    REQUIRE(b.params.size() == f.params.size());
+    REQUIRE(b.outputs.size() == f.inputs.size() + f.params.size());
+    for (std::size_t i = 0; i < f.inputs.size(); ++i) {
+      CHECK(b.outputs[i].name == "grad_" + f.inputs[i].name);
+      CHECK(b.outputs[i].per_token);
+    }
+    for (std::size_t p = 0; p < f.params.size(); ++p) {
+      CHECK(b.outputs[f.inputs.size() + p].name == "grad_" + f.params[p].name);
+      CHECK(!b.outputs[f.inputs.size() + p].per_token);
+    }
   }
 }

@@ -18,6 +18,8 @@ CASES = {
     "split_sinkhorn": SMALL, "mixes": SMALL, "pre": SMALL, "post": SMALL, "rmsnorm": SMALL,
     "boundary": SMALL, "block": BLOCK, "stack": BLOCK + ["--layers", "2"],
 }
+CASES.update({op + "_backward": ["--dim", "4", "--tokens", "3"]
+              for op in ["split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary"]})
 
 
 def test_every_op_of_the_cli_is_covered():

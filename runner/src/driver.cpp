@@ -63,7 +63,7 @@ void allocate(oracles::Trace<float>& tr, const std::string& prefix,
               const std::vector<oracles::TensorSpec>& stages, const oracles::OpCase& c) {
   for (const auto& t : stages) {
     std::vector<std::size_t> shape = oracles::resolve(t.dims, c.cfg, c.block);
-    shape.insert(shape.begin(), c.tokens);
+    if (t.per_token) shape.insert(shape.begin(), c.tokens);
     std::size_t size = 1;
     for (auto x : shape) size *= x;
     tr.push_back({prefix + t.name, std::move(shape), std::vector<float>(size, oracles::poison())});
@@ -133,6 +133,70 @@ oracles::Trace<float> run_block(const impl::Backend& b, const oracles::OpCase& c
   return tr;
 }
 
+// A backward op through the backend's backward kernels, the mixes op's and the boundary's composed
+// from the pieces' as a training step runs them: the forward's intermediates (x, mixes) from the
+// backend's own forward kernels, the gradients reaching a tensor from two places added in fp32.
+void run_backward(const impl::Backend& b, const oracles::OpCase& c, const impl::KernelConfig& k,
+                  oracles::Trace<float>& tr) {
+  using oracles::Op;
+  const impl::Backend::Backward& g = b.backward;
+  const bool has = g.mixes && g.split_sinkhorn && g.hc_pre && g.hc_post && g.rmsnorm;
+  if (!has) throw impl::NotCompiled(b.name + " has no backward kernels");
+  const std::size_t T = c.tokens, n = std::size_t(k.n), d = std::size_t(k.d);
+  const std::size_t nd = n * d, M = std::size_t(k.mix());
+  auto in = [&](const std::string& name) { return c.input(name).data.data(); };
+  auto par = [&](const std::string& name) { return c.param(name).data.data(); };
+  auto out = [&](const std::string& name) { return stage_data(tr, name); };
+  auto add = [](std::vector<float>& a, const float* v) {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] += v[i];
+  };
+  // The mixes op's backward on streams x: the split's, then the projection's.
+  auto mixes_op = [&](const float* x, const float* up_mixes, const float* up_pre,
+                      const float* up_post, const float* up_comb, float* dx) {
+    std::vector<float> mixes(T * M), dm(T * M);
+    b.mixes(k, T, x, par("hc_fn"), mixes.data());
+    g.split_sinkhorn(k, T, mixes.data(), par("hc_scale"), par("hc_base"), up_pre, up_post, up_comb,
+                     dm.data(), out("grad_hc_scale"), out("grad_hc_base"));
+    add(dm, up_mixes);
+    g.mixes(k, T, x, par("hc_fn"), dm.data(), dx, out("grad_hc_fn"));
+  };
+  switch (c.op) {
+    case Op::split_sinkhorn_backward:
+      g.split_sinkhorn(k, T, in("mixes"), par("hc_scale"), par("hc_base"), in("upstream_pre"),
+                       in("upstream_post"), in("upstream_comb"), out("grad_mixes"),
+                       out("grad_hc_scale"), out("grad_hc_base"));
+      return;
+    case Op::mixes_backward:
+      mixes_op(in("x"), in("upstream_mixes"), in("upstream_pre"), in("upstream_post"),
+               in("upstream_comb"), out("grad_x"));
+      return;
+    case Op::pre_backward:
+      g.hc_pre(k, T, in("x"), in("pre_mix"), in("upstream_y"), out("grad_x"), out("grad_pre_mix"));
+      return;
+    case Op::post_backward:
+      g.hc_post(k, T, in("f"), in("residual"), in("post"), in("comb"), in("upstream_y"),
+                out("grad_f"), out("grad_residual"), out("grad_post"), out("grad_comb"));
+      return;
+    case Op::rmsnorm_backward:
+      g.rmsnorm(k, T, in("x"), par("weight"), in("upstream_y"), out("grad_x"), out("grad_weight"));
+      return;
+    case Op::boundary_backward: {
+      std::vector<float> x(T * nd), gx(in("upstream_x"), in("upstream_x") + T * nd), dx(T * nd);
+      b.hc_post(k, T, in("f"), in("residual"), in("post"), in("comb"), x.data());
+      mixes_op(x.data(), in("upstream_mixes"), in("upstream_pre"), in("upstream_post"),
+               in("upstream_comb"), dx.data());
+      add(gx, dx.data());
+      g.hc_pre(k, T, x.data(), in("pre_mix"), in("upstream_y"), dx.data(), out("grad_pre_mix"));
+      add(gx, dx.data());
+      g.hc_post(k, T, in("f"), in("residual"), in("post"), in("comb"), gx.data(), out("grad_f"),
+                out("grad_residual"), out("grad_post"), out("grad_comb"));
+      return;
+    }
+    default:
+      throw std::logic_error("run_backward: " + oracles::op_name(c.op) + " is not a backward op");
+  }
+}
+
 }  // namespace
 
 oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& c,
@@ -145,6 +209,10 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
   // Outputs are allocated first (the Trace does not move afterwards), then the kernel runs.
   tr.reserve(oracles::op_spec(c.op).outputs.size());
   allocate(tr, "", oracles::op_spec(c.op).outputs, c);
+  if (oracles::op_spec(c.op).backward) {
+    run_backward(b, c, k, tr);
+    return tr;
+  }
   auto in = [&](const std::string& name) { return c.input(name).data.data(); };
   auto par = [&](const std::string& name) { return c.param(name).data.data(); };
   auto out = [&](const std::string& name) { return stage_data(tr, name); };
@@ -169,6 +237,7 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
       break;
     case Op::block:
     case Op::stack:
+    default:
       break;
     case Op::boundary: {
       const impl::BoundaryOut o{out("x"),   out("y"),    out("mixes"),

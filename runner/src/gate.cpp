@@ -105,7 +105,8 @@ Suite read_suite(const std::string& path) {
     } else if (key == "ops") {
       s.ops.clear();
       for (const auto& o : v) {
-        const auto& ok = oracles::all_ops();
+        std::vector<oracles::Op> ok = oracles::all_ops();
+        for (oracles::Op b : oracles::backward_ops()) ok.push_back(b);
         const auto it = std::find_if(ok.begin(), ok.end(),
                                      [&](oracles::Op x) { return oracles::op_name(x) == o; });
         if (it == ok.end()) {

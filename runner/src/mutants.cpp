@@ -26,6 +26,7 @@ struct Row {
   bool wrong = false;
   std::string explains;  // the catalogued deviation a wrong kernel must be diagnosed as
   oracles::Precision precision;
+  bool backward = false;  // judged on the backward campaign's cases
   int cases = 0, failed = 0, undecided = 0;
   long killed_at = -1;
   std::string stage, diagnosis, repro;
@@ -202,6 +203,7 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
     r.name = r.backend.name;
     r.wrong = v.wrong;
     r.explains = v.explains;
+    r.backward = v.backward.chosen();
     rows.push_back(std::move(r));
   }
   std::vector<oracles::Precision> precisions{oracles::Precision::fp32()};
@@ -231,15 +233,20 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
   Judging judging;
   judging.model = st->model;
   judging.threads = 1;
+  // The forward campaign under each declaration, then the backward campaign (fp32).
+  std::vector<std::pair<oracles::Precision, bool>> streams;
+  for (const auto& p : precisions) streams.emplace_back(p, false);
+  streams.emplace_back(oracles::Precision::fp32(), true);
   for (int i = 0; i < total && !session.stop(); ++i) {
-    for (const oracles::Precision& p : precisions) {
-      auto active = [&](const Row& r) {
-        return r.precision == p &&
+    for (const auto& [p, backward] : streams) {
+      auto active = [&, &p = p, backward = backward](const Row& r) {
+        return r.precision == p && r.backward == backward &&
                (r.wrong ? r.killed_at < 0 && i < st->kill_budget : i < st->cases);
       };
       if (std::none_of(rows.begin(), rows.end(), active)) continue;
       // Case i under each declaration: the same draw, its inputs stored as the declaration says.
-      const auto c = oracles::campaign_case(st->seed, std::uint64_t(i), p);
+      const auto c = backward ? oracles::backward_campaign_case(st->seed, std::uint64_t(i))
+                              : oracles::campaign_case(st->seed, std::uint64_t(i), p);
       // Judged as check judges it (so that the REPRO line gives the same verdict): block cases
       // anchored on each kernel's own stages; for the mHC pieces the anchored oracle does not
       // depend on the kernel, so it is evaluated once for all of them.

@@ -138,6 +138,13 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
     std::string stage = name;
     const auto spec = std::find_if(layout.outputs.begin(), layout.outputs.end(),
                                    [&](const oracles::NamedShape& s) { return s.name == name; });
+    if (spec != layout.outputs.end() && !spec->per_token) {  // a parameter's gradient: [...]
+      tokens_of(where, t, spec->trailing, 0);
+      if (t.format != bnd::Format::fp32) r.stored.emplace_back(name, t.format);
+      r.outputs.push_back({name, spec->trailing, std::move(t.data)});
+      needed.insert("*");
+      continue;
+    }
     if (spec != layout.outputs.end()) {
       trailing = spec->trailing;
       stage = oracles::stage_of_output(c, name);

@@ -100,6 +100,30 @@ struct Backend {
   // Needs a CUDA context (ours on the GPU, a plug-in's MHC_MEMORY_DEVICE): a worker process
   // forked from the harness can run it only while the harness itself holds none (cuda_in_use()).
   bool device = false;
+  // Backward kernels (docs/semantics.md, "The backward pass"): given a piece's inputs and the
+  // upstream gradients g_* of its outputs, the gradients d_* of its inputs ([T, ...]) and of its
+  // parameters (summed over the T tokens). The backward of the mixes op (projection and split)
+  // and of the boundary are composed from these. Empty: the backend has none.
+  struct Backward {
+    std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* hc_fn,
+                       const float* g_mixes, float* d_x, float* d_hc_fn)>
+        mixes;  // the projection alone: mixes = rms(x)^-1 hc_fn x
+    std::function<void(const KernelConfig&, std::size_t T, const float* mixes,
+                       const float* hc_scale, const float* hc_base, const float* g_pre,
+                       const float* g_post, const float* g_comb, float* d_mixes, float* d_hc_scale,
+                       float* d_hc_base)>
+        split_sinkhorn;
+    std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* pre_mix,
+                       const float* g_y, float* d_x, float* d_pre_mix)>
+        hc_pre;
+    std::function<void(const KernelConfig&, std::size_t T, const float* f, const float* residual,
+                       const float* post, const float* comb, const float* g_y, float* d_f,
+                       float* d_residual, float* d_post, float* d_comb)>
+        hc_post;
+    std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* weight,
+                       const float* g_y, float* d_x, float* d_weight)>
+        rmsnorm;
+  } backward;
 };
 
 // Block-level choices of the block kernels: the defaults are the semantics; the others are the
@@ -117,6 +141,28 @@ struct BlockKnobs {
            comb_transposed_site >= 0;
   }
 };
+// Choices of the CPU backward kernels: the defaults are the semantics and the straightforward
+// order; the others are the mutation self-test's legitimate and wrong backwards.
+struct BackwardKnobs {
+  // The order of the parameters' gradient sums over tokens; shuffled: a new order every run, as
+  // atomic adds give (a non-deterministic kernel).
+  enum class Order { forward, reverse, shuffled };
+  Order order = Order::forward;
+  bool den_eps = true;           // each Sinkhorn step's derivative divides by its sum + eps
+  bool comb_transposed = false;  // hc_post's comb gradient written transposed
+  bool post_factor2 = true;      // the post weights' gradient with the forward's factor 2
+  bool mean_term = true;         // RMSNorm's and the projection's d x with the statistic's term
+  // Through every Sinkhorn step; as if converged (every step's derivative taken at the last
+  // iterate of its kind); through the last round only (the earlier steps passed through).
+  enum class Sinkhorn { unrolled, converged, last_round };
+  Sinkhorn sinkhorn = Sinkhorn::unrolled;
+  bool deviates() const {
+    return !den_eps || comb_transposed || !post_factor2 || !mean_term ||
+           sinkhorn != Sinkhorn::unrolled;
+  }
+  bool chosen() const { return deviates() || order != Order::forward; }
+};
+
 // The sublayers of a Block (docs/semantics.md, "Stand-in sublayers") on N = B*T tokens of width
 // d, host arrays: causal attention within each of the B sequences, and the MoE (ffn.out, and the
 // chosen experts [N, k]).

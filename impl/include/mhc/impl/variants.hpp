@@ -56,6 +56,7 @@ struct Variant {
   int sinkhorn_recip_bits = 0;     // Sinkhorn divisions as x * (1 / s) cut to this many bits
   int sigmoid_exp_bits = 0;        // the weights' exp(-z) cut to this many bits (a fast exp)
   BlockKnobs block;                // Block-level deviations (pre not shifted, not causal, ...)
+  BackwardKnobs backward;          // the backward kernels' choices and deviations
 };
 
 const std::vector<Variant>& variant_catalogue();

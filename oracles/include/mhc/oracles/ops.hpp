@@ -21,9 +21,25 @@
 
 namespace mhc::oracles {
 
-enum class Op { split_sinkhorn, mixes, pre, post, rmsnorm, boundary, block, stack };
-const std::vector<Op>& all_ops();    // the mHC pieces and their boundary
-const std::vector<Op>& block_ops();  // the whole Block, and a stack of Blocks
+enum class Op {
+  split_sinkhorn,
+  mixes,
+  pre,
+  post,
+  rmsnorm,
+  boundary,
+  block,
+  stack,
+  split_sinkhorn_backward,
+  mixes_backward,
+  pre_backward,
+  post_backward,
+  rmsnorm_backward,
+  boundary_backward,
+};
+const std::vector<Op>& all_ops();       // the mHC pieces and their boundary
+const std::vector<Op>& block_ops();     // the whole Block, and a stack of Blocks
+const std::vector<Op>& backward_ops();  // the backward of each piece and of the boundary
 std::string op_name(Op op);
 Op op_from_name(const std::string& name);  // throws std::invalid_argument naming the choices
 
@@ -50,6 +66,7 @@ enum class Draw {
   norm_weight,
   fan_in_gaussian,  // block weights: N(0, 1/last dimension)
   bias,             // block biases: N(0, 0.01)
+  upstream,         // a backward's upstream gradient: uniform in [-1, 1]
 };
 struct TensorSpec {
   std::string name;
@@ -58,6 +75,8 @@ struct TensorSpec {
   // An output: the params it depends on ("*": all of the op's). Judging only outputs that do not
   // read a param needs no value for it (the Python API then fills it with zeros).
   std::vector<std::string> reads{"*"};
+  // false: an output with no token dimension, a parameter's gradient summed over the tokens.
+  bool per_token = true;
   bool stream() const;  // an activation: stored as bf16 under the bf16 precision model
 };
 struct OpSpec {
@@ -67,6 +86,12 @@ struct OpSpec {
   std::vector<TensorSpec> outputs;         // in the order the op computes them (its Trace)
   bool whole = false;  // block, stack: inputs and outputs [B, T, ...]; params of each layer
   bool reads_iters = false, reads_hc_eps = false, reads_norm_eps = false;  // the config it reads
+  // A backward op (derived from its forward's entry): inputs the forward's, then the upstream
+  // gradient of each forward output ("upstream_<output>"); params the forward's; outputs the
+  // gradient of each input ("grad_<input>", per token) and of each param ("grad_<param>", summed
+  // over the tokens). forward: the op it differentiates (itself for a forward op).
+  bool backward = false;
+  Op forward = Op::boundary;
 };
 const std::vector<OpSpec>& op_table();  // all_ops(), then block_ops()
 const OpSpec& op_spec(Op op);
@@ -86,6 +111,7 @@ struct OpCase;
 struct NamedShape {
   std::string name;
   std::vector<std::size_t> trailing;
+  bool per_token = true;  // false: no token dimensions (a parameter's gradient): trailing is all
 };
 struct CaseLayout {
   std::vector<NamedShape> inputs, params, outputs;
@@ -212,6 +238,11 @@ ref::BlockParams block_params(const OpCase& c, int layer);
 // the given declaration (inputs stored as it says).
 OpCase campaign_case(std::uint64_t seed, std::uint64_t i,
                      const Precision& precision = Precision::fp32());
+
+// Case i of the backward self-test campaign: a backward op (the split 40%, the boundary 20%, the
+// mixes 15%, hc_pre, hc_post and RMSNorm the rest), n in {1,2,3,4,8} and d in 1..48 (boundary
+// and mixes: n <= 4, d <= 8), iters, hc_eps and norm_eps as campaign_case, 2 tokens, fp32.
+OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i);
 
 // The oracle: the reference in the bound-carrying Scalar under the case's precision model.
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads = 0);
@@ -400,6 +431,8 @@ Trace<B> evaluate_op(const OpCase& c, unsigned threads, Scope scope_of) {
         }
         break;
       }
+      default:
+        throw std::logic_error("evaluate_op: " + op_name(c.op) + " is judged by backward_trace");
     }
   });
   return trace;

@@ -6,6 +6,7 @@
 // first-order bound of a backward). docs/semantics.md, "The backward pass".
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,13 +74,72 @@ class Tape {
 
   // The first-order rounding bound of each output when everything recorded is evaluated in fp32,
   // each operation rounding once within its budget: sum over nodes of |d out / d node| budget.
+  // A node whose budgeted ancestry comes through one parent p has bound budget + |d node / d p|
+  // bound(p) (one path: no signs to cancel), so chains (a weight's gradient, g r x_i for every i)
+  // share their parent's sweep; other nodes are swept over their ancestors (down the ids: a
+  // node's children come after it), and their bound kept.
   std::vector<double> first_order(const std::vector<Var<T>>& outputs) const {
+    const std::size_t N = start_.size();
+    auto edges = [this](std::size_t i) {
+      return std::pair<std::size_t, std::size_t>(i == 0 ? 0 : start_[i - 1], start_[i]);
+    };
+    std::vector<char> relevant(N, 0);  // a budget on the node or in its ancestry
+    for (std::size_t i = 0; i < N; ++i) {
+      relevant[i] = budget_[i] > 0;
+      for (auto [e, end] = edges(i); e < end && !relevant[i]; ++e)
+        relevant[i] = relevant[std::size_t(parent_[e])];
+    }
+    std::vector<double> memo(N, -1), adj(N, 0);
+    std::vector<char> queued(N, 0);
+    auto sweep = [&](std::size_t from) {  // down the ids from `from`, visiting its ancestors
+      double b = 0;
+      std::size_t lo = from;
+      adj[from] = 1;
+      queued[from] = 1;
+      for (std::size_t i = from + 1; i-- > lo;) {
+        if (!queued[i]) continue;
+        queued[i] = 0;
+        const double a = adj[i];
+        adj[i] = 0;
+        b += std::fabs(a) * budget_[i];
+        for (auto [e, end] = edges(i); e < end; ++e) {
+          const std::size_t p = std::size_t(parent_[e]);
+          if (!relevant[p]) continue;
+          adj[p] += a * double(partial_[e]);
+          queued[p] = 1;
+          lo = std::min(lo, p);
+        }
+      }
+      return b;
+    };
     std::vector<double> out;
     for (const auto& o : outputs) {
-      const std::vector<T> adj = adjoints({{o, T(1)}});
-      double b = 0;
-      for (std::size_t k = 0; k < adj.size(); ++k)
-        if (budget_[k] > 0) b += std::fabs(double(adj[k])) * budget_[k];
+      double b = 0, scale = 1;
+      for (std::int64_t id = o.id; id >= 0;) {
+        const std::size_t i = std::size_t(id);
+        if (memo[i] >= 0) {
+          b += scale * memo[i];
+          break;
+        }
+        std::int64_t only = -1;  // the one relevant parent, if there is one
+        double partial = 0;
+        bool several = false;
+        for (auto [e, end] = edges(i); e < end; ++e) {
+          const std::int64_t p = parent_[e];
+          if (!relevant[std::size_t(p)]) continue;
+          several = several || (only >= 0 && p != only);
+          only = p;
+          partial += double(partial_[e]);
+        }
+        if (several) {
+          memo[i] = sweep(i);
+          b += scale * memo[i];
+          break;
+        }
+        b += scale * budget_[i];
+        scale *= std::fabs(partial);
+        id = only;
+      }
       out.push_back(b);
     }
     return out;

@@ -1,0 +1,254 @@
+// The backward ops (OpSpec::backward): their values derived from the forward reference by the
+// reverse-mode Scalar, and per element a first-order bound on an fp32 backward kernel's error
+// that covers the two programs kernels run (docs/semantics.md, "The backward pass").
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "mhc/oracles/ops.hpp"
+#include "mhc/oracles/reverse.hpp"
+#include "mhc/reference/mhc.hpp"
+
+namespace mhc::oracles {
+
+template <class V>
+using Tensors = std::vector<std::vector<V>>;
+
+// A forward op on one token in any Scalar V: at holds the op's inputs (one token's) and then its
+// params, in the op table's order; returns its outputs in the table's order, unrounded (the
+// backward ops are judged under fp32 declarations).
+template <class V>
+Tensors<V> forward_piece(Op op, const ref::Config& c, Tensors<V>& at) {
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
+  const std::size_t M = std::size_t(c.mix());
+  auto split = [&](const V* mix, const V* scale, const V* base, Tensors<V>& out) {
+    out.emplace_back(n);
+    out.emplace_back(n);
+    out.emplace_back(n * n);
+    const std::size_t k = out.size();
+    ref::split_sinkhorn(c, mix, scale, base, out[k - 3].data(), out[k - 2].data(),
+                        out[k - 1].data());
+  };
+  Tensors<V> out;
+  switch (op) {
+    case Op::split_sinkhorn:
+      split(at[0].data(), at[1].data(), at[2].data(), out);
+      return out;
+    case Op::mixes:
+      out.emplace_back(M);
+      ref::mixes(c, 1, at[0].data(), at[1].data(), out[0].data());
+      split(out[0].data(), at[2].data(), at[3].data(), out);
+      return out;
+    case Op::pre:
+      out.emplace_back(d);
+      ref::hc_pre(c, at[0].data(), at[1].data(), out[0].data());
+      return out;
+    case Op::post:
+      out.emplace_back(nd);
+      ref::hc_post(c, at[0].data(), at[1].data(), at[2].data(), at[3].data(), out[0].data());
+      return out;
+    case Op::rmsnorm:
+      out.emplace_back(d);
+      ref::rmsnorm(d, c.norm_eps, at[0].data(), at[1].data(), out[0].data());
+      return out;
+    case Op::boundary:  // f, residual, post, comb, pre_mix; hc_fn, hc_scale, hc_base
+      out.emplace_back(nd);
+      ref::hc_post(c, at[0].data(), at[1].data(), at[2].data(), at[3].data(), out[0].data());
+      out.emplace_back(M);
+      ref::mixes(c, 1, out[0].data(), at[5].data(), out[1].data());
+      split(out[1].data(), at[6].data(), at[7].data(), out);
+      out.emplace_back(d);
+      ref::hc_pre(c, out[0].data(), at[4].data(), out[5].data());
+      return out;
+    default:
+      throw std::logic_error("forward_piece: not a piece");
+  }
+}
+
+// The split's backward by closed forms, as kernels write it: the forward with every Sinkhorn
+// step's output and denominators stored (or recomputed: the same values), then each step undone
+// (a normalisation y = x / den: dx = (g - sum_line g y) / den; p + eps and the softmax:
+// dl = p (g - sum_row g p); the sigmoids: s (1 - s)). Returns d mixes, d hc_scale, d hc_base.
+template <class F>
+Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, const F* b,
+                                 const F* g_pre, const F* g_post, const F* g_comb) {
+  using std::exp;
+  const int n = c.n;
+  const F eps = F(c.hc_eps);
+  const std::size_t nn = std::size_t(n * n), M = std::size_t(c.mix());
+  std::vector<F> dm(M, F(0)), ds(3, F(0)), db(M, F(0));
+  for (int j = 0; j < n; ++j)  // pre = sigmoid(z) + eps, post = 2 sigmoid(z)
+    for (int w = 0; w < 2; ++w) {
+      const std::size_t i = std::size_t(w * n + j);
+      const F z = m[i] * s[w] + b[i], sg = F(1) / (F(1) + exp(-z));
+      const F dz = (w ? g_post[j] * F(2) : g_pre[j]) * sg * (F(1) - sg);
+      dm[i] = dz * s[w];
+      ds[std::size_t(w)] += dz * m[i];
+      db[i] = dz;
+    }
+  std::vector<F> P(nn), C(nn);
+  for (int j = 0; j < n; ++j) {
+    const std::size_t r = std::size_t(j * n);
+    std::vector<F> L(std::size_t(n), F(0));
+    for (int k = 0; k < n; ++k)
+      L[std::size_t(k)] = m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k];
+    F mx = L[0], rs = F(0);
+    for (int k = 1; k < n; ++k) mx = std::max(mx, L[std::size_t(k)]);
+    for (int k = 0; k < n; ++k) rs += (P[r + std::size_t(k)] = exp(L[std::size_t(k)] - mx));
+    for (int k = 0; k < n; ++k) P[r + std::size_t(k)] = P[r + std::size_t(k)] / rs;
+  }
+  for (std::size_t i = 0; i < nn; ++i) C[i] = P[i] + eps;
+  struct Step {
+    bool rows;
+    std::vector<F> y, den;
+  };
+  std::vector<Step> steps;
+  auto at = [n](bool rows, int a, int e) { return std::size_t(rows ? a * n + e : e * n + a); };
+  auto normalise = [&](bool rows) {
+    Step st{rows, {}, std::vector<F>(std::size_t(n))};
+    for (int a = 0; a < n; ++a) {
+      F sum = F(0);
+      for (int e = 0; e < n; ++e) sum += C[at(rows, a, e)];
+      st.den[std::size_t(a)] = sum + eps;
+      for (int e = 0; e < n; ++e) C[at(rows, a, e)] = C[at(rows, a, e)] / st.den[std::size_t(a)];
+    }
+    st.y = C;
+    steps.push_back(std::move(st));
+  };
+  normalise(false);
+  for (int it = 1; it < c.iters; ++it) {
+    normalise(true);
+    normalise(false);
+  }
+  std::vector<F> G(g_comb, g_comb + nn);
+  for (std::size_t k = steps.size(); k-- > 0;) {
+    const Step& st = steps[k];
+    for (int a = 0; a < n; ++a) {
+      F gy = F(0);
+      for (int e = 0; e < n; ++e) gy += G[at(st.rows, a, e)] * st.y[at(st.rows, a, e)];
+      for (int e = 0; e < n; ++e)
+        G[at(st.rows, a, e)] = (G[at(st.rows, a, e)] - gy) / st.den[std::size_t(a)];
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    const std::size_t r = std::size_t(j * n);
+    F gp = F(0);
+    for (int k = 0; k < n; ++k) gp += G[r + std::size_t(k)] * P[r + std::size_t(k)];
+    for (int k = 0; k < n; ++k) {
+      const std::size_t i = r + std::size_t(k), to = 2 * std::size_t(n) + i;
+      const F dl = P[i] * (G[i] - gp);
+      dm[to] = dl * s[2];
+      ds[2] += dl * m[to];
+      db[to] = dl;
+    }
+  }
+  return {dm, ds, db};
+}
+
+// RMS-scaled pieces' backward by closed forms, as kernels write them, for one token of width w:
+// y = r (A x) with r = (sum x^2 / w + eps)^-1/2 and A a row of weights (the projection: rows of
+// hc_fn; RMSNorm: the diagonal of its weight). d x_i = r sum_a g_a A_ai - (r^3 / w) x_i
+// sum_a g_a (A x)_a, d A_ai = (g_a r) x_i.
+template <class F>
+Tensors<F> mixes_backward_closed(const ref::Config& c, const F* x, const F* W, const F* g) {
+  using std::sqrt;
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
+  F ss = F(0), gdot = F(0);
+  for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
+  const F r = F(1) / sqrt(ss / F(double(nd)) + F(c.norm_eps));
+  std::vector<F> dx(nd), dW(M * nd);
+  for (std::size_t a = 0; a < M; ++a) {
+    F dot = F(0);
+    for (std::size_t i = 0; i < nd; ++i) dot += W[a * nd + i] * x[i];
+    gdot += g[a] * dot;
+    for (std::size_t i = 0; i < nd; ++i) dW[a * nd + i] = g[a] * r * x[i];
+  }
+  for (std::size_t i = 0; i < nd; ++i) {
+    F acc = F(0);
+    for (std::size_t a = 0; a < M; ++a) acc += g[a] * W[a * nd + i];
+    dx[i] = r * acc - r * r * r / F(double(nd)) * x[i] * gdot;
+  }
+  return {dx, dW};
+}
+template <class F>
+Tensors<F> rmsnorm_backward_closed(const ref::Config& c, const F* x, const F* w, const F* g) {
+  using std::sqrt;
+  const std::size_t d = std::size_t(c.d);
+  F ss = F(0), gwx = F(0);
+  for (std::size_t i = 0; i < d; ++i) ss += x[i] * x[i];
+  const F r = F(1) / sqrt(ss / F(double(d)) + F(c.norm_eps));
+  for (std::size_t i = 0; i < d; ++i) gwx += g[i] * w[i] * x[i];
+  std::vector<F> dx(d), dw(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    dx[i] = r * w[i] * g[i] - r * r * r / F(double(d)) * x[i] * gwx;
+    dw[i] = g[i] * x[i] * r;
+  }
+  return {dx, dw};
+}
+
+// The backward of a forward op on one token as kernels compose it: each piece's backward in turn,
+// the split's by its closed forms, the others recorded (their closed forms are rearrangements the
+// recorded program's bound covers). at as forward_piece's; up: the outputs' upstream gradients.
+// Returns the gradients of at's tensors.
+template <class V>
+Tensors<V> piecewise_backward(Op op, const ref::Config& c, Tensors<V>& at, const Tensors<V>& up) {
+  auto piece = [&](Op p) {
+    return [&c, p](auto& x) {
+      using W = std::decay_t<decltype(x[0][0])>;
+      return forward_piece<W>(p, c, x);
+    };
+  };
+  auto add = [](std::vector<V>& a, const std::vector<V>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = a[i] + b[i];
+  };
+  switch (op) {
+    case Op::split_sinkhorn:
+      return split_backward_closed<V>(c, at[0].data(), at[1].data(), at[2].data(), up[0].data(),
+                                      up[1].data(), up[2].data());
+    case Op::mixes: {
+      std::vector<V> mix(std::size_t(c.mix()));
+      ref::mixes(c, 1, at[0].data(), at[1].data(), mix.data());
+      Tensors<V> g = split_backward_closed<V>(c, mix.data(), at[2].data(), at[3].data(),
+                                              up[1].data(), up[2].data(), up[3].data());
+      add(g[0], up[0]);
+      const Tensors<V> dp = mixes_backward_closed<V>(c, at[0].data(), at[1].data(), g[0].data());
+      return {dp[0], dp[1], g[1], g[2]};
+    }
+    case Op::boundary: {
+      Tensors<V> fwd = forward_piece<V>(op, c, at);  // x, mixes, pre, post, comb, y
+      Tensors<V> mix_at{fwd[0], at[5], at[6], at[7]};
+      Tensors<V> mix_up{up[1], up[2], up[3], up[4]};
+      const Tensors<V> gm = piecewise_backward<V>(Op::mixes, c, mix_at, mix_up);
+      Tensors<V> pre_at{fwd[0], at[4]};
+      const Tensors<V> gp = rev::vjp<V>(piece(Op::pre), pre_at, Tensors<V>{up[5]});
+      std::vector<V> gx = up[0];
+      add(gx, gm[0]);
+      add(gx, gp[0]);
+      Tensors<V> post_at{at[0], at[1], at[2], at[3]};
+      const Tensors<V> gq = rev::vjp<V>(piece(Op::post), post_at, Tensors<V>{gx});
+      return {gq[0], gq[1], gq[2], gq[3], gp[1], gm[1], gm[2], gm[3]};
+    }
+    case Op::rmsnorm:
+      return rmsnorm_backward_closed<V>(c, at[0].data(), at[1].data(), up[0].data());
+    default:
+      return rev::vjp<V>(piece(op), at, up);
+  }
+}
+
+// Whether the piecewise program differs from the recorded one (it holds a closed form).
+inline bool has_closed_form(Op op) {
+  return op == Op::split_sinkhorn || op == Op::mixes || op == Op::boundary || op == Op::rmsnorm;
+}
+
+// The oracle of a backward op: per element, the gradient in double (the recorded backward of the
+// forward reference) and the larger of the first-order fp32 bounds of the recorded and the
+// piecewise programs. A param's gradient sums per-token contributions: their bounds add, and the
+// sum over tokens in any order (per-block partial sums, atomics) adds gamma_{T-1} sum_t |c_t|.
+Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads = 0);
+
+}  // namespace mhc::oracles
