@@ -89,6 +89,9 @@ Run add_check(CLI::App& app) {
     runner::print_stage_table(session.report.entries.back());
     std::string extra;
     if (tally.undecided) extra += ", " + std::to_string(tally.undecided) + " not decided";
+    if (tally.nondeterministic)
+      extra += "; non-deterministic: two runs differed in " +
+               std::to_string(tally.nondeterministic) + " cases";
     if (tally.skipped)
       extra += ", " + std::to_string(tally.skipped) + " skipped: " + tally.skip_reason;
     std::printf("check: %s (%d of %d cases failed%s)\n", tally.failed ? "FAIL" : "PASS",

@@ -136,6 +136,7 @@ Report read_report(const std::string& path) {
         c.diagnosis = jc.at("diagnosis");
         c.repro = jc.at("repro");
         c.saved = jc.at("saved");
+        c.nondeterministic = jc.value("nondeterministic", "");
         for (const json& js : jc.at("stages")) {
           oracles::StageVerdict s;
           s.stage = js.at("stage");

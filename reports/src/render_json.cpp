@@ -156,6 +156,7 @@ std::string to_json(const Report& r) {
                     {"diagnosis", c.diagnosis},
                     {"repro", c.repro},
                     {"saved", c.saved},
+                    {"nondeterministic", c.nondeterministic},
                     {"stages", st}});
     }
     entries.push_back({{"id", e.id},

@@ -71,6 +71,11 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
     const Outcome o = judge(*backend, c, judging);
     reports::CaseRecord rec = record(o, std::size_t(i), seed, repro(c, backend->name, spec.model));
     const oracles::Verdict& v = o.verdict;
+    if (!o.nondeterministic.empty()) {
+      if (tally.nondeterministic++ == 0)
+        std::printf("NON-DETERMINISTIC case %d: two runs differ at %s (the first run is judged)\n",
+                    i, o.nondeterministic.c_str());
+    }
     if (v.state == oracles::State::fail) {
       progress.done();
       ++tally.failed;

@@ -45,12 +45,31 @@ Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& 
   } else {
     // The projection (hc_fn against every token) where the op has one, the Sinkhorn rounds, and
     // a few operations per stream element.
-    const auto& params = oracles::op_spec(op).params;
+    const auto& spec = oracles::op_spec(op);
     const bool projects =
-        std::any_of(params.begin(), params.end(),
+        std::any_of(spec.params.begin(), spec.params.end(),
                     [](const oracles::TensorSpec& t) { return t.name == "hc_fn"; });
-    cost.operations = tokens * ((projects ? M * nd : 0) + 4 * double(c.iters) * n * n) +
-                      (n + 1) * (e.inputs + e.stages);
+    const bool splits =
+        std::any_of(spec.params.begin(), spec.params.end(),
+                    [](const oracles::TensorSpec& t) { return t.name == "hc_base"; });
+    const double forward = (projects ? M * nd : 0) + 4 * double(c.iters) * n * n;
+    cost.operations = tokens * forward + (n + 1) * (e.inputs + e.stages);
+    if (spec.backward) {
+      // Two programs' first-order bounds a token (docs/semantics.md, "The backward ops"): about
+      // one sweep of the token's tape per gradient element outside a chain (each input's and the
+      // small params'; hc_fn's share M sweeps), over a tape of about 6 nodes per projection term,
+      // 100 per Sinkhorn element and round, 8 per stream element.
+      double sweeps = projects ? M : 0;
+      for (const auto& t : spec.outputs) {
+        if (t.name == "grad_hc_fn") continue;
+        double size = 1;
+        for (std::size_t x : oracles::resolve(t.dims, c, b)) size *= double(x);
+        sweeps += size;
+      }
+      const double tape =
+          6 * (projects ? M * nd : 0) + (splits ? 100 * double(c.iters) * n * n : 0) + 8 * nd;
+      cost.operations = tokens * 2 * sweeps * tape + (n + 1) * (e.inputs + e.stages);
+    }
   }
   return cost;
 }
@@ -211,28 +230,62 @@ SharedOracle shared_oracle(const oracles::OpCase& c, const Judging& j) {
   return {oracles::oracle_trace(c, j.threads, j.model)};
 }
 
+std::string first_difference(const oracles::Trace<float>& a, const oracles::Trace<float>& b) {
+  for (std::size_t s = 0; s < a.size() && s < b.size(); ++s) {
+    const auto& x = a[s].values;
+    const auto& y = b[s].values;
+    std::size_t first = x.size(), count = 0;
+    for (std::size_t i = 0; i < x.size() && i < y.size(); ++i)
+      if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) {
+        first = std::min(first, i);
+        ++count;
+      }
+    if (count == 0) continue;
+    char text[256];
+    std::snprintf(text, sizeof text, "%s[%zu]: %.9g, then %.9g; %zu of %zu elements differ",
+                  a[s].name.c_str(), first, double(x[first]), double(y[first]), count, x.size());
+    return text;
+  }
+  return "";
+}
+
+namespace {
+// A second run of a kernel that ran: where its outputs differ from the first's.
+std::string rerun(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
+                  const Ran& first) {
+  const Ran again = run(b, c, j);
+  return again.ran() ? first_difference(first.got, again.got) : "";
+}
+}  // namespace
+
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
   Ran r = run(b, c, j);
-  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
+  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}};
+  const std::string differs = rerun(b, c, j, r);
   oracles::Trace<bnd::Bounded> want;
-  return finish(
+  Outcome o = finish(
       std::move(r.got),
       [&](const oracles::Trace<float>& got) -> const oracles::Trace<bnd::Bounded>& {
         return want = oracles::oracle_trace(c, j.threads, j.model, {}, &got);
       },
       c, j, r.wrote);
+  o.nondeterministic = differs;
+  return o;
 }
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
   Ran r = run(b, c, j);
-  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}};
-  return finish(
+  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}};
+  const std::string differs = rerun(b, c, j, r);
+  Outcome o = finish(
       std::move(r.got),
       [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
         return shared.want;
       },
       c, j, r.wrote);
+  o.nondeterministic = differs;
+  return o;
 }
 
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
@@ -279,6 +332,7 @@ reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t se
   rec.seed = seed;
   rec.verdict = o.verdict;
   rec.diagnosis = o.diagnosis;
+  rec.nondeterministic = o.nondeterministic;
   if (o.verdict.state == oracles::State::fail) rec.repro = std::move(repro);
   return rec;
 }

@@ -43,6 +43,7 @@ struct CaseRecord {
   std::string label;  // what the case is, when not a generated seed (a fixture file)
   oracles::Verdict verdict;
   std::string diagnosis, repro, saved;
+  std::string nondeterministic;  // two runs of the kernel differed: where (Outcome)
 };
 
 // A stage over all cases of an entry.

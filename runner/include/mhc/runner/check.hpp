@@ -41,7 +41,8 @@ oracles::OpCase check_case(const CheckSpec& spec, std::uint64_t seed);
 
 struct CheckTally {
   int failed = 0, undecided = 0, skipped = 0, done = 0;
-  std::string skip_reason;  // of the last skipped case
+  int nondeterministic = 0;  // cases where two runs of the kernel differed
+  std::string skip_reason;   // of the last skipped case
 };
 // Records the run as an entry of the session's report; prints FAIL, DIAGNOSIS, REPRO and SAVED
 // lines as it goes.

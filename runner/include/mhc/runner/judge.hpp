@@ -82,9 +82,18 @@ struct Outcome {
   oracles::Verdict verdict;
   std::string diagnosis;                // one line; empty unless the case failed and was diagnosed
   std::vector<std::string> deviations;  // the catalogued deviations that explain the failure
+  // Non-empty when a second run of the kernel on the same case gave other bits (reduction orders
+  // that change from run to run, as atomics give): where the runs first differ. The first run is
+  // the one judged.
+  std::string nondeterministic;
 };
 
-// Runs the kernel and judges it against the anchored oracle.
+// Where two runs' outputs first differ bit for bit ("stage[index]: a vs b, k of n elements of
+// the stage differ"), or "" when they are identical.
+std::string first_difference(const oracles::Trace<float>& a, const oracles::Trace<float>& b);
+
+// Runs the kernel (twice: a difference is reported as Outcome::nondeterministic) and judges the
+// first run against the anchored oracle.
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j);
 // Runs the kernel and judges it against an oracle shared by the kernels judged on this case.
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
