@@ -74,6 +74,11 @@ extern "C" __attribute__((visibility("default"))) const mhc_plugin* mhc_plugin_v
                                    hc_pre,
                                    hc_post,
                                    nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
                                    nullptr};
   return &table;
 }

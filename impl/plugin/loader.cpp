@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -87,13 +88,17 @@ struct Loaded {
   Backend backend;
   std::mutex mu;
   const mhc_plugin* loaded = nullptr;
+  mhc_plugin copy{};  // the table, a version 1 one extended with no backward
   const mhc_plugin* table() {
     std::lock_guard<std::mutex> lock(mu);
-    if (!loaded) loaded = open_table(path, open_path);
+    if (!loaded) {
+      copy = open_table(path, open_path);
+      loaded = &copy;
+    }
     return loaded;
   }
   // dlopen, the entry point and the table's checks; throws PluginError naming what is wrong.
-  static const mhc_plugin* open_table(const std::string& path, const std::string& open_path) {
+  static mhc_plugin open_table(const std::string& path, const std::string& open_path) {
     void* h = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) throw PluginError("cannot load plug-in " + path + ": " + dlerror());
     using Entry = const mhc_plugin* (*)();
@@ -105,12 +110,15 @@ struct Loaded {
     const mhc_plugin* t = entry();
     auto bad = [&](const std::string& why) { return PluginError("plug-in " + path + ": " + why); };
     if (!t) throw bad("mhc_plugin_v1 returned NULL");
-    if (t->abi_version != MHC_PLUGIN_ABI_VERSION)
-      throw bad("ABI version " + std::to_string(t->abi_version) + ", this harness speaks version " +
-                std::to_string(MHC_PLUGIN_ABI_VERSION));
+    if (t->abi_version != 1 && t->abi_version != MHC_PLUGIN_ABI_VERSION)
+      throw bad("ABI version " + std::to_string(t->abi_version) +
+                ", this harness speaks versions 1 and " + std::to_string(MHC_PLUGIN_ABI_VERSION));
     if (t->memory != MHC_MEMORY_HOST && t->memory != MHC_MEMORY_DEVICE)
       throw bad("memory must be MHC_MEMORY_HOST or MHC_MEMORY_DEVICE");
-    return t;  // never closed: the table lives on
+    // A version 1 table ends before the backward entry points: read only what it has.
+    mhc_plugin full{};
+    std::memcpy(&full, t, t->abi_version == 1 ? offsetof(mhc_plugin, mixes_backward) : sizeof full);
+    return full;  // the library is never closed: the functions live on
   }
 };
 
@@ -201,6 +209,69 @@ Backend wrap(Loaded& L) {
       return t->boundary(&c, &ci, &co, err, n);
     });
   };
+  Backend::Backward& g = b.backward;
+  g.mixes = [p](const KernelConfig& k, std::size_t T, const float* x, const float* hc_fn,
+                const float* gm, float* dx, float* dfn) {
+    const std::size_t nd = std::size_t(k.n) * std::size_t(k.d), M = std::size_t(k.mix());
+    const mhc_plugin* t = p->table();
+    call(*p, t, "mixes_backward", t->mixes_backward != nullptr,
+         [&](Memory& m, char* err, std::size_t n) {
+           const mhc_config c = to_c(k, T);
+           return t->mixes_backward(&c, m.in(x, T * nd), m.in(hc_fn, M * nd), m.in(gm, T * M),
+                                    m.out(dx, T * nd), m.out(dfn, M * nd), err, n);
+         });
+  };
+  g.split_sinkhorn = [p](const KernelConfig& k, std::size_t T, const float* mixes,
+                         const float* scale, const float* base, const float* gp, const float* gq,
+                         const float* gc, float* dm, float* ds, float* db) {
+    const std::size_t n_ = std::size_t(k.n), M = std::size_t(k.mix());
+    const mhc_plugin* t = p->table();
+    call(*p, t, "split_sinkhorn_backward", t->split_sinkhorn_backward != nullptr,
+         [&](Memory& m, char* err, std::size_t n) {
+           const mhc_config c = to_c(k, T);
+           return t->split_sinkhorn_backward(&c, m.in(mixes, T * M), m.in(scale, 3), m.in(base, M),
+                                             m.in(gp, T * n_), m.in(gq, T * n_),
+                                             m.in(gc, T * n_ * n_), m.out(dm, T * M), m.out(ds, 3),
+                                             m.out(db, M), err, n);
+         });
+  };
+  g.hc_pre = [p](const KernelConfig& k, std::size_t T, const float* x, const float* pre_mix,
+                 const float* gy, float* dx, float* dp) {
+    const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
+    const mhc_plugin* t = p->table();
+    call(*p, t, "hc_pre_backward", t->hc_pre_backward != nullptr,
+         [&](Memory& m, char* err, std::size_t n) {
+           const mhc_config c = to_c(k, T);
+           return t->hc_pre_backward(&c, m.in(x, T * n_ * d), m.in(pre_mix, T * n_),
+                                     m.in(gy, T * d), m.out(dx, T * n_ * d), m.out(dp, T * n_), err,
+                                     n);
+         });
+  };
+  g.hc_post = [p](const KernelConfig& k, std::size_t T, const float* f, const float* residual,
+                  const float* post, const float* comb, const float* gy, float* df, float* dr,
+                  float* dpost, float* dcomb) {
+    const std::size_t n_ = std::size_t(k.n), d = std::size_t(k.d);
+    const mhc_plugin* t = p->table();
+    call(*p, t, "hc_post_backward", t->hc_post_backward != nullptr,
+         [&](Memory& m, char* err, std::size_t n) {
+           const mhc_config c = to_c(k, T);
+           return t->hc_post_backward(&c, m.in(f, T * d), m.in(residual, T * n_ * d),
+                                      m.in(post, T * n_), m.in(comb, T * n_ * n_),
+                                      m.in(gy, T * n_ * d), m.out(df, T * d), m.out(dr, T * n_ * d),
+                                      m.out(dpost, T * n_), m.out(dcomb, T * n_ * n_), err, n);
+         });
+  };
+  g.rmsnorm = [p](const KernelConfig& k, std::size_t T, const float* x, const float* w,
+                  const float* gy, float* dx, float* dw) {
+    const std::size_t d = std::size_t(k.d);
+    const mhc_plugin* t = p->table();
+    call(*p, t, "rmsnorm_backward", t->rmsnorm_backward != nullptr,
+         [&](Memory& m, char* err, std::size_t n) {
+           const mhc_config c = to_c(k, T);
+           return t->rmsnorm_backward(&c, m.in(x, T * d), m.in(w, d), m.in(gy, T * d),
+                                      m.out(dx, T * d), m.out(dw, d), err, n);
+         });
+  };
   return b;
 }
 
@@ -226,7 +297,8 @@ Table read_table(const std::string& path, const std::string& open_path) {
     ::close(fds[0]);
     std::string msg;
     try {
-      const mhc_plugin* t = Loaded::open_table(path, open_path);
+      const mhc_plugin table = Loaded::open_table(path, open_path);
+      const mhc_plugin* t = &table;
       msg = std::string(t->memory == MHC_MEMORY_DEVICE ? "D" : "H") +
             std::string(t->name ? t->name : "?").substr(0, 200) + '\0' +
             std::string(t->description ? t->description : "").substr(0, 1000);

@@ -250,18 +250,28 @@ std::string first_difference(const oracles::Trace<float>& a, const oracles::Trac
 }
 
 namespace {
-// A second run of a kernel that ran: where its outputs differ from the first's.
-std::string rerun(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
-                  const Ran& first) {
-  const Ran again = run(b, c, j);
-  return again.ran() ? first_difference(first.got, again.got) : "";
+// The kernel run twice: the first run, with its verdict replaced by the second's where that one
+// did not run (a kernel that crashes or errs on a repeat fails the case), and where the two runs'
+// outputs differ.
+Ran run_twice(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
+              std::string& differs) {
+  Ran r = run(b, c, j);
+  if (!r.ran()) return r;
+  Ran again = run(b, c, j);
+  if (!again.ran()) {
+    for (auto& s : again.verdict.stages) s.reason = "on a second run of the case: " + s.reason;
+    again.got.clear();
+    return again;
+  }
+  differs = first_difference(r.got, again.got);
+  return r;
 }
 }  // namespace
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
-  Ran r = run(b, c, j);
+  std::string differs;
+  Ran r = run_twice(b, c, j, differs);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}};
-  const std::string differs = rerun(b, c, j, r);
   oracles::Trace<bnd::Bounded> want;
   Outcome o = finish(
       std::move(r.got),
@@ -275,9 +285,9 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
-  Ran r = run(b, c, j);
+  std::string differs;
+  Ran r = run_twice(b, c, j, differs);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}};
-  const std::string differs = rerun(b, c, j, r);
   Outcome o = finish(
       std::move(r.got),
       [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {

@@ -1,5 +1,6 @@
-/* A plug-in whose hc_pre misbehaves on its second call (counted in the file MHC_HOSTILE_COUNT
- * names, since a worker process is forked per call), as chosen by MHC_HOSTILE: segv, abort,
+/* A plug-in whose hc_pre misbehaves on its third call (case 1's first run: the harness runs each
+ * case's kernel twice), or on call MHC_HOSTILE_AT (from 0), counted in the file MHC_HOSTILE_COUNT
+ * names since a worker process is forked per call, as chosen by MHC_HOSTILE: segv, abort,
  * fpe (integer division by zero), stack (unbounded recursion), hang, exit0 (exit(0) from inside
  * the harness), ignore (ignores SIGINT and SIGTERM, then hangs), or nothing (a faithful hc_pre).
  * The harness must fail that case with what happened and go on. With MHC_HOSTILE_DEVICE set it
@@ -44,7 +45,8 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
                   size_t err_size) {
   (void)err, (void)err_size;
   const char* mode = getenv("MHC_HOSTILE");
-  if (next_call() == 1 && mode) {
+  const char* at = getenv("MHC_HOSTILE_AT");
+  if (next_call() == (at ? atoi(at) : 2) && mode) {
     if (!strcmp(mode, "segv")) *(volatile int*)(uintptr_t)16 = 1;
     if (!strcmp(mode, "abort")) abort();
     if (!strcmp(mode, "fpe")) return dividend / zero;
@@ -77,6 +79,11 @@ static mhc_plugin table = {MHC_PLUGIN_ABI_VERSION,
                            NULL,
                            NULL,
                            hc_pre,
+                           NULL,
+                           NULL,
+                           NULL,
+                           NULL,
+                           NULL,
                            NULL,
                            NULL,
                            NULL};

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# hostile_plugins.sh BIN PLUGIN: for each misbehaviour of the hostile plug-in (its second call),
-# `check` on 3 cases exits 1 (not 0, not a crash): cases 0 and 2 pass, case 1 fails with what
-# happened; `gate` does not exit 0 and its JUnit file counts the failure.
+# hostile_plugins.sh BIN PLUGIN: for each misbehaviour of the hostile plug-in (its third call:
+# case 1's first run), `check` on 3 cases exits 1 (not 0, not a crash): cases 0 and 2 pass, case 1
+# fails with what happened; misbehaving on a case's second run fails that case too; `gate` does
+# not exit 0 and its JUnit file counts the failure.
 set -u
 bin=$1 plugin=$2
 d=$(mktemp -d)
@@ -20,6 +21,12 @@ for mode in segv:SIGSEGV abort:SIGABRT fpe:SIGFPE stack:SIGSEGV hang:"time limit
   grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "$name: the other cases did not pass"
   echo "ok: $name"
 done
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=segv MHC_HOSTILE_AT=1 timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
+[ $? -eq 1 ] || fail "segv on a second run: exit $?, expected 1"
+grep -q "FAIL case 0 (seed 1): first divergent stage 'kernel': on a second run of the case: .*SIGSEGV" \
+  "$d/out" || fail "segv on a second run: case 0 not failed with it"
+echo "ok: segv on a second run"
 # Misbehaving while its table is read: the harness says so and exits 2, the way it does for a
 # plug-in that cannot be loaded. (A hang there is killed after 10 s: not run here, for time.)
 for mode in segv:SIGSEGV abort:SIGABRT exit0:"ended its process (exit code 0)"; do

@@ -153,6 +153,77 @@ static int boundary(const mhc_config* c, const mhc_boundary_in* in, const mhc_bo
   return hc_pre(c, out->x, in->pre_mix, out->y, err, err_size);
 }
 
+/* Backward (ABI version 2) of the pieces without a Sinkhorn: closed forms, parameter gradients
+ * summed over the tokens in order. */
+static int hc_pre_backward(const mhc_config* c, const float* x, const float* p, const float* g,
+                           float* dx, float* dp, char* err, size_t err_size) {
+  if (check_config(c, err, err_size)) return 1;
+  const size_t n = (size_t)c->n, d = (size_t)c->d;
+  for (uint64_t t = 0; t < c->tokens; ++t)
+    for (size_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (size_t i = 0; i < d; ++i) {
+        dx[(t * n + j) * d + i] = p[t * n + j] * g[t * d + i];
+        acc += g[t * d + i] * x[(t * n + j) * d + i];
+      }
+      dp[t * n + j] = acc;
+    }
+  return 0;
+}
+
+static int hc_post_backward(const mhc_config* c, const float* f, const float* residual,
+                            const float* post, const float* comb, const float* g, float* df,
+                            float* dr, float* dpost, float* dcomb, char* err, size_t err_size) {
+  if (check_config(c, err, err_size)) return 1;
+  const size_t n = (size_t)c->n, d = (size_t)c->d;
+  for (uint64_t t = 0; t < c->tokens; ++t) {
+    const float* gt = g + t * n * d;
+    for (size_t i = 0; i < d; ++i) {
+      float acc = 0;
+      for (size_t k = 0; k < n; ++k) acc += post[t * n + k] * gt[k * d + i];
+      df[t * d + i] = acc;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      float acc = 0;
+      for (size_t i = 0; i < d; ++i) acc += gt[k * d + i] * f[t * d + i];
+      dpost[t * n + k] = acc;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t i = 0; i < d; ++i) {
+        float acc = 0;
+        for (size_t k = 0; k < n; ++k) acc += comb[(t * n + j) * n + k] * gt[k * d + i];
+        dr[(t * n + j) * d + i] = acc;
+      }
+      for (size_t k = 0; k < n; ++k) {
+        float acc = 0;
+        for (size_t i = 0; i < d; ++i) acc += gt[k * d + i] * residual[(t * n + j) * d + i];
+        dcomb[(t * n + j) * n + k] = acc;
+      }
+    }
+  }
+  return 0;
+}
+
+static int rmsnorm_backward(const mhc_config* c, const float* x, const float* w, const float* g,
+                            float* dx, float* dw, char* err, size_t err_size) {
+  if (check_config(c, err, err_size)) return 1;
+  const size_t d = (size_t)c->d;
+  for (size_t i = 0; i < d; ++i) dw[i] = 0;
+  for (uint64_t t = 0; t < c->tokens; ++t) {
+    const float* xt = x + t * d;
+    const float* gt = g + t * d;
+    float ss = 0, gwx = 0;
+    for (size_t i = 0; i < d; ++i) ss += xt[i] * xt[i];
+    const float r = 1.0f / sqrtf(ss / (float)d + c->norm_eps);
+    for (size_t i = 0; i < d; ++i) gwx += gt[i] * w[i] * xt[i];
+    for (size_t i = 0; i < d; ++i) {
+      dx[t * d + i] = r * w[i] * gt[i] - r * r * r / (float)d * xt[i] * gwx;
+      dw[i] += gt[i] * xt[i] * r;
+    }
+  }
+  return 0;
+}
+
 #ifdef MHC_PLANTED_BUG
 #define EXAMPLE_NAME "example-planted-bug"
 #define EXAMPLE_DESCRIPTION "the example plug-in with eps inside the softmax division"
@@ -171,6 +242,11 @@ MHC_EXPORT const mhc_plugin* mhc_plugin_v1(void) {
                                    hc_pre,
                                    hc_post,
                                    rmsnorm,
-                                   boundary};
+                                   boundary,
+                                   NULL, /* mixes_backward */
+                                   NULL, /* split_sinkhorn_backward */
+                                   hc_pre_backward,
+                                   hc_post_backward,
+                                   rmsnorm_backward};
   return &table;
 }
