@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/scalars.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/properties/generators.hpp"
 #include "mhc/runner/judge.hpp"
@@ -283,4 +285,144 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
       RC_ASSERT(o.verdict.state != oracles::State::fail);
     }
   });
+}
+
+namespace {
+// A generated backward case of op at a small configuration (n <= 3, d <= 4, rounds <= 8: the
+// projection's bound costs (M n d)^2 a token), 2 tokens.
+oracles::OpCase small_backward_case(oracles::Op op) {
+  ref::Config c;
+  c.n = *rc::gen::inRange(1, 4);
+  c.d = *rc::gen::inRange(1, 5);
+  c.iters = *rc::gen::inRange(1, 9);
+  c.hc_eps = std::pow(10.0, -*rc::gen::inRange(1, 9));
+  c.norm_eps = std::pow(10.0, -*rc::gen::element(2, 6, 12, 20));
+  const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
+  return oracles::generate_case(op, c, 2, seed, oracles::Precision::fp32());
+}
+// The double evaluation's own error, first order: the fp32 bound of the same programs scaled
+// from u = 2^-24 to 2^-53 (eta is larger in the fp32 bound than in double: still an upper bound).
+constexpr double kDoubleOverFp32 = 0x1.0p-29;
+}  // namespace
+
+TEST_CASE("properties of the backward", "[property][backward]") {
+  print_params();
+  rc::prop("gradients are linear in the upstream gradient", [] {
+    const auto op = *rc::gen::elementOf(oracles::backward_ops());
+    oracles::OpCase c = small_backward_case(op);
+    // Upstream gradients on the grid k / 1024 and dyadic a, b: a g1 + b g2 is exact in float.
+    const double a = *rc::gen::element(0.5, -2.0, 3.0), b = *rc::gen::element(1.0, -0.25, 4.0);
+    oracles::OpCase c2 = c, mix = c;
+    for (auto* k : {&c, &c2})
+      for (auto& [name, t] : k->inputs)
+        if (name.rfind("upstream_", 0) == 0)
+          for (float& v : t.data) v = float(*rc::gen::inRange(-1024, 1025)) / 1024.0f;
+    for (auto& [name, t] : mix.inputs)
+      if (name.rfind("upstream_", 0) == 0)
+        for (std::size_t i = 0; i < t.data.size(); ++i)
+          t.data[i] =
+              float(a * double(c.inputs[name].data[i]) + b * double(c2.inputs[name].data[i]));
+    const auto g1 = oracles::oracle_trace(c, 1), g2 = oracles::oracle_trace(c2, 1),
+               g = oracles::oracle_trace(mix, 1);
+    for (std::size_t s = 0; s < g.size(); ++s)
+      for (std::size_t i = 0; i < g[s].values.size(); ++i) {
+        const auto &x = g1[s].values[i], &y = g2[s].values[i], &z = g[s].values[i];
+        const double tol =
+            (std::fabs(a) * x.e + std::fabs(b) * y.e + z.e) * kDoubleOverFp32 + 1e-300;
+        RC_ASSERT(std::fabs(z.v - (a * x.v + b * y.v)) <= tol);
+      }
+  });
+  rc::prop("gradients agree with central differences of the reference in MPFR", [] {
+    const auto op = *rc::gen::elementOf(
+        std::vector<oracles::Op>{oracles::Op::split_sinkhorn_backward, oracles::Op::pre_backward,
+                                 oracles::Op::post_backward, oracles::Op::rmsnorm_backward});
+    const oracles::OpCase c = small_backward_case(op);
+    const auto& spec = oracles::op_spec(op);
+    const auto& fwd = oracles::op_spec(spec.forward);
+    num::set_mpfr_bits(256);
+    using M = num::mpfr;
+    const auto got = oracles::oracle_trace(c, 1);
+    // The loss sum_k upstream_k . out_k of token t, differenced in each input of that token and
+    // in each param (summed over both tokens).
+    std::vector<std::vector<double>> fd(spec.outputs.size());
+    for (std::size_t k = 0; k < spec.outputs.size(); ++k) fd[k].assign(got[k].values.size(), 0);
+    for (std::size_t t = 0; t < c.tokens; ++t) {
+      oracles::Tensors<M> at;
+      auto token = [&](const std::string& name) {
+        const auto& v = c.input(name).data;
+        const std::size_t per = v.size() / c.tokens;
+        return std::vector<M>(v.begin() + std::ptrdiff_t(t * per),
+                              v.begin() + std::ptrdiff_t((t + 1) * per));
+      };
+      for (const auto& i : fwd.inputs) at.push_back(token(i.name));
+      for (const auto& p : fwd.params)
+        at.emplace_back(c.param(p.name).data.begin(), c.param(p.name).data.end());
+      oracles::Tensors<M> up;
+      for (const auto& o : fwd.outputs) up.push_back(token("upstream_" + o.name));
+      auto loss = [&] {
+        const auto out = oracles::forward_piece<M>(spec.forward, c.cfg, at);
+        M s = 0;
+        for (std::size_t k = 0; k < out.size(); ++k)
+          for (std::size_t i = 0; i < out[k].size(); ++i) s += up[k][i] * out[k][i];
+        return s;
+      };
+      for (std::size_t k = 0; k < at.size(); ++k)
+        for (std::size_t i = 0; i < at[k].size(); ++i) {
+          const M x = at[k][i], h = M(1e-30) * (x == 0 ? M(1) : abs(x));
+          at[k][i] = x + h;
+          const M plus = loss();
+          at[k][i] = x - h;
+          const M minus = loss();
+          at[k][i] = x;
+          const double d = ((plus - minus) / (2 * h)).convert_to<double>();
+          fd[k][k < fwd.inputs.size() ? t * at[k].size() + i : i] += d;
+        }
+    }
+    for (std::size_t k = 0; k < fd.size(); ++k) {
+      double scale = 0;
+      for (double v : fd[k]) scale = std::max(scale, std::fabs(v));
+      for (std::size_t i = 0; i < fd[k].size(); ++i) {
+        const auto& w = got[k].values[i];
+        RC_ASSERT(std::fabs(w.v - fd[k][i]) <= w.e * kDoubleOverFp32 + 1e-20 * scale);
+      }
+    }
+  });
+  rc::prop(
+      "with a doubly stochastic comb, an upstream gradient equal across streams passes to "
+      "the residual unchanged, every kernel",
+      [] {
+        oracles::OpCase c = small_backward_case(oracles::Op::post_backward);
+        const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
+        // comb = (I + P) / 2 for a permutation P of each token: exactly doubly stochastic.
+        auto& comb = c.inputs["comb"].data;
+        for (std::size_t t = 0; t < c.tokens; ++t) {
+          std::vector<std::size_t> p(n);
+          std::iota(p.begin(), p.end(), std::size_t(0));
+          std::rotate(p.begin(), p.begin() + std::ptrdiff_t(*rc::gen::inRange<std::size_t>(0, n)),
+                      p.end());
+          for (std::size_t j = 0; j < n; ++j)
+            for (std::size_t k = 0; k < n; ++k)
+              comb[(t * n + j) * n + k] = 0.5f * float(j == k) + 0.5f * float(p[j] == k);
+        }
+        auto& g = c.inputs["upstream_y"].data;
+        for (std::size_t t = 0; t < c.tokens; ++t)
+          for (std::size_t k = 0; k < n; ++k)
+            for (std::size_t i = 0; i < d; ++i) g[(t * n + k) * d + i] = g[t * n * d + i];
+        c.origin = oracles::OpCase::Origin::derived;
+        const auto want = oracles::oracle_trace(c, 1);
+        const auto& dr = want[1].values;  // grad_residual
+        for (std::size_t t = 0; t < c.tokens; ++t)
+          for (std::size_t j = 0; j < n; ++j)
+            for (std::size_t i = 0; i < d; ++i)
+              RC_ASSERT(dr[(t * n + j) * d + i].v == double(g[t * n * d + i]));
+        for (const auto* b : impl::backends()) {
+          const runner::Ran r = runner::run(*b, c, 1u);
+          RC_ASSERT(r.ran());
+          const auto& got = r.got[1].values;
+          for (std::size_t t = 0; t < c.tokens; ++t)
+            for (std::size_t j = 0; j < n; ++j)
+              for (std::size_t i = 0; i < d; ++i)
+                RC_ASSERT(got[(t * n + j) * d + i] == g[t * n * d + i]);
+        }
+      });
 }
