@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/oracle.hpp"
 #include "mhc/oracles/random.hpp"
 #include "mhc/oracles/scalars.hpp"
@@ -54,6 +56,71 @@ StageCertificate certify(const std::string& name, const std::vector<double>& dbl
   return s;
 }
 
+namespace {
+
+// Case i's backward op: in turn every backward op where the streams are small (n d <= 64: the
+// projection's bound grows with (M n d)^2 a token), else those without the projection.
+Op backward_op_of(int i, const ref::Config& cfg) {
+  static const Op all[] = {
+      Op::split_sinkhorn_backward, Op::mixes_backward,   Op::pre_backward,
+      Op::post_backward,           Op::rmsnorm_backward, Op::boundary_backward};
+  static const Op wide[] = {Op::split_sinkhorn_backward, Op::pre_backward, Op::post_backward,
+                            Op::rmsnorm_backward};
+  return cfg.stream_size() <= 64 ? all[std::size_t(i / 2) % 6] : wide[std::size_t(i / 2) % 4];
+}
+
+std::vector<BackwardCertificate> certify_backward(Op op, const ref::Config& cfg, std::uint64_t seed,
+                                                  unsigned threads) {
+  const OpCase c = generate_case(op, cfg, 2, seed, Precision::fp32());
+  const Trace<bnd::Bounded> got = backward_trace(c, threads);
+  const OpSpec& spec = op_spec(op);
+  const OpSpec& fwd = op_spec(spec.forward);
+  using M = num::mpfr;
+  std::vector<std::vector<M>> want(spec.outputs.size());
+  for (std::size_t k = 0; k < want.size(); ++k) want[k].assign(got[k].values.size(), M(0));
+  for (std::size_t t = 0; t < c.tokens; ++t) {
+    auto token = [&](const std::string& name) {
+      const auto& v = c.input(name).data;
+      const std::size_t per = v.size() / c.tokens;
+      return std::vector<M>(v.begin() + std::ptrdiff_t(t * per),
+                            v.begin() + std::ptrdiff_t((t + 1) * per));
+    };
+    Tensors<M> at, up;
+    for (const auto& i : fwd.inputs) at.push_back(token(i.name));
+    for (const auto& p : fwd.params)
+      at.emplace_back(c.param(p.name).data.begin(), c.param(p.name).data.end());
+    for (const auto& o : fwd.outputs) up.push_back(token("upstream_" + o.name));
+    const Tensors<M> g = rev::vjp<M>(
+        [&](auto& x) {
+          using V = std::decay_t<decltype(x[0][0])>;
+          return forward_piece<V>(spec.forward, c.cfg, x);
+        },
+        at, up);
+    for (std::size_t k = 0; k < g.size(); ++k)
+      for (std::size_t i = 0; i < g[k].size(); ++i)
+        want[k][k < fwd.inputs.size() ? t * g[k].size() + i : i] += g[k][i];
+  }
+  std::vector<BackwardCertificate> out;
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    BackwardCertificate b;
+    b.stage = spec.name + "." + spec.outputs[k].name;
+    b.elements = want[k].size();
+    for (std::size_t i = 0; i < want[k].size(); ++i) {
+      const bnd::Bounded& w = got[k].values[i];
+      const double err = M(abs(M(w.v) - want[k][i])).convert_to<double>();
+      const double r = err == 0 ? 0 : err / w.e;
+      if (!(r <= b.max_over_bound)) {
+        b.max_over_bound = std::isnan(r) ? HUGE_VAL : r;
+        b.worst = i;
+      }
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace
+
 SelfcheckResult selfcheck(const SelfcheckOptions& opt,
                           const std::function<bool(const CaseCertificate&)>& on_case) {
   SelfcheckResult res;
@@ -84,6 +151,9 @@ SelfcheckResult selfcheck(const SelfcheckOptions& opt,
       res.accurate = res.accurate && cc.stages.back().max_rel_err <= kOracleAccuracy;
       res.enclosed = res.enclosed && cc.stages.back().not_enclosed == 0;
     }
+    cc.backward = certify_backward(backward_op_of(i, cfg), cfg, case_seed, opt.threads);
+    for (const auto& b : cc.backward)
+      res.backward_accurate = res.backward_accurate && b.max_over_bound <= kBackwardAccuracy;
     cc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const bool go_on = !on_case || on_case(cc);
     res.cases.push_back(std::move(cc));

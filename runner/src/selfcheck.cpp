@@ -60,6 +60,23 @@ int run_selfcheck(const oracles::SelfcheckOptions& opt, Session& session) {
         rec.verdict.first_divergent = v.stage;
       rec.verdict.stages.push_back(v);
     }
+    for (const auto& b : c.backward) {  // bound: 1e-6 of the fp32 bound, per element
+      oracles::StageVerdict v;
+      v.stage = b.stage;
+      v.elements = b.elements;
+      const bool accurate = b.max_over_bound <= oracles::kBackwardAccuracy;
+      v.state = accurate ? oracles::State::pass : oracles::State::fail;
+      v.rule = accurate ? "certified" : "oracle_accuracy";
+      char reason[200];
+      std::snprintf(reason, sizeof reason, "double gradient off MPFR by %.3e of its fp32 bound",
+                    b.max_over_bound);
+      v.reason = reason;
+      v.ratio_max = v.ratio_p99 = v.ratio_p50 = b.max_over_bound / oracles::kBackwardAccuracy;
+      v.worst.index = b.worst;
+      v.worst.ratio = v.ratio_max;
+      if (!accurate && rec.verdict.first_divergent.empty()) rec.verdict.first_divergent = v.stage;
+      rec.verdict.stages.push_back(v);
+    }
     rec.verdict.state =
         rec.verdict.first_divergent.empty() ? oracles::State::pass : oracles::State::fail;
     entry.add_case(std::move(rec));
@@ -114,7 +131,16 @@ int run_selfcheck(const oracles::SelfcheckOptions& opt, Session& session) {
       "Every double reduction is compensated (error <= u|s| + gamma_m^2 sum|terms|); a token\n"
       "whose mixes projection cancels so much that gamma_m^2 * kappa could exceed the\n"
       "requirement is evaluated again in 113-bit quad (fallback=, per case above).\n");
-  const bool ok = res.accurate && res.enclosed;
+  std::printf(
+      "\nBackward (one op a case, 2 tokens): the double gradient against the recorded backward in\n"
+      "MPFR, in units of the fp32 bound it judges with (<= %.0e required)\n",
+      oracles::kBackwardAccuracy);
+  std::printf("%-36s %10s %14s  %s\n", "gradient", "elements", "err / bound", "verdict");
+  for (const auto& c : res.cases)
+    for (const auto& b : c.backward)
+      std::printf("%-36s %10zu %14.3e  %s\n", b.stage.c_str(), b.elements, b.max_over_bound,
+                  b.max_over_bound <= oracles::kBackwardAccuracy ? "ok" : "FAIL");
+  const bool ok = res.accurate && res.enclosed && res.backward_accurate;
   std::printf("selfcheck: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

@@ -29,6 +29,18 @@ struct StageCertificate {
   std::size_t not_enclosed = 0;   // elements whose MPFR value lies outside the MPFI interval
 };
 
+// A backward op's gradients in double (backward_trace) against the recorded backward of the
+// reference in MPFR (rev::vjp over num::mpfr), measured in units of the fp32 bound each element
+// is judged with: the double gradient must lie within 1e-6 of it (its own error then invisible
+// next to any fp32 backward's bound).
+struct BackwardCertificate {
+  std::string stage;  // "<op>.<output>"
+  std::size_t elements = 0;
+  double max_over_bound = 0;  // max |double - mpfr| / fp32 bound
+  std::size_t worst = 0;
+};
+constexpr double kBackwardAccuracy = 1e-6;
+
 struct CaseCertificate {
   int index = 0;
   ref::Config cfg;
@@ -37,6 +49,7 @@ struct CaseCertificate {
   double seconds = 0;
   OracleStats oracle;  // conditioning seen and tokens that fell back to quad
   std::vector<StageCertificate> stages;
+  std::vector<BackwardCertificate> backward;  // one backward op a case, its outputs
 };
 
 // Case i: even i at the V4.1 sizes (n=4, d=5120, 20 iterations, hc_eps=1e-6, norm_eps=1e-20),
@@ -58,8 +71,9 @@ struct SelfcheckOptions {
 struct SelfcheckResult {
   unsigned mpfr_bits = 0, mpfi_bits = 0;
   std::vector<CaseCertificate> cases;
-  bool accurate = true;  // every stage's max_rel_err <= kOracleAccuracy
-  bool enclosed = true;  // every MPFR value inside its MPFI interval
+  bool accurate = true;           // every stage's max_rel_err <= kOracleAccuracy
+  bool enclosed = true;           // every MPFR value inside its MPFI interval
+  bool backward_accurate = true;  // every max_over_bound <= kBackwardAccuracy
 };
 
 // One stage's certificate: the double values against MPFR values and MPFI enclosures.
