@@ -17,6 +17,7 @@
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/lanes.hpp"
 #include "mhc/oracles/random.hpp"
+#include "mhc/oracles/reverse.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/reports/curves.hpp"
 #include "mhc/runner/judge.hpp"
@@ -49,6 +50,49 @@ Eval residuals(const ref::Config& c, const std::vector<double>& L, std::vector<d
     e.col = std::max(e.col, std::fabs(s - 1));
   }
   return e;
+}
+
+// How large the Sinkhorn's backward gets at these logits, as max_j sum_i |d C_i / d X_j| (the most
+// a comb gradient with entries in [-1, 1] gives one element of X): X the logits (through the
+// softmax), and X the softmax's output (the normalisations alone, where rounds that have not
+// converged amplify). The reverse-mode Scalar through the reference, one sweep per comb entry.
+struct Gains {
+  double logits = 0, normalisations = 0;
+};
+Gains backward_gains(const ref::Config& c, const std::vector<double>& L) {
+  const std::size_t nn = L.size();
+  std::vector<double> P(nn);
+  ref::SinkhornTrace<double> tr;
+  ref::sinkhorn(c, L.data(), P.data(), &tr);
+  P = tr.steps.front().matrix;  // the softmax's output, eps added
+  auto gain = [&](const std::vector<double>& at, bool softmax) {
+    std::vector<double> g_max(nn, 0);
+    for (std::size_t i = 0; i < nn; ++i) {
+      std::vector<double> up(nn, 0);
+      up[i] = 1;
+      const auto g = rev::vjp<double>(
+          [&](auto& x) {
+            using V = std::decay_t<decltype(x[0][0])>;
+            std::vector<std::vector<V>> out(1, std::vector<V>(nn));
+            if (softmax) {
+              ref::sinkhorn(c, x[0].data(), out[0].data());
+            } else {
+              std::vector<V> col(std::size_t(c.n));
+              out[0] = x[0];
+              ref::detail::divide_columns(c, out[0].data(), col.data());
+              for (int it = 1; it < c.iters; ++it) {
+                ref::detail::divide_rows(c, out[0].data());
+                ref::detail::divide_columns(c, out[0].data(), col.data());
+              }
+            }
+            return out;
+          },
+          std::vector<std::vector<double>>{at}, std::vector<std::vector<double>>{up});
+      for (std::size_t j = 0; j < nn; ++j) g_max[j] += std::fabs(g[0][j]);
+    }
+    return *std::max_element(g_max.begin(), g_max.end());
+  };
+  return {gain(L, true), gain(P, false)};
 }
 
 // A cheap bell-shaped variate (triangular: two uniforms, mean 0, variance 1): the search needs
@@ -321,7 +365,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
                  {"counterexamples", std::to_string(disagreements)}};
   std::printf("\nworst row residuals max_j |sum_k C[j,k] - 1| after %d rounds (shrunk):\n",
               c.iters);
-  std::printf("%4s %12s %12s %10s  %s\n", "case", "row", "column", "kappa", "logits (row-major)");
+  std::printf("%4s %12s %12s %10s %10s %10s  %s\n", "case", "row", "column", "kappa", "bwd logits",
+              "bwd rounds", "logits (row-major)");
   for (std::size_t w = 0; w < worst_row.size(); ++w) {
     const auto& f = worst_row[w];
     const auto [kappa, tr] = kappa_of(f.logits);
@@ -331,11 +376,16 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
       std::snprintf(b, sizeof b, "%s%.4g", logits.empty() ? "" : " ", v);
       logits += b;
     }
-    std::printf("%4llu %12.4g %12.4g %10.6f  [%s]\n", static_cast<unsigned long long>(f.index),
-                f.row, f.col, kappa, logits.c_str());
-    char b[160];
-    std::snprintf(b, sizeof b, "case %llu: row %.17g, column %.17g, kappa %.17g, logits [",
-                  static_cast<unsigned long long>(f.index), f.row, f.col, kappa);
+    const Gains gain = backward_gains(c, f.logits);
+    std::printf("%4llu %12.4g %12.4g %10.6f %10.4g %10.4g  [%s]\n",
+                static_cast<unsigned long long>(f.index), f.row, f.col, kappa, gain.logits,
+                gain.normalisations, logits.c_str());
+    char b[240];
+    std::snprintf(b, sizeof b,
+                  "case %llu: row %.17g, column %.17g, kappa %.17g, backward gain from logits "
+                  "%.6g, through the rounds %.6g, logits [",
+                  static_cast<unsigned long long>(f.index), f.row, f.col, kappa, gain.logits,
+                  gain.normalisations);
     entry.facts.push_back({"worst_row_" + std::to_string(w + 1), b + logits + "]"});
   }
   if (!worst_row.empty()) {
@@ -353,6 +403,10 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
       std::printf("  round %2d  %.4g\n", ++round, r);
     }
   }
+  std::printf(
+      "\nbwd logits: max_j sum_i |d comb_i / d logit_j| at those logits, the most a comb gradient\n"
+      "with entries in [-1, 1] gives one logit; bwd rounds: the same through the normalisations\n"
+      "alone, from the softmax's output (the reverse-mode reference, double)\n");
   if (!worst_col.empty())
     std::printf("\nworst column residual: %.4g (case %llu); columns end at S/(S+eps), so ~eps\n",
                 worst_col.front().col, static_cast<unsigned long long>(worst_col.front().index));
