@@ -10,6 +10,18 @@
 
 A module is a Site too: Site(module, "forward", ...) records its calls.
 
+Training's backward: a Site with backward=True records, for each call, the gradients the
+function's own backward (autograd, or its custom backward) computes when the model's backward
+reaches it, as a case of the op's backward (`<op>_backward`): the call's inputs and params, the
+upstream gradients of its results (`upstream_<result>`), and the gradients of its inputs
+(`grad_<input>`) and params (`grad_<param>`, summed over the call's tokens). The forward call is
+not recorded then; call `loss.backward()` (or torch.autograd.grad) inside the block.
+
+    site = mt.Site(my_kernels, "rmsnorm", op="rmsnorm", args=("x", "weight"), returns=("y",),
+                   backward=True)
+    with mt.capture("backward.h5", [site], config={"dim": 5120}):
+        model(tokens).sum().backward()
+
 A model whose sublayers the harness cannot evaluate (MLA, sparse attention, a real MoE) is
 captured by its modules instead (capture_blocks): each Block's streams in and out and each
 sublayer's input and output, through forward hooks. A forward becomes `stack` cases with
@@ -40,6 +52,7 @@ class Site:
     returns: Sequence[str]  # names of its results, in order (one name: a single result)
     name: Optional[str] = None  # in case names; default attr
     config: Optional[Mapping[str, Any]] = None  # this site's config, over capture's
+    backward: bool = False  # record the backward of each call (<op>_backward) instead
 
 
 def _copy(value):
@@ -59,6 +72,9 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
     def wrap(site: Site, fn):
         layout = mhc_verify.layout(site.op, {**(config or {}), **(site.config or {})})
         site_name = site.name or site.attr
+        if site.backward:
+            return _backward_recording(site, fn, layout, {**(config or {}), **(site.config or {})},
+                                       precision, cases, counts)
 
         def recording(*a, **kw):
             result = fn(*a, **kw)
@@ -89,6 +105,65 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
             setattr(site.owner, site.attr, fn)
         if cases:
             mhc_verify.write_capture(path, cases, producer)
+
+
+def _backward_recording(site: Site, fn, layout, config, precision, cases, counts):
+    """fn wrapped so that its backward is recorded: the call runs on detached copies of its
+    tensor arguments inside an autograd Function, whose backward differentiates the copies with
+    the upstream gradients (fn's own backward), records both, and passes the gradients on."""
+    import torch
+    site_name = site.name or site.attr
+
+    class Tap(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, call, record, *tensors):
+            with torch.enable_grad():
+                local = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
+                result = call(local)
+            outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            ctx.local, ctx.outs, ctx.record = local, outs, record
+            return tuple(o.detach() for o in outs)
+
+        @staticmethod
+        def backward(ctx, *upstream):
+            wanted = [t for t in ctx.local if t.requires_grad]
+            grads = dict(zip(map(id, wanted), torch.autograd.grad(ctx.outs, wanted, upstream,
+                                                                  allow_unused=True)))
+            full = [grads.get(id(t)) for t in ctx.local]
+            full = [torch.zeros_like(t) if g is None else g for t, g in zip(ctx.local, full)]
+            ctx.record(ctx.local, upstream, full)
+            return (None, None) + tuple(full)
+
+    def recording(*a, **kw):
+        named = dict(zip(site.args, a))
+        named.update({k: v for k, v in kw.items() if k in site.args})
+        names = [n for n in site.args if isinstance(named.get(n), torch.Tensor)]
+
+        def call(local):
+            args = list(a)
+            given = dict(zip(names, local))
+            for i, n in enumerate(site.args[:len(args)]):
+                if n in given:
+                    args[i] = given[n]
+            return fn(*args, **{k: given.get(k, v) for k, v in kw.items()})
+
+        def record(local, upstream, grads):
+            k = counts.get(site_name, 0)
+            counts[site_name] = k + 1
+            values = dict(zip(names, local))
+            inputs = {n: _copy(values[n]) for n in names if n in layout["inputs"]}
+            inputs.update({"upstream_" + r: _copy(g) for r, g in zip(site.returns, upstream)})
+            cases[f"{len(cases):04d}.{site_name}.{k}"] = {
+                "op": site.op + "_backward", "config": config, "precision": precision,
+                "inputs": inputs,
+                "params": {n: _copy(values[n]) for n in names if n in layout["params"]},
+                "outputs": {"grad_" + n: _copy(g) for n, g in zip(names, grads)},
+            }
+
+        outs = Tap.apply(call, record, *[named[n] for n in names])
+        return outs[0] if len(site.returns) == 1 else outs
+
+    return recording
 
 
 @dataclass

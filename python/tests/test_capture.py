@@ -183,3 +183,48 @@ def test_narrow_outputs_are_written_as_what_they_are(capture, tmp_path, dtype):
     [again] = mhc_verify.judge_file(next(saved.iterdir()))
     assert not again.passed and again.first_divergent == "y"
     assert again.stages[0].ratio_max == pytest.approx(bad.stages[0].ratio_max)
+
+
+def test_torch_capture_records_the_backward_of_each_call(tmp_path):
+    """A Site with backward=True records what the function's own backward computes when the
+    model's backward reaches it: the autograd of a faithful RMSNorm passes, one whose custom
+    backward drops the statistic's term fails on grad_x, and the weight's gradient is summed over
+    the call's tokens."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    import mhc_verify.torch as mt
+
+    def rmsnorm(x, weight, eps=1e-20):
+        r = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+        return weight * (x * r)
+
+    class NoMeanTerm(torch.autograd.Function):  # d x = r w g, the statistic's term dropped
+        @staticmethod
+        def forward(ctx, x, weight):
+            r = torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-20)
+            ctx.save_for_backward(x, weight, r)
+            return weight * (x * r)
+
+        @staticmethod
+        def backward(ctx, g):
+            x, weight, r = ctx.saved_tensors
+            return r * weight * g, (g * x * r).reshape(-1, x.shape[-1]).sum(0)
+
+    kernels = types.SimpleNamespace(good=rmsnorm, bad=NoMeanTerm.apply)
+    sites = [mt.Site(kernels, "good", op="rmsnorm", args=("x", "weight"), returns=("y",),
+                     backward=True),
+             mt.Site(kernels, "bad", op="rmsnorm", args=("x", "weight"), returns=("y",),
+                     backward=True)]
+    path = tmp_path / "backward.h5"
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 16, generator=g).requires_grad_()
+    w = (torch.rand(16, generator=g) + 0.5).requires_grad_()
+    with mt.capture(path, sites, config={"dim": 16}):
+        (kernels.good(x, w) * torch.randn(2, 3, 16, generator=g)).sum().backward()
+        (kernels.bad(x, w) * torch.randn(2, 3, 16, generator=g)).sum().backward()
+    assert x.grad is not None and w.grad is not None  # the gradients passed on to the model
+    results = mhc_verify.judge_file(path)
+    assert [(r.name, r.passed, r.tokens) for r in results] == [
+        ("0000.good.0", True, 6), ("0001.bad.0", False, 6)]
+    assert results[1].first_divergent == "grad_x"
