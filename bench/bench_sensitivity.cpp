@@ -1,8 +1,8 @@
 // Sensitivity: the smallest relative perturbation of a faithful output that the harness flags,
 // per op, stage and kind of perturbation, for the bounds alone (tier 1) and with the second tier,
 // next to the legitimate envelope and to torch.testing.assert_close's fp32 defaults. Usage:
-// mhc-bench-sensitivity [cases] [tokens] [more] [precision]   (defaults 4 cases x 4 tokens, V4.1
-// sizes, fp32)
+// mhc-bench-sensitivity [cases] [tokens] [more] [precision] [d] [backward]   (defaults 4 cases x 4
+// tokens, V4.1 sizes, fp32; "backward": the backward ops instead)
 // more: legitimate kernels to add to the envelope, by name, comma-separated (cuda,cuda-fused on a
 // machine with a GPU; "" for none); their envelope is also printed apart ("more env"), and "2/all"
 // is the ratio against the envelope of every legitimate kernel. precision: a preset or parts, as
@@ -90,7 +90,9 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int cases = argc > 1 ? std::atoi(argv[1]) : 4;
   const std::size_t tokens = argc > 2 ? std::size_t(std::atol(argv[2])) : 4;
-  const ref::Config cfg = ref::v41();
+  ref::Config cfg = ref::v41();
+  if (argc > 5) cfg.d = std::atoi(argv[5]);
+  const bool backward = argc > 6 && std::string(argv[6]) == "backward";
   std::vector<impl::Backend> legit{impl::cpu_fused()};
   for (const auto& v : impl::variant_catalogue())
     if (!v.wrong) legit.push_back(impl::make_backend(v));
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
               "tier 1", "tiers 1+2", "a_close", "envelope", "2/env", "a_c FA");
   if (!more.empty()) std::printf(" %10s %8s", "more env", "2/all");
   std::printf("\n");
-  for (oracles::Op op : oracles::all_ops()) {
+  for (oracles::Op op : backward ? oracles::backward_ops() : oracles::all_ops()) {
     if (op == oracles::Op::block || op == oracles::Op::stack) continue;
     std::map<std::string, std::map<Kind, std::vector<double>>> t1, t2, ac;
     std::map<std::string, std::map<Kind, double>> envelope, envelope_more;

@@ -1,12 +1,14 @@
 // Bound tightness: observed error / bound of the straightforward fp32 kernel (`cpu`), per op,
 // stage and error model, pooled over every element of every case. Usage:
-// mhc-bench-tightness [cases] [tokens] [d] [precision]   (defaults 4 cases x 4 tokens at d = 5120,
-// fp32; precision: a preset or parts, as check --precision, the kernel running what it declares)
+// mhc-bench-tightness [cases] [tokens] [d] [precision] [backward]   (defaults 4 cases x 4 tokens at
+// d = 5120, fp32; precision: a preset or parts, as check --precision, the kernel running what it
+// declares; "backward": the backward ops instead, whose one bound every model shares)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "mhc/oracles/error_model.hpp"
@@ -29,7 +31,8 @@ int main(int argc, char** argv) {
   const oracles::ErrorModel models[] = {
       oracles::ErrorModel::rigorous, oracles::ErrorModel::probabilistic,
       oracles::ErrorModel::empirical, oracles::ErrorModel::standard};
-  for (oracles::Op op : oracles::all_ops()) {
+  const bool backward = argc > 5 && std::string(argv[5]) == "backward";
+  for (oracles::Op op : backward ? oracles::backward_ops() : oracles::all_ops()) {
     std::map<std::pair<std::string, int>, std::vector<double>> ratios;
     std::vector<std::string> order;
     for (int i = 0; i < cases; ++i) {
