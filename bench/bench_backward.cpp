@@ -19,21 +19,11 @@ int main(int argc, char** argv) {
     c.d = d;
     const oracles::OpCase k =
         oracles::generate_case(oracles::Op::boundary_backward, c, T, 1, oracles::Precision::fp32());
-    const auto& spec = oracles::op_spec(oracles::Op::boundary);
     // The values alone: the recorded backward of each token in double.
     const double values = bench::median_seconds(repeats, [&] {
       for (std::size_t t = 0; t < T; ++t) {
         oracles::Tensors<double> at, up;
-        auto token = [&](const std::string& name) {
-          const auto& v = k.input(name).data;
-          const std::size_t per = v.size() / T;
-          return std::vector<double>(v.begin() + std::ptrdiff_t(t * per),
-                                     v.begin() + std::ptrdiff_t((t + 1) * per));
-        };
-        for (const auto& i : spec.inputs) at.push_back(token(i.name));
-        for (const auto& p : spec.params)
-          at.emplace_back(k.param(p.name).data.begin(), k.param(p.name).data.end());
-        for (const auto& o : spec.outputs) up.push_back(token("upstream_" + o.name));
+        oracles::token_tensors(k, t, at, up);
         const auto g = rev::vjp<double>(
             [&](auto& x) {
               using V = std::decay_t<decltype(x[0][0])>;

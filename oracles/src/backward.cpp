@@ -44,7 +44,7 @@ Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads) {
                                 ": backward ops are judged under the fp32 declaration (" +
                                 precision_name(c.precision) + " given)");
   const OpSpec& fwd = op_spec(spec.forward);
-  const std::size_t T = c.tokens, nin = fwd.inputs.size(), nout = fwd.outputs.size();
+  const std::size_t T = c.tokens, nin = fwd.inputs.size();
   Trace<bnd::Bounded> trace;
   for (const auto& t : spec.outputs) {
     std::vector<std::size_t> shape = resolve(t.dims, c.cfg);
@@ -53,13 +53,6 @@ Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads) {
     for (auto s : shape) size *= s;
     trace.push_back({t.name, shape, std::vector<bnd::Bounded>(size)});
   }
-  // Per-token slices of the inputs (forward inputs, then upstream gradients).
-  auto slice = [&](const std::string& name, std::size_t t) {
-    const auto& v = c.input(name).data;
-    const std::size_t per = v.size() / T;
-    return std::vector<double>(v.begin() + std::ptrdiff_t(t * per),
-                               v.begin() + std::ptrdiff_t((t + 1) * per));
-  };
   const std::size_t nparams = fwd.params.size();
   // Params' gradients: per-token contributions summed in token order, their bounds and
   // magnitudes alongside, in chunks of tokens (the result does not depend on the thread count).
@@ -75,14 +68,8 @@ Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads) {
   for (std::size_t t0 = 0; t0 < T; t0 += kChunk) {
     const std::size_t nt = std::min(kChunk, T - t0);
     par::for_each(nt, threads, [&](std::size_t k) {
-      const std::size_t t = t0 + k;
       Tensors<double> at, up;
-      for (std::size_t i = 0; i < nin; ++i) at.push_back(slice(fwd.inputs[i].name, t));
-      for (const auto& p : fwd.params) {
-        const auto& v = c.param(p.name).data;
-        at.emplace_back(v.begin(), v.end());
-      }
-      for (std::size_t o = 0; o < nout; ++o) up.push_back(slice(spec.inputs[nin + o].name, t));
+      token_tensors(c, t0 + k, at, up);
       grads[k] = token_gradient(c, spec.forward, at, up);
     });
     for (std::size_t k = 0; k < nt; ++k) {

@@ -79,17 +79,8 @@ std::vector<BackwardCertificate> certify_backward(Op op, const ref::Config& cfg,
   std::vector<std::vector<M>> want(spec.outputs.size());
   for (std::size_t k = 0; k < want.size(); ++k) want[k].assign(got[k].values.size(), M(0));
   for (std::size_t t = 0; t < c.tokens; ++t) {
-    auto token = [&](const std::string& name) {
-      const auto& v = c.input(name).data;
-      const std::size_t per = v.size() / c.tokens;
-      return std::vector<M>(v.begin() + std::ptrdiff_t(t * per),
-                            v.begin() + std::ptrdiff_t((t + 1) * per));
-    };
     Tensors<M> at, up;
-    for (const auto& i : fwd.inputs) at.push_back(token(i.name));
-    for (const auto& p : fwd.params)
-      at.emplace_back(c.param(p.name).data.begin(), c.param(p.name).data.end());
-    for (const auto& o : fwd.outputs) up.push_back(token("upstream_" + o.name));
+    token_tensors(c, t, at, up);
     const Tensors<M> g = rev::vjp<M>(
         [&](auto& x) {
           using V = std::decay_t<decltype(x[0][0])>;

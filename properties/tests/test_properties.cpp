@@ -347,18 +347,8 @@ TEST_CASE("properties of the backward", "[property][backward]") {
     std::vector<std::vector<double>> fd(spec.outputs.size());
     for (std::size_t k = 0; k < spec.outputs.size(); ++k) fd[k].assign(got[k].values.size(), 0);
     for (std::size_t t = 0; t < c.tokens; ++t) {
-      oracles::Tensors<M> at;
-      auto token = [&](const std::string& name) {
-        const auto& v = c.input(name).data;
-        const std::size_t per = v.size() / c.tokens;
-        return std::vector<M>(v.begin() + std::ptrdiff_t(t * per),
-                              v.begin() + std::ptrdiff_t((t + 1) * per));
-      };
-      for (const auto& i : fwd.inputs) at.push_back(token(i.name));
-      for (const auto& p : fwd.params)
-        at.emplace_back(c.param(p.name).data.begin(), c.param(p.name).data.end());
-      oracles::Tensors<M> up;
-      for (const auto& o : fwd.outputs) up.push_back(token("upstream_" + o.name));
+      oracles::Tensors<M> at, up;
+      oracles::token_tensors(c, t, at, up);
       auto loss = [&] {
         const auto out = oracles::forward_piece<M>(spec.forward, c.cfg, at);
         M s = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -238,6 +239,25 @@ Tensors<V> piecewise_backward(Op op, const ref::Config& c, Tensors<V>& at, const
     default:
       return rev::vjp<V>(piece(op), at, up);
   }
+}
+
+// Token t of a backward case in V: at, the forward op's inputs (that token's) and params, in
+// forward_piece's order; up, the upstream gradient of each forward output (that token's).
+template <class V>
+void token_tensors(const OpCase& c, std::size_t t, Tensors<V>& at, Tensors<V>& up) {
+  const OpSpec& fwd = op_spec(op_spec(c.op).forward);
+  auto token = [&](const std::string& name) {
+    const auto& v = c.input(name).data;
+    const std::size_t per = v.size() / c.tokens;
+    return std::vector<V>(v.begin() + std::ptrdiff_t(t * per),
+                          v.begin() + std::ptrdiff_t((t + 1) * per));
+  };
+  at.clear();
+  up.clear();
+  for (const auto& i : fwd.inputs) at.push_back(token(i.name));
+  for (const auto& p : fwd.params)
+    at.emplace_back(c.param(p.name).data.begin(), c.param(p.name).data.end());
+  for (const auto& o : fwd.outputs) up.push_back(token("upstream_" + o.name));
 }
 
 // Whether the piecewise program differs from the recorded one (it holds a closed form).
