@@ -116,8 +116,10 @@ void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
   app.add_option("--op", op,
                  "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, "
                  "boundary (hc_post, then mixes, split and hc_pre of the new streams), block (one "
-                 "whole Block: attention and MoE sublayers between mHC boundaries) or stack "
-                 "(--layers Blocks)")
+                 "whole Block: attention and MoE sublayers between mHC boundaries), stack "
+                 "(--layers Blocks), or the backward of a piece or of the boundary, "
+                 "<op>_backward (given upstream_<output> gradients, the kernel's grad_<input> "
+                 "per token and grad_<param> summed over tokens; fp32)")
       ->capture_default_str()
       ->check(CLI::IsMember(op_names()));
   add_block_options(app, spec.block, spec.batch);
