@@ -602,13 +602,13 @@ TEST_CASE("reverse: the closed-form split backward within the larger of the two 
             },
             at, up);
         rev::Tape<double> tape;
-        oracles::Tensors<rev::Var<double>> x(3), u(3);
+        oracles::Tensors<rev::Var<double>> xs(3), ups(3);
         for (std::size_t k = 0; k < 3; ++k) {
-          for (double v : at[k]) x[k].push_back(tape.input(v));
-          for (double v : up[k]) u[k].emplace_back(v);
+          for (double v : at[k]) xs[k].push_back(tape.input(v));
+          for (double v : up[k]) ups[k].emplace_back(v);
         }
         const auto closed =
-            oracles::piecewise_backward<rev::Var<double>>(oracles::Op::split_sinkhorn, c, x, u);
+            oracles::piecewise_backward<rev::Var<double>>(oracles::Op::split_sinkhorn, c, xs, ups);
         const auto got = oracles::split_backward_closed<float>(
             c, m32.data(), s32.data(), b32.data(), up32[0].data(), up32[1].data(), up32[2].data());
         for (std::size_t k = 0; k < 3; ++k) {
