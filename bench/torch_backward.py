@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """The boundary's backward in PyTorch float64 autograd on the CPU, from the seeds' formulas, at
-n = 4 and the d of bench_backward.cpp: forward and backward of 4 tokens, one thread, median of
-REPEATS. Usage: torch_backward.py [REPEATS]. Prints 'd ms/token' lines."""
+n = 4 and the d of bench_backward.cpp: forward and backward of TOKENS tokens on THREADS threads,
+median of REPEATS (after one warm-up). Usage: torch_backward.py [TOKENS] [REPEATS] [THREADS].
+Prints 'd ms/token' lines."""
 import statistics
 import sys
 import time
 
 import torch
 
-repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-torch.set_num_threads(1)
-n, iters, eps, norm_eps, T = 4, 20, 1e-6, 1e-20, 4
+T = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+torch.set_num_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+n, iters, eps, norm_eps = 4, 20, 1e-6, 1e-20
 M = (2 + n) * n
 dt = torch.float64
 print(f"{'d':>6} {'ms/token':>12}")
-for d in [8, 16, 32, 64, 128, 256, 5120]:
+for d in [64, 256, 1024, 5120]:
     g = torch.Generator().manual_seed(1)
     f = torch.randn(T, d, generator=g, dtype=dt, requires_grad=True)
     residual = torch.randn(T, n, d, generator=g, dtype=dt, requires_grad=True)

@@ -201,11 +201,9 @@ OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i) {
                 : pick < 0.6  ? Op::boundary_backward
                 : pick < 0.75 ? Op::mixes_backward
                               : others[rng.integer(0, 2)];
-  // The projection's gradient bound costs (M n d)^2 a token: smaller streams there.
-  const bool projection = op == Op::boundary_backward || op == Op::mixes_backward;
   ref::Config cfg;
-  cfg.n = ns[rng.integer(0, projection ? 3 : 4)];
-  cfg.d = rng.integer(1, projection ? 8 : 48);
+  cfg.n = ns[rng.integer(0, 4)];
+  cfg.d = rng.integer(1, 48);
   cfg.iters = rng.integer(1, 30);
   cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
   cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);

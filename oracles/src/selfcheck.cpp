@@ -58,15 +58,12 @@ StageCertificate certify(const std::string& name, const std::vector<double>& dbl
 
 namespace {
 
-// Case i's backward op: in turn every backward op where the streams are small (n d <= 64: the
-// projection's bound grows with (M n d)^2 a token), else those without the projection.
-Op backward_op_of(int i, const ref::Config& cfg) {
+// Case i's backward op: every backward op in turn.
+Op backward_op_of(int i) {
   static const Op all[] = {
       Op::split_sinkhorn_backward, Op::mixes_backward,   Op::pre_backward,
       Op::post_backward,           Op::rmsnorm_backward, Op::boundary_backward};
-  static const Op wide[] = {Op::split_sinkhorn_backward, Op::pre_backward, Op::post_backward,
-                            Op::rmsnorm_backward};
-  return cfg.stream_size() <= 64 ? all[std::size_t(i / 2) % 6] : wide[std::size_t(i / 2) % 4];
+  return all[std::size_t(i / 2) % 6];
 }
 
 std::vector<BackwardCertificate> certify_backward(Op op, const ref::Config& cfg, std::uint64_t seed,
@@ -142,7 +139,7 @@ SelfcheckResult selfcheck(const SelfcheckOptions& opt,
       res.accurate = res.accurate && cc.stages.back().max_rel_err <= kOracleAccuracy;
       res.enclosed = res.enclosed && cc.stages.back().not_enclosed == 0;
     }
-    cc.backward = certify_backward(backward_op_of(i, cfg), cfg, case_seed, opt.threads);
+    cc.backward = certify_backward(backward_op_of(i), cfg, case_seed, opt.threads);
     for (const auto& b : cc.backward)
       res.backward_accurate = res.backward_accurate && b.max_over_bound <= kBackwardAccuracy;
     cc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -55,20 +55,13 @@ Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& 
     const double forward = (projects ? M * nd : 0) + 4 * double(c.iters) * n * n;
     cost.operations = tokens * forward + (n + 1) * (e.inputs + e.stages);
     if (spec.backward) {
-      // Two programs' first-order bounds a token (docs/semantics.md, "The backward ops"): about
-      // one sweep of the token's tape per gradient element outside a chain (each input's and the
-      // small params'; hc_fn's share M sweeps), over a tape of about 6 nodes per projection term,
-      // 100 per Sinkhorn element and round, 8 per stream element.
-      double sweeps = projects ? M : 0;
-      for (const auto& t : spec.outputs) {
-        if (t.name == "grad_hc_fn") continue;
-        double size = 1;
-        for (std::size_t x : oracles::resolve(t.dims, c, b)) size *= double(x);
-        sweeps += size;
-      }
-      const double tape =
-          6 * (projects ? M * nd : 0) + (splits ? 100 * double(c.iters) * n * n : 0) + 8 * nd;
-      cost.operations = tokens * 2 * sweeps * tape + (n + 1) * (e.inputs + e.stages);
+      // Composed a token (docs/semantics.md, "The backward ops"): the split's two programs
+      // recorded (about 100 nodes per Sinkhorn element and round), each swept once per 8 of its
+      // 2 M + 3 gradient elements; a few passes over hc_fn (forward, d x in two programs, d
+      // hc_fn's three sums) and a few tens of operations per stream element.
+      const double split = splits ? 2 * 100 * double(c.iters) * n * n * (2 * M + 3) / 8 : 0;
+      cost.operations = tokens * (split + (projects ? 8 * M * nd : 0) + 20 * nd) +
+                        (n + 1) * (e.inputs + e.stages);
     }
   }
   return cost;

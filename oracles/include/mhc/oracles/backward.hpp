@@ -1,6 +1,6 @@
 // The backward ops (OpSpec::backward): their values derived from the forward reference by the
-// reverse-mode Scalar, and per element a first-order bound on an fp32 backward kernel's error
-// that covers the two programs kernels run (docs/semantics.md, "The backward pass").
+// reverse-mode Scalar, and per element a bound on an fp32 backward kernel's error composed piece
+// by piece (docs/semantics.md, "The backward ops").
 #pragma once
 
 #include <algorithm>
@@ -151,96 +151,6 @@ Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, c
   return {dm, ds, db};
 }
 
-// RMS-scaled pieces' backward by closed forms, as kernels write them, for one token of width w:
-// y = r (A x) with r = (sum x^2 / w + eps)^-1/2 and A a row of weights (the projection: rows of
-// hc_fn; RMSNorm: the diagonal of its weight). d x_i = r sum_a g_a A_ai - (r^3 / w) x_i
-// sum_a g_a (A x)_a, d A_ai = (g_a r) x_i.
-template <class F>
-Tensors<F> mixes_backward_closed(const ref::Config& c, const F* x, const F* W, const F* g) {
-  using std::sqrt;
-  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
-  F ss = F(0), gdot = F(0);
-  for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
-  const F r = F(1) / sqrt(ss / F(double(nd)) + F(c.norm_eps));
-  std::vector<F> dx(nd), dW(M * nd);
-  for (std::size_t a = 0; a < M; ++a) {
-    F dot = F(0);
-    for (std::size_t i = 0; i < nd; ++i) dot += W[a * nd + i] * x[i];
-    gdot += g[a] * dot;
-    for (std::size_t i = 0; i < nd; ++i) dW[a * nd + i] = g[a] * r * x[i];
-  }
-  for (std::size_t i = 0; i < nd; ++i) {
-    F acc = F(0);
-    for (std::size_t a = 0; a < M; ++a) acc += g[a] * W[a * nd + i];
-    dx[i] = r * acc - r * r * r / F(double(nd)) * x[i] * gdot;
-  }
-  return {dx, dW};
-}
-template <class F>
-Tensors<F> rmsnorm_backward_closed(const ref::Config& c, const F* x, const F* w, const F* g) {
-  using std::sqrt;
-  const std::size_t d = std::size_t(c.d);
-  F ss = F(0), gwx = F(0);
-  for (std::size_t i = 0; i < d; ++i) ss += x[i] * x[i];
-  const F r = F(1) / sqrt(ss / F(double(d)) + F(c.norm_eps));
-  for (std::size_t i = 0; i < d; ++i) gwx += g[i] * w[i] * x[i];
-  std::vector<F> dx(d), dw(d);
-  for (std::size_t i = 0; i < d; ++i) {
-    dx[i] = r * w[i] * g[i] - r * r * r / F(double(d)) * x[i] * gwx;
-    dw[i] = g[i] * x[i] * r;
-  }
-  return {dx, dw};
-}
-
-// The backward of a forward op on one token as kernels compose it: each piece's backward in turn,
-// the split's by its closed forms, the others recorded (their closed forms are rearrangements the
-// recorded program's bound covers). at as forward_piece's; up: the outputs' upstream gradients.
-// Returns the gradients of at's tensors.
-template <class V>
-Tensors<V> piecewise_backward(Op op, const ref::Config& c, Tensors<V>& at, const Tensors<V>& up) {
-  auto piece = [&](Op p) {
-    return [&c, p](auto& x) {
-      using W = std::decay_t<decltype(x[0][0])>;
-      return forward_piece<W>(p, c, x);
-    };
-  };
-  auto add = [](std::vector<V>& a, const std::vector<V>& b) {
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = a[i] + b[i];
-  };
-  switch (op) {
-    case Op::split_sinkhorn:
-      return split_backward_closed<V>(c, at[0].data(), at[1].data(), at[2].data(), up[0].data(),
-                                      up[1].data(), up[2].data());
-    case Op::mixes: {
-      std::vector<V> mix(std::size_t(c.mix()));
-      ref::mixes(c, 1, at[0].data(), at[1].data(), mix.data());
-      Tensors<V> g = split_backward_closed<V>(c, mix.data(), at[2].data(), at[3].data(),
-                                              up[1].data(), up[2].data(), up[3].data());
-      add(g[0], up[0]);
-      const Tensors<V> dp = mixes_backward_closed<V>(c, at[0].data(), at[1].data(), g[0].data());
-      return {dp[0], dp[1], g[1], g[2]};
-    }
-    case Op::boundary: {
-      Tensors<V> fwd = forward_piece<V>(op, c, at);  // x, mixes, pre, post, comb, y
-      Tensors<V> mix_at{fwd[0], at[5], at[6], at[7]};
-      Tensors<V> mix_up{up[1], up[2], up[3], up[4]};
-      const Tensors<V> gm = piecewise_backward<V>(Op::mixes, c, mix_at, mix_up);
-      Tensors<V> pre_at{fwd[0], at[4]};
-      const Tensors<V> gp = rev::vjp<V>(piece(Op::pre), pre_at, Tensors<V>{up[5]});
-      std::vector<V> gx = up[0];
-      add(gx, gm[0]);
-      add(gx, gp[0]);
-      Tensors<V> post_at{at[0], at[1], at[2], at[3]};
-      const Tensors<V> gq = rev::vjp<V>(piece(Op::post), post_at, Tensors<V>{gx});
-      return {gq[0], gq[1], gq[2], gq[3], gp[1], gm[1], gm[2], gm[3]};
-    }
-    case Op::rmsnorm:
-      return rmsnorm_backward_closed<V>(c, at[0].data(), at[1].data(), up[0].data());
-    default:
-      return rev::vjp<V>(piece(op), at, up);
-  }
-}
-
 // Token t of a backward case in V: at, the forward op's inputs (that token's) and params, in
 // forward_piece's order; up, the upstream gradient of each forward output (that token's).
 template <class V>
@@ -260,15 +170,11 @@ void token_tensors(const OpCase& c, std::size_t t, Tensors<V>& at, Tensors<V>& u
   for (const auto& o : fwd.outputs) up.push_back(token("upstream_" + o.name));
 }
 
-// Whether the piecewise program differs from the recorded one (it holds a closed form).
-inline bool has_closed_form(Op op) {
-  return op == Op::split_sinkhorn || op == Op::mixes || op == Op::boundary || op == Op::rmsnorm;
-}
-
-// The oracle of a backward op: per element, the gradient in double (the recorded backward of the
-// forward reference) and the larger of the first-order fp32 bounds of the recorded and the
-// piecewise programs. A param's gradient sums per-token contributions: their bounds add, and the
-// sum over tokens in any order (per-block partial sums, atomics) adds gamma_{T-1} sum_t |c_t|.
+// The oracle of a backward op: per element, the gradient in double and a bound on an fp32
+// kernel's error, composed piece by piece: the split's by the larger of the first-order bounds of
+// the recorded and the closed-form programs, the other pieces' by the bound-carrying Scalar. A
+// param's gradient sums per-token contributions: their bounds add, and the sum over tokens in any
+// order (per-block partial sums, atomics) adds gamma_{T-1} sum_t |c_t|.
 Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads = 0);
 
 }  // namespace mhc::oracles

@@ -414,6 +414,21 @@ void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bou
   }
 }
 
+// The products a * b[i], bounded as operator* bounds each, added into the running sums of their
+// values, bounds and magnitudes (a weight's gradient over tokens: one row of an outer product).
+inline void accumulate_products(const Bounded& a, const Bounded* b, std::size_t n, double* value,
+                                double* bound, double* magnitude) {
+  const Model& m = model();
+  const double av = a.v, aa = std::fabs(a.v), ae = a.e, u = m.u, eta = m.eta, big = m.big;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = av * b[i].v, ax = std::fabs(x);
+    const double p = aa * b[i].e + std::fabs(b[i].v) * ae + ae * b[i].e;
+    value[i] += x;
+    bound[i] += ax + p > big ? HUGE_VAL : p + u * (ax + p) + u64 * ax + eta;
+    magnitude[i] += ax;
+  }
+}
+
 // The projection of mixes (F.linear): exact fp32 weights; tf32 models round both operands.
 Bounded linear(const Bounded* x, const float* w, std::size_t n);
 // The projection of several tokens, blocked: each chunk of W serves a block of tokens and each

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -42,8 +43,9 @@ class Tape {
 
   static Tape* current() { return current_; }
 
-  // An independent variable (an input or parameter to differentiate by).
-  Var<T> input(const T& value) { return Var<T>(value, node({})); }
+  // An independent variable (an input or parameter to differentiate by); error: a bound on how
+  // far the value a kernel holds may be from it (first_order() counts it as a budget).
+  Var<T> input(const T& value, double error = 0) { return Var<T>(value, node({}, error)); }
 
   // A node with edges to its parents (index, partial); constants (index < 0) are left out.
   // budget: a bound on the rounding error of the node's own operation in fp32 (first_order()).
@@ -76,8 +78,8 @@ class Tape {
   // each operation rounding once within its budget: sum over nodes of |d out / d node| budget.
   // A node whose budgeted ancestry comes through one parent p has bound budget + |d node / d p|
   // bound(p) (one path: no signs to cancel), so chains (a weight's gradient, g r x_i for every i)
-  // share their parent's sweep; other nodes are swept over their ancestors (down the ids: a
-  // node's children come after it), and their bound kept.
+  // share their parent's bound; the other nodes (roots) are swept over their ancestors, down the
+  // ids (a node's children come after it), kWidth roots at a time in one pass.
   std::vector<double> first_order(const std::vector<Var<T>>& outputs) const {
     const std::size_t N = start_.size();
     auto edges = [this](std::size_t i) {
@@ -89,29 +91,62 @@ class Tape {
       for (auto [e, end] = edges(i); e < end && !relevant[i]; ++e)
         relevant[i] = relevant[std::size_t(parent_[e])];
     }
-    std::vector<double> memo(N, -1), adj(N, 0);
+    // The one relevant parent of node i and the sum of its partials (-1: none; -2: several).
+    auto only_parent = [&](std::size_t i, double& partial) {
+      std::int64_t only = -1;
+      partial = 0;
+      for (auto [e, end] = edges(i); e < end; ++e) {
+        const std::int64_t p = parent_[e];
+        if (!relevant[std::size_t(p)]) continue;
+        if (only >= 0 && p != only) return std::int64_t(-2);
+        only = p;
+        partial += double(partial_[e]);
+      }
+      return only;
+    };
+    // Each output's chain ends at a root, or at a node without budgeted ancestry.
+    std::vector<double> memo(N, -1);
+    std::vector<std::size_t> roots;
+    for (const auto& o : outputs)
+      for (std::int64_t id = o.id; id >= 0;) {
+        double partial;
+        const std::int64_t only = only_parent(std::size_t(id), partial);
+        if (only == -2) {
+          if (memo[std::size_t(id)] < 0) roots.push_back(std::size_t(id));
+          memo[std::size_t(id)] = 0;
+        }
+        id = only;
+      }
+    std::sort(roots.begin(), roots.end(), std::greater<>());
+    constexpr std::size_t kWidth = 8;
+    std::vector<double> adj(roots.empty() ? 0 : (roots.front() + 1) * kWidth, 0);
     std::vector<char> queued(N, 0);
-    auto sweep = [&](std::size_t from) {  // down the ids from `from`, visiting its ancestors
-      double b = 0;
-      std::size_t lo = from;
-      adj[from] = 1;
-      queued[from] = 1;
-      for (std::size_t i = from + 1; i-- > lo;) {
+    for (std::size_t r0 = 0; r0 < roots.size(); r0 += kWidth) {
+      const std::size_t nr = std::min(kWidth, roots.size() - r0);
+      double b[kWidth] = {};
+      std::size_t lo = roots[r0 + nr - 1];
+      for (std::size_t k = 0; k < nr; ++k) {
+        adj[roots[r0 + k] * kWidth + k] = 1;
+        queued[roots[r0 + k]] = 1;
+      }
+      for (std::size_t i = roots[r0] + 1; i-- > lo;) {
         if (!queued[i]) continue;
         queued[i] = 0;
-        const double a = adj[i];
-        adj[i] = 0;
-        b += std::fabs(a) * budget_[i];
+        double* a = &adj[i * kWidth];
+        for (std::size_t k = 0; k < kWidth; ++k) b[k] += std::fabs(a[k]) * budget_[i];
         for (auto [e, end] = edges(i); e < end; ++e) {
           const std::size_t p = std::size_t(parent_[e]);
           if (!relevant[p]) continue;
-          adj[p] += a * double(partial_[e]);
+          const double d = double(partial_[e]);
+          double* ap = &adj[p * kWidth];
+          for (std::size_t k = 0; k < kWidth; ++k) ap[k] += a[k] * d;
           queued[p] = 1;
           lo = std::min(lo, p);
         }
+        std::fill(a, a + kWidth, 0.0);
       }
-      return b;
-    };
+      for (std::size_t k = 0; k < nr; ++k) memo[roots[r0 + k]] = b[k];
+    }
     std::vector<double> out;
     for (const auto& o : outputs) {
       double b = 0, scale = 1;
@@ -121,24 +156,10 @@ class Tape {
           b += scale * memo[i];
           break;
         }
-        std::int64_t only = -1;  // the one relevant parent, if there is one
-        double partial = 0;
-        bool several = false;
-        for (auto [e, end] = edges(i); e < end; ++e) {
-          const std::int64_t p = parent_[e];
-          if (!relevant[std::size_t(p)]) continue;
-          several = several || (only >= 0 && p != only);
-          only = p;
-          partial += double(partial_[e]);
-        }
-        if (several) {
-          memo[i] = sweep(i);
-          b += scale * memo[i];
-          break;
-        }
+        double partial;
         b += scale * budget_[i];
+        id = only_parent(i, partial);
         scale *= std::fabs(partial);
-        id = only;
       }
       out.push_back(b);
     }
@@ -357,13 +378,17 @@ std::vector<std::vector<T>> vjp(F f, const std::vector<std::vector<T>>& inputs,
 struct Gradient {
   std::vector<std::vector<double>> value, bound;
 };
+// input_error (optional, inputs' shapes): bounds on the inputs' own errors, propagated to first
+// order as well.
 template <class F>
 Gradient first_order_vjp(F f, const std::vector<std::vector<double>>& inputs,
-                         const std::vector<std::vector<double>>& upstream) {
+                         const std::vector<std::vector<double>>& upstream,
+                         const std::vector<std::vector<double>>& input_error = {}) {
   Tape<double> inner;
   std::vector<std::vector<Var<double>>> in(inputs.size()), up(upstream.size());
   for (std::size_t k = 0; k < inputs.size(); ++k)
-    for (double x : inputs[k]) in[k].push_back(inner.input(x));
+    for (std::size_t i = 0; i < inputs[k].size(); ++i)
+      in[k].push_back(inner.input(inputs[k][i], k < input_error.size() ? input_error[k][i] : 0));
   for (std::size_t k = 0; k < upstream.size(); ++k)
     for (double x : upstream[k]) up[k].emplace_back(x);
   const auto g = vjp<Var<double>>(f, in, up);
