@@ -289,7 +289,7 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
 
 namespace {
 // A generated backward case of op at a small configuration (n <= 3, d <= 4, rounds <= 8: the
-// projection's bound costs (M n d)^2 a token), 2 tokens.
+// central differences in MPFR cost two forwards an input element), 2 tokens.
 oracles::OpCase small_backward_case(oracles::Op op) {
   ref::Config c;
   c.n = *rc::gen::inRange(1, 4);
