@@ -191,8 +191,8 @@ Tensors<B> pre_grads(const ref::Config& c, const std::vector<B>& x, const float*
   return out;
 }
 
-TokenGrads composed_token(const OpCase& c, std::size_t t) {
-  const bnd::ModelScope fp32(bnd::fp32());
+TokenGrads composed_token(const OpCase& c, std::size_t t, const bnd::Model& model) {
+  const bnd::ModelScope scope(model);
   const ref::Config& cfg = c.cfg;
   const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d), nd = n * d;
   const std::size_t M = std::size_t(cfg.mix());
@@ -269,7 +269,7 @@ TokenGrads composed_token(const OpCase& c, std::size_t t) {
 
 }  // namespace
 
-Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads) {
+Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads, const bnd::Model& model) {
   const OpSpec& spec = op_spec(c.op);
   if (!spec.backward) throw std::logic_error("backward_trace: " + spec.name + " is a forward op");
   if (c.precision != Precision::fp32())
@@ -300,7 +300,7 @@ Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads) {
   std::vector<TokenGrads> grads(std::min(T, kChunk));
   for (std::size_t t0 = 0; t0 < T; t0 += kChunk) {
     const std::size_t nt = std::min(kChunk, T - t0);
-    par::for_each(nt, threads, [&](std::size_t k) { grads[k] = composed_token(c, t0 + k); });
+    par::for_each(nt, threads, [&](std::size_t k) { grads[k] = composed_token(c, t0 + k, model); });
     for (std::size_t k = 0; k < nt; ++k)
       for (std::size_t i = 0; i < nin; ++i) {
         const std::vector<B>& g = grads[k].grad[i];

@@ -186,8 +186,13 @@ std::vector<std::vector<std::size_t>> undecidable_routing(const OpCase& c) {
 
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel model,
                                  const EmpiricalParams& params, const Trace<float>* kernel) {
-  // A backward's bound is first-order, one model for all (docs/semantics.md, "The backward pass").
-  if (op_spec(c.op).backward) return backward_trace(c, threads);
+  // A backward's pieces outside the split take the probabilistic model as the forward's do; the
+  // empirical ensemble does not model the backward (docs/semantics.md, "The backward ops").
+  if (op_spec(c.op).backward) {
+    bnd::Model m = bnd::fp32();
+    m.probabilistic = model == ErrorModel::probabilistic || model == ErrorModel::standard;
+    return backward_trace(c, threads, m);
+  }
   if (c.op == Op::block || c.op == Op::stack) {
     const bnd::Model rig = precision_model(c.precision);
     bnd::Model prob = rig;

@@ -175,6 +175,10 @@ void token_tensors(const OpCase& c, std::size_t t, Tensors<V>& at, Tensors<V>& u
 // the recorded and the closed-form programs, the other pieces' by the bound-carrying Scalar. A
 // param's gradient sums per-token contributions: their bounds add, and the sum over tokens in any
 // order (per-block partial sums, atomics) adds gamma_{T-1} sum_t |c_t|.
-Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads = 0);
+// model: the fp32 model of the bound-carrying pieces (probabilistic: their long reductions by
+// gamma~_n where the premise holds); the split's first-order bounds and the sums over tokens stay
+// rigorous.
+Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads = 0,
+                                   const bnd::Model& model = bnd::fp32());
 
 }  // namespace mhc::oracles
