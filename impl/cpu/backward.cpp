@@ -99,23 +99,30 @@ void split_backward_token(const BackwardKnobs& kb, const KernelConfig& c, const 
     for (int k = 0; k < n; ++k) rs += (p[k] = std::exp(p[k] - mx));
     for (int k = 0; k < n; ++k) p[k] /= rs;
   }
-  for (std::size_t i = 0; i < nn; ++i) C[i] = P[i] + eps;
   const int steps = 2 * c.iters - 1;  // columns, then (rows, columns) per further round
   std::vector<float> Y(std::size_t(steps) * nn), D(std::size_t(steps * n));
-  for (int st = 0; st < steps; ++st) {
-    const bool rows = st % 2 == 1;
-    for (int a = 0; a < n; ++a) {
-      float sum = 0;
-      for (int e = 0; e < n; ++e) sum += C[std::size_t(rows ? a * n + e : e * n + a)];
-      const float den = sum + eps;
-      D[std::size_t(st * n + a)] = den;
-      for (int e = 0; e < n; ++e) {
-        float& v = C[std::size_t(rows ? a * n + e : e * n + a)];
-        v = v / den;
+  // The iterates and denominators of steps 0..upto, from P; reversed: line sums last to first.
+  auto forward_to = [&](int upto, bool reversed) {
+    for (std::size_t i = 0; i < nn; ++i) C[i] = P[i] + eps;
+    for (int st = 0; st <= upto; ++st) {
+      const bool rows = st % 2 == 1;
+      for (int a = 0; a < n; ++a) {
+        float sum = 0;
+        for (int k = 0; k < n; ++k) {
+          const int e = reversed ? n - 1 - k : k;
+          sum += C[std::size_t(rows ? a * n + e : e * n + a)];
+        }
+        const float den = sum + eps;
+        D[std::size_t(st * n + a)] = den;
+        for (int e = 0; e < n; ++e) {
+          float& v = C[std::size_t(rows ? a * n + e : e * n + a)];
+          v = v / den;
+        }
       }
+      std::copy(C.begin(), C.end(), Y.begin() + std::ptrdiff_t(std::size_t(st) * nn));
     }
-    std::copy(C.begin(), C.end(), Y.begin() + std::ptrdiff_t(std::size_t(st) * nn));
-  }
+  };
+  if (!kb.recompute) forward_to(steps - 1, false);
   std::vector<float> G(g_comb, g_comb + nn);
   using S = BackwardKnobs::Sinkhorn;
   const int last = kb.sinkhorn == S::last_round ? std::max(0, steps - 2) : 0;
@@ -123,6 +130,7 @@ void split_backward_token(const BackwardKnobs& kb, const KernelConfig& c, const 
     const bool rows = st % 2 == 1;
     // converged: the derivative at the last iterate of this step's kind
     const int at = kb.sinkhorn == S::converged ? (rows ? steps - 2 : steps - 1) : st;
+    if (kb.recompute) forward_to(at, true);  // checkpointing: only P kept from the forward
     const float* y = &Y[std::size_t(at) * nn];
     const float* den = &D[std::size_t(at * n)];
     for (int a = 0; a < n; ++a) {

@@ -445,6 +445,7 @@ const std::vector<Variant>& variant_catalogue() {
     using S = BackwardKnobs::Sinkhorn;
     legit("backward_reversed_tokens", [](Variant& x) { x.backward.order = O::reverse; });
     legit("backward_atomics", [](Variant& x) { x.backward.order = O::shuffled; });
+    legit("backward_recomputed_iterates", [](Variant& x) { x.backward.recompute = true; });
     wrong("backward_den_without_eps", "", [](Variant& x) { x.backward.den_eps = false; });
     wrong("backward_comb_transposed", "", [](Variant& x) { x.backward.comb_transposed = true; });
     wrong("backward_post_without_factor2", "post_without_factor2",

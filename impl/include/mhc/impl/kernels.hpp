@@ -156,11 +156,14 @@ struct BackwardKnobs {
   // iterate of its kind); through the last round only (the earlier steps passed through).
   enum class Sinkhorn { unrolled, converged, last_round };
   Sinkhorn sinkhorn = Sinkhorn::unrolled;
+  // The Sinkhorn's iterates recomputed from the softmax when the backward reaches each step
+  // (checkpointing) rather than stored, their line sums in the other order.
+  bool recompute = false;
   bool deviates() const {
     return !den_eps || comb_transposed || !post_factor2 || !mean_term ||
            sinkhorn != Sinkhorn::unrolled;
   }
-  bool chosen() const { return deviates() || order != Order::forward; }
+  bool chosen() const { return deviates() || order != Order::forward || recompute; }
 };
 
 // The sublayers of a Block (docs/semantics.md, "Stand-in sublayers") on N = B*T tokens of width
