@@ -34,10 +34,12 @@ rev::Gradient split_gradient(const ref::Config& c, const Tensors<double>& at,
     for (double v : up[k]) u[k].emplace_back(v);
   const Tensors<rev::Var<double>> p = split_backward_closed<rev::Var<double>>(
       c, x[0].data(), x[1].data(), x[2].data(), u[0].data(), u[1].data(), u[2].data());
-  for (std::size_t k = 0; k < p.size(); ++k) {
-    const std::vector<double> b = tape.first_order(p[k]);
-    for (std::size_t i = 0; i < b.size(); ++i) g.bound[k][i] = std::max(g.bound[k][i], b[i]);
-  }
+  std::vector<rev::Var<double>> all;
+  for (const auto& t : p) all.insert(all.end(), t.begin(), t.end());
+  const std::vector<double> b = tape.first_order(all);
+  for (std::size_t k = 0, e = 0; k < p.size(); ++k)
+    for (std::size_t i = 0; i < p[k].size(); ++i, ++e)
+      g.bound[k][i] = std::max(g.bound[k][i], b[e]);
   return g;
 }
 

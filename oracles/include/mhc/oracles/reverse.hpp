@@ -393,10 +393,18 @@ Gradient first_order_vjp(F f, const std::vector<std::vector<double>>& inputs,
     for (double x : upstream[k]) up[k].emplace_back(x);
   const auto g = vjp<Var<double>>(f, in, up);
   Gradient out;
+  std::vector<Var<double>> all;  // one first_order() for every element: shared sweeps
   for (const auto& t : g) {
     out.value.emplace_back();
     for (const auto& v : t) out.value.back().push_back(v.v);
-    out.bound.push_back(inner.first_order(t));
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  const std::vector<double> b = inner.first_order(all);
+  std::size_t at = 0;
+  for (const auto& t : g) {
+    out.bound.emplace_back(b.begin() + std::ptrdiff_t(at),
+                           b.begin() + std::ptrdiff_t(at + t.size()));
+    at += t.size();
   }
   return out;
 }
