@@ -174,7 +174,7 @@ void token_tensors(const OpCase& c, std::size_t t, Tensors<V>& at, Tensors<V>& u
 // kernel's error, composed piece by piece: the split's by the larger of the first-order bounds of
 // the recorded and the closed-form programs, the other pieces' by the bound-carrying Scalar. A
 // param's gradient sums per-token contributions: their bounds add, and the sum over tokens in any
-// order (per-block partial sums, atomics) adds gamma_{T-1} sum_t |c_t|.
+// order (per-block partial sums, atomics) adds gamma_{T-1} sum_t (|c_t| + b_t).
 // model: the fp32 model of the bound-carrying pieces (probabilistic: their long reductions by
 // gamma~_n where the premise holds); the split's first-order bounds and the sums over tokens stay
 // rigorous.

@@ -424,7 +424,7 @@ inline void accumulate_products(const Bounded& a, const Bounded* b, std::size_t 
     const double x = av * b[i].v, ax = std::fabs(x);
     const double p = aa * b[i].e + std::fabs(b[i].v) * ae + ae * b[i].e;
     value[i] += x;
-    bound[i] += ax + p > big ? HUGE_VAL : p + u * (ax + p) + u64 * ax + eta;
+    bound[i] += ax + p > big ? HUGE_VAL : p + (u * (ax + p) + u64 * ax + eta);
     magnitude[i] += ax;
   }
 }

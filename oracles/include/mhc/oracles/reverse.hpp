@@ -105,15 +105,16 @@ class Tape {
       return only;
     };
     // Each output's chain ends at a root, or at a node without budgeted ancestry.
-    std::vector<double> memo(N, -1);
+    std::vector<double> memo(N, 0);
+    std::vector<char> is_root(N, 0);
     std::vector<std::size_t> roots;
     for (const auto& o : outputs)
       for (std::int64_t id = o.id; id >= 0;) {
         double partial;
         const std::int64_t only = only_parent(std::size_t(id), partial);
         if (only == -2) {
-          if (memo[std::size_t(id)] < 0) roots.push_back(std::size_t(id));
-          memo[std::size_t(id)] = 0;
+          if (!is_root[std::size_t(id)]) roots.push_back(std::size_t(id));
+          is_root[std::size_t(id)] = 1;
         }
         id = only;
       }
@@ -133,13 +134,16 @@ class Tape {
         if (!queued[i]) continue;
         queued[i] = 0;
         double* a = &adj[i * kWidth];
-        for (std::size_t k = 0; k < kWidth; ++k) b[k] += std::fabs(a[k]) * budget_[i];
+        // A lane outside this node's descendants holds 0 and adds nothing (not 0 * inf).
+        for (std::size_t k = 0; k < kWidth; ++k)
+          if (a[k] != 0) b[k] += std::fabs(a[k]) * budget_[i];
         for (auto [e, end] = edges(i); e < end; ++e) {
           const std::size_t p = std::size_t(parent_[e]);
           if (!relevant[p]) continue;
           const double d = double(partial_[e]);
           double* ap = &adj[p * kWidth];
-          for (std::size_t k = 0; k < kWidth; ++k) ap[k] += a[k] * d;
+          for (std::size_t k = 0; k < kWidth; ++k)
+            if (a[k] != 0) ap[k] += a[k] * d;
           queued[p] = 1;
           lo = std::min(lo, p);
         }
@@ -152,7 +156,7 @@ class Tape {
       double b = 0, scale = 1;
       for (std::int64_t id = o.id; id >= 0;) {
         const std::size_t i = std::size_t(id);
-        if (memo[i] >= 0) {
+        if (is_root[i]) {
           b += scale * memo[i];
           break;
         }
@@ -161,7 +165,7 @@ class Tape {
         id = only_parent(i, partial);
         scale *= std::fabs(partial);
       }
-      out.push_back(b);
+      out.push_back(std::isnan(b) ? HUGE_VAL : b);  // no bound is an infinite one
     }
     return out;
   }
