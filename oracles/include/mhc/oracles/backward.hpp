@@ -75,33 +75,38 @@ Tensors<V> forward_piece(Op op, const ref::Config& c, Tensors<V>& at) {
 // step's output and denominators stored (or recomputed: the same values), then each step undone
 // (a normalisation y = x / den: dx = (g - sum_line g y) / den; p + eps and the softmax:
 // dl = p (g - sum_row g p); the sigmoids: s (1 - s)). Returns d mixes, d hc_scale, d hc_base.
+// Its sums are sum() and dot() of F: on the tape, bounded for every order.
 template <class F>
 Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, const F* b,
                                  const F* g_pre, const F* g_post, const F* g_comb) {
+  using ref::dot;
+  using ref::sum;
   using std::exp;
   const int n = c.n;
+  const std::size_t un = std::size_t(n);
   const F eps = F(c.hc_eps);
-  const std::size_t nn = std::size_t(n * n), M = std::size_t(c.mix());
-  std::vector<F> dm(M, F(0)), ds(3, F(0)), db(M, F(0));
-  for (int j = 0; j < n; ++j)  // pre = sigmoid(z) + eps, post = 2 sigmoid(z)
-    for (int w = 0; w < 2; ++w) {
-      const std::size_t i = std::size_t(w * n + j);
+  const std::size_t nn = un * un, M = std::size_t(c.mix());
+  std::vector<F> dm(M, F(0)), ds(3, F(0)), db(M, F(0)), dz(2 * un), ms(2 * un);
+  for (std::size_t w = 0; w < 2; ++w) {  // pre = sigmoid(z) + eps, post = 2 sigmoid(z)
+    for (std::size_t j = 0; j < un; ++j) {
+      const std::size_t i = w * un + j;
       const F z = m[i] * s[w] + b[i], sg = F(1) / (F(1) + exp(-z));
-      const F dz = (w ? g_post[j] * F(2) : g_pre[j]) * sg * (F(1) - sg);
-      dm[i] = dz * s[w];
-      ds[std::size_t(w)] += dz * m[i];
-      db[i] = dz;
+      dz[i] = (w ? g_post[j] * F(2) : g_pre[j]) * sg * (F(1) - sg);
+      dm[i] = dz[i] * s[w];
+      db[i] = dz[i];
     }
-  std::vector<F> P(nn), C(nn);
-  for (int j = 0; j < n; ++j) {
-    const std::size_t r = std::size_t(j * n);
-    std::vector<F> L(std::size_t(n), F(0));
-    for (int k = 0; k < n; ++k)
-      L[std::size_t(k)] = m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k];
-    F mx = L[0], rs = F(0);
-    for (int k = 1; k < n; ++k) mx = std::max(mx, L[std::size_t(k)]);
-    for (int k = 0; k < n; ++k) rs += (P[r + std::size_t(k)] = exp(L[std::size_t(k)] - mx));
-    for (int k = 0; k < n; ++k) P[r + std::size_t(k)] = P[r + std::size_t(k)] / rs;
+    ds[w] = dot(&dz[w * un], &m[w * un], un);
+  }
+  std::vector<F> P(nn), C(nn), line(un), gline(un);
+  for (std::size_t j = 0; j < un; ++j) {
+    F* p = &P[j * un];
+    for (std::size_t k = 0; k < un; ++k)
+      p[k] = m[2 * un + j * un + k] * s[2] + b[2 * un + j * un + k];
+    F mx = p[0];
+    for (std::size_t k = 1; k < un; ++k) mx = std::max(mx, p[k]);
+    for (std::size_t k = 0; k < un; ++k) p[k] = exp(p[k] - mx);
+    const F rs = sum(p, un);
+    for (std::size_t k = 0; k < un; ++k) p[k] = p[k] / rs;
   }
   for (std::size_t i = 0; i < nn; ++i) C[i] = P[i] + eps;
   struct Step {
@@ -109,14 +114,15 @@ Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, c
     std::vector<F> y, den;
   };
   std::vector<Step> steps;
-  auto at = [n](bool rows, int a, int e) { return std::size_t(rows ? a * n + e : e * n + a); };
+  auto at = [un](bool rows, std::size_t a, std::size_t e) {
+    return rows ? a * un + e : e * un + a;
+  };
   auto normalise = [&](bool rows) {
-    Step st{rows, {}, std::vector<F>(std::size_t(n))};
-    for (int a = 0; a < n; ++a) {
-      F sum = F(0);
-      for (int e = 0; e < n; ++e) sum += C[at(rows, a, e)];
-      st.den[std::size_t(a)] = sum + eps;
-      for (int e = 0; e < n; ++e) C[at(rows, a, e)] = C[at(rows, a, e)] / st.den[std::size_t(a)];
+    Step st{rows, {}, std::vector<F>(un)};
+    for (std::size_t a = 0; a < un; ++a) {
+      for (std::size_t e = 0; e < un; ++e) line[e] = C[at(rows, a, e)];
+      st.den[a] = sum(line.data(), un) + eps;
+      for (std::size_t e = 0; e < un; ++e) C[at(rows, a, e)] = C[at(rows, a, e)] / st.den[a];
     }
     st.y = C;
     steps.push_back(std::move(st));
@@ -129,25 +135,28 @@ Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, c
   std::vector<F> G(g_comb, g_comb + nn);
   for (std::size_t k = steps.size(); k-- > 0;) {
     const Step& st = steps[k];
-    for (int a = 0; a < n; ++a) {
-      F gy = F(0);
-      for (int e = 0; e < n; ++e) gy += G[at(st.rows, a, e)] * st.y[at(st.rows, a, e)];
-      for (int e = 0; e < n; ++e)
-        G[at(st.rows, a, e)] = (G[at(st.rows, a, e)] - gy) / st.den[std::size_t(a)];
+    for (std::size_t a = 0; a < un; ++a) {
+      for (std::size_t e = 0; e < un; ++e) {
+        line[e] = G[at(st.rows, a, e)];
+        gline[e] = st.y[at(st.rows, a, e)];
+      }
+      const F gy = dot(line.data(), gline.data(), un);
+      for (std::size_t e = 0; e < un; ++e)
+        G[at(st.rows, a, e)] = (G[at(st.rows, a, e)] - gy) / st.den[a];
     }
   }
-  for (int j = 0; j < n; ++j) {
-    const std::size_t r = std::size_t(j * n);
-    F gp = F(0);
-    for (int k = 0; k < n; ++k) gp += G[r + std::size_t(k)] * P[r + std::size_t(k)];
-    for (int k = 0; k < n; ++k) {
-      const std::size_t i = r + std::size_t(k), to = 2 * std::size_t(n) + i;
-      const F dl = P[i] * (G[i] - gp);
-      dm[to] = dl * s[2];
-      ds[2] += dl * m[to];
-      db[to] = dl;
+  std::vector<F> dl(nn);
+  for (std::size_t j = 0; j < un; ++j) {
+    const std::size_t r = j * un;
+    const F gp = dot(&G[r], &P[r], un);
+    for (std::size_t k = 0; k < un; ++k) {
+      const std::size_t i = r + k, to = 2 * un + i;
+      dl[i] = P[i] * (G[i] - gp);
+      dm[to] = dl[i] * s[2];
+      db[to] = dl[i];
     }
   }
+  ds[2] = dot(dl.data(), &m[2 * un], nn);
   return {dm, ds, db};
 }
 
