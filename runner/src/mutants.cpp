@@ -53,20 +53,21 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
     else
       (v.wrong ? wrong : legit).push_back(&v);
   }
-  // Two streams of cases: the forward (boundary and split alternating) and the backward (the
-  // split's, hc_pre's, hc_post's and RMSNorm's in turn; the boundary's is beyond the oracle at
-  // d = 5120). Each kernel's ratios are kept per stream: a deviation is detectable in a stream.
+  // Two streams of cases: the forward (boundary and split alternating) and the backward (every
+  // piece's and the boundary's in turn). Each kernel's ratios are kept per stream: a deviation is
+  // detectable in a stream.
   using Ratios = std::array<std::array<double, 4>, 2>;
   std::vector<Ratios> wrong_ratio(wrong.size(), Ratios{});
   Ratios legit_ratio{};
   std::vector<std::array<std::string, 2>> wrong_stage(wrong.size());
-  const oracles::Op backward_ops[] = {oracles::Op::split_sinkhorn_backward,
-                                      oracles::Op::pre_backward, oracles::Op::post_backward,
-                                      oracles::Op::rmsnorm_backward};
+  const oracles::Op backward_ops[] = {
+      oracles::Op::split_sinkhorn_backward, oracles::Op::pre_backward,
+      oracles::Op::post_backward,           oracles::Op::rmsnorm_backward,
+      oracles::Op::mixes_backward,          oracles::Op::boundary_backward};
   for (int i = 0; i < 2 * cases; ++i) {
     const std::size_t stream = std::size_t(i % 2);
     const int k = i / 2;
-    const oracles::Op op = stream == 1  ? backward_ops[k % 4]
+    const oracles::Op op = stream == 1  ? backward_ops[k % 6]
                            : k % 2 == 0 ? oracles::Op::boundary
                                         : oracles::Op::split_sinkhorn;
     const auto c = oracles::generate_case(op, ref::v41(), 2, seed + std::uint64_t(k),
@@ -116,7 +117,8 @@ int production_report(Session& session, int cases, std::uint64_t seed) {
   std::printf(
       "fixed-eps sensitivity at n=4 d=5120 iters=20 hc_eps=1e-6 norm_eps=1e-20: %d forward cases "
       "(boundary and split_sinkhorn alternating) and %d backward (split_sinkhorn, pre, post, "
-      "rmsnorm in turn), 2 tokens, %zu legitimate kernels; each kernel's row is the stream where "
+      "rmsnorm, mixes, boundary in turn), 2 tokens, %zu legitimate kernels; each kernel's row is "
+      "the stream where "
       "it lies farthest outside the legitimate spread\n",
       cases, cases, legit.size());
   std::printf(
