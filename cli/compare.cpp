@@ -105,8 +105,10 @@ Run add_capture(CLI::App& app) {
     }
     oracles::OpCase written = c;
     if (st->captured_sublayers) {
-      if (!oracles::op_spec(c.op).whole)
-        throw std::invalid_argument("--captured-sublayers: only block and stack have sublayers");
+      if (!oracles::op_spec(c.op).whole || oracles::op_spec(c.op).backward)
+        throw std::invalid_argument(
+            "--captured-sublayers: only block and stack have sublayers to capture (a backward "
+            "differentiates the reference's)");
       written.block.captured_sublayers = true;
       const auto keep = oracles::case_layout(written).params;
       for (auto it = written.params.begin(); it != written.params.end();)

@@ -117,9 +117,9 @@ void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
                  "operation: split_sinkhorn, mixes (with its split), pre, post, rmsnorm, "
                  "boundary (hc_post, then mixes, split and hc_pre of the new streams), block (one "
                  "whole Block: attention and MoE sublayers between mHC boundaries), stack "
-                 "(--layers Blocks), or the backward of a piece or of the boundary, "
-                 "<op>_backward (given upstream_<output> gradients, the kernel's grad_<input> "
-                 "per token and grad_<param> summed over tokens; fp32)")
+                 "(--layers Blocks), or the backward of any of them, <op>_backward (given "
+                 "upstream_<output> gradients, the kernel's grad_<input> per token and, for the "
+                 "pieces and the boundary, grad_<param> summed over tokens; fp32)")
       ->capture_default_str()
       ->check(CLI::IsMember(op_names()));
   add_block_options(app, spec.block, spec.batch);
@@ -149,7 +149,7 @@ runner::CheckSpec& CaseFlags::resolve() {
   spec.cfg = cfg.cfg;
   spec.op = oracles::op_from_name(op);
   spec.precision = oracles::precision_from_name(precision);
-  const bool whole = spec.op == oracles::Op::block || spec.op == oracles::Op::stack;
+  const bool whole = oracles::op_spec(spec.op).whole;
   runner::within_limits(spec.op, spec.cfg, spec.block,
                         double(spec.tokens) * double(whole ? spec.batch : 1),
                         double(whole ? spec.batch : 1), spec.limits);
@@ -160,8 +160,10 @@ std::vector<std::string> op_names(bool with_block) {
   std::vector<std::string> v;
   for (oracles::Op op : oracles::all_ops()) v.push_back(oracles::op_name(op));
   for (oracles::Op op : oracles::backward_ops()) v.push_back(oracles::op_name(op));
-  if (with_block)
+  if (with_block) {
     for (oracles::Op op : oracles::block_ops()) v.push_back(oracles::op_name(op));
+    for (oracles::Op op : oracles::block_backward_ops()) v.push_back(oracles::op_name(op));
+  }
   return v;
 }
 

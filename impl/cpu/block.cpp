@@ -106,6 +106,116 @@ void moe(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn, std::
   }
 }
 
+// out[i] = sum_r W[r*m + i] * g[r] for i < m: the backward of matvec, added into out.
+void matvec_t_add(const float* W, std::size_t rows, std::size_t m, const float* g, float* out) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < m; ++i) out[i] += W[r * m + i] * g[r];
+}
+
+void attention_backward(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn,
+                        std::size_t T, const float* h, const BlockWeights& w, const float* g,
+                        float* dh) {
+  const std::size_t d = std::size_t(c.d), H = std::size_t(s.heads), dk = std::size_t(s.head_dim);
+  const std::size_t HD = H * dk;
+  std::vector<float> q(T * HD), k(T * HD), v(T * HD), go(T * HD, 0.0f), dq(T * HD, 0.0f),
+      dkk(T * HD, 0.0f), dv(T * HD, 0.0f), p(T), dp(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    matvec(c, w.wq, HD, d, h + t * d, &q[t * HD]);
+    matvec(c, w.wk, HD, d, h + t * d, &k[t * HD]);
+    matvec(c, w.wv, HD, d, h + t * d, &v[t * HD]);
+    matvec_t_add(w.wo, d, HD, g + t * d, &go[t * HD]);
+  }
+  const float scale = std::sqrt(float(dk));
+  for (std::size_t hd = 0; hd < H; ++hd)
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t upto = kn.causal ? t + 1 : T, o = hd * dk;
+      float mx = -INFINITY, den = 0, gp = 0;
+      for (std::size_t u = 0; u < upto; ++u) {
+        float acc = 0;
+        for (std::size_t i = 0; i < dk; ++i) acc += q[t * HD + o + i] * k[u * HD + o + i];
+        p[u] = acc / scale;
+        mx = std::max(mx, p[u]);
+      }
+      for (std::size_t u = 0; u < upto; ++u) den += (p[u] = std::exp(p[u] - mx));
+      for (std::size_t u = 0; u < upto; ++u) {
+        p[u] /= den;
+        float acc = 0;
+        for (std::size_t i = 0; i < dk; ++i) acc += go[t * HD + o + i] * v[u * HD + o + i];
+        dp[u] = acc;
+        gp += p[u] * acc;
+      }
+      for (std::size_t u = 0; u < upto; ++u) {
+        const float ds = p[u] * (dp[u] - gp) / scale;
+        for (std::size_t i = 0; i < dk; ++i) {
+          dq[t * HD + o + i] += ds * k[u * HD + o + i];
+          dkk[u * HD + o + i] += ds * q[t * HD + o + i];
+          dv[u * HD + o + i] += p[u] * go[t * HD + o + i];
+        }
+      }
+    }
+  for (std::size_t t = 0; t < T; ++t) {
+    float* out = dh + t * d;
+    std::fill(out, out + d, 0.0f);
+    matvec_t_add(w.wq, HD, d, &dq[t * HD], out);
+    matvec_t_add(w.wk, HD, d, &dkk[t * HD], out);
+    matvec_t_add(w.wv, HD, d, &dv[t * HD], out);
+  }
+}
+
+// One expert's backward for the gradient g of its output, added into dh.
+void expert_backward(const KernelConfig& c, const BlockShape& s, const float* h, const float* w1,
+                     const float* w2, const float* w3, const float* g, float* dh) {
+  const std::size_t d = std::size_t(c.d), I = std::size_t(s.inter);
+  std::vector<float> a(I), e(I), du(I, 0.0f), da(I), de(I);
+  matvec(c, w1, I, d, h, a.data());
+  matvec(c, w3, I, d, h, e.data());
+  matvec_t_add(w2, d, I, g, du.data());
+  for (std::size_t i = 0; i < I; ++i) {
+    const float sg = sigmoid(a[i]);
+    da[i] = du[i] * e[i] * sg * (1.0f + a[i] * (1.0f - sg));
+    de[i] = du[i] * a[i] * sg;
+  }
+  matvec_t_add(w1, I, d, da.data(), dh);
+  matvec_t_add(w3, I, d, de.data(), dh);
+}
+
+void moe_backward(const KernelConfig& c, const BlockShape& s, const BlockKnobs& kn, bool routing,
+                  std::size_t N, const float* h, const BlockWeights& w, const float* experts,
+                  const float* g, float* dh) {
+  const std::size_t d = std::size_t(c.d), E = std::size_t(s.experts), K = std::size_t(s.top_k);
+  const std::size_t I = std::size_t(s.inter);
+  std::vector<float> logit(E), score(K), we(K), dw(K), res(d), gw(d);
+  for (std::size_t t = 0; t < N; ++t) {
+    const float *ht = h + t * d, *gt = g + t * d;
+    float* out = dh + t * d;
+    std::fill(out, out + d, 0.0f);
+    matvec(c, w.router, E, d, ht, logit.data());
+    float total = 0;
+    for (std::size_t j = 0; j < K; ++j)
+      total += (score[j] = sigmoid(logit[std::size_t(experts[t * K + j])]));
+    float dww = 0;
+    for (std::size_t j = 0; j < K; ++j) {
+      const std::size_t e = std::size_t(experts[t * K + j]);
+      we[j] = kn.normalise_routing ? s.route_scale * score[j] / total : s.route_scale * score[j];
+      expert(c, s, ht, w.w1 + e * I * d, w.w2 + e * d * I, w.w3 + e * I * d, res.data());
+      dw[j] = 0;
+      for (std::size_t i = 0; i < d; ++i) dw[j] += gt[i] * res[i];
+      dww += dw[j] * we[j];
+      for (std::size_t i = 0; i < d; ++i) gw[i] = we[j] * gt[i];
+      expert_backward(c, s, ht, w.w1 + e * I * d, w.w2 + e * d * I, w.w3 + e * I * d, gw.data(),
+                      out);
+    }
+    expert_backward(c, s, ht, w.shared_w1, w.shared_w2, w.shared_w3, gt, out);
+    for (std::size_t j = 0; j < K && routing; ++j) {
+      const std::size_t e = std::size_t(experts[t * K + j]);
+      const float ds = kn.normalise_routing ? s.route_scale / total * (dw[j] - dww / s.route_scale)
+                                            : s.route_scale * dw[j];
+      const float dl = ds * score[j] * (1.0f - score[j]);
+      for (std::size_t i = 0; i < d; ++i) out[i] += dl * w.router[e * d + i];
+    }
+  }
+}
+
 }  // namespace
 
 Sublayers cpu_sublayers() {
@@ -116,6 +226,14 @@ Sublayers cpu_sublayers() {
     for (std::size_t b = 0; b < B; ++b) attention(c, sh, kn, T, h + b * T * d, w, out + b * T * d);
   };
   s.moe = moe;
+  s.attention_backward = [](const KernelConfig& c, const BlockShape& sh, const BlockKnobs& kn,
+                            std::size_t B, std::size_t T, const float* h, const BlockWeights& w,
+                            const float* g, float* dh) {
+    const std::size_t d = std::size_t(c.d);
+    for (std::size_t b = 0; b < B; ++b)
+      attention_backward(c, sh, kn, T, h + b * T * d, w, g + b * T * d, dh + b * T * d);
+  };
+  s.moe_backward = moe_backward;
   return s;
 }
 
@@ -175,6 +293,61 @@ make_block(const Backend& pieces, const BlockKnobs& kn, Sublayers sub) {
                                           : std::vector<float>(o.ffn_comb, o.ffn_comb + N * n * n);
     p.hc_post(c, N, o.ffn_out, o.x_mid, o.ffn_post, comb_f.data(), o.x_out);
     std::copy(o.ffn_pre, o.ffn_pre + N * n, o.next_pre_mix);
+  };
+}
+
+std::function<void(const KernelConfig&, const BlockShape&, std::size_t, std::size_t, const float*,
+                   const float*, const BlockWeights&, const BlockStages&, const float*,
+                   const float*, const BlockGradStages&)>
+make_block_backward(const Backend& pieces, Sublayers sub, const BackwardKnobs& kb) {
+  auto pc = std::make_shared<Backend>(pieces);
+  return [pc, sub, kb](const KernelConfig& c, const BlockShape& s, std::size_t B, std::size_t T,
+                       const float* x, const float* pre_mix, const BlockWeights& w,
+                       const BlockStages& o, const float* g_out, const float* g_next,
+                       const BlockGradStages& r) {
+    const Backend::Backward& g = pc->backward;
+    if (!g.mixes || !g.split_sinkhorn || !g.hc_pre || !g.hc_post || !g.rmsnorm)
+      throw NotCompiled(pc->name + " has no backward kernels");
+    if (!sub.attention_backward || !sub.moe_backward)
+      throw NotCompiled("the sublayers have no backward kernels");
+    const BlockKnobs kn;
+    const std::size_t N = B * T, n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
+    const std::size_t M = std::size_t(c.mix());
+    std::vector<float> d_res(N * nd), d_read(N * nd), d_proj(N * nd), d_pre_a(N * n);
+    std::vector<float> d_post(N * n), d_comb(N * n * n), d_pre(N * n);
+    std::vector<float> d_fn(M * nd), d_scale(3), d_base(M), d_norm(d);  // not returned
+    auto sum3 = [](float* to, const std::vector<float>& a, const std::vector<float>& b,
+                   const std::vector<float>& e) {
+      for (std::size_t i = 0; i < a.size(); ++i) to[i] = a[i] + b[i] + e[i];
+    };
+    // The FFN's site: hc_post, the MoE, RMSNorm, hc_pre (with the attn site's pre), the split,
+    // the projection.
+    g.hc_post(c, N, o.ffn_out, o.x_mid, o.ffn_post, o.ffn_comb, g_out, r.ffn_grad_out, d_res.data(),
+              d_post.data(), d_comb.data());
+    sub.moe_backward(c, s, kn, kb.routing, N, o.ffn_normed, w, o.ffn_experts, r.ffn_grad_out,
+                     r.ffn_grad_normed);
+    g.rmsnorm(c, N, o.ffn_in, w.ffn_norm, r.ffn_grad_normed, r.ffn_grad_in, d_norm.data());
+    g.hc_pre(c, N, o.x_mid, o.attn_pre, r.ffn_grad_in, d_read.data(), d_pre_a.data());
+    std::vector<float> up_f(g_next, g_next + N * n);
+    if (!kb.shifted_pre) {  // the reading's gradient to the wrong site
+      for (std::size_t i = 0; i < N * n; ++i) up_f[i] += d_pre_a[i];
+      std::fill(d_pre_a.begin(), d_pre_a.end(), 0.0f);
+    }
+    g.split_sinkhorn(c, N, o.ffn_mixes, w.ffn_hc_scale, w.ffn_hc_base, up_f.data(), d_post.data(),
+                     d_comb.data(), r.ffn_grad_mixes, d_scale.data(), d_base.data());
+    g.mixes(c, N, o.x_mid, w.ffn_hc_fn, r.ffn_grad_mixes, d_proj.data(), d_fn.data());
+    sum3(r.grad_x_mid, d_res, d_read, d_proj);
+    // The attn site, the same way; its pre's gradient is the FFN's reading's.
+    g.hc_post(c, N, o.attn_out, x, o.attn_post, o.attn_comb, r.grad_x_mid, r.attn_grad_out,
+              d_res.data(), d_post.data(), d_comb.data());
+    sub.attention_backward(c, s, kn, B, T, o.attn_normed, w, r.attn_grad_out, r.attn_grad_normed);
+    g.rmsnorm(c, N, o.attn_in, w.attn_norm, r.attn_grad_normed, r.attn_grad_in, d_norm.data());
+    g.hc_pre(c, N, x, pre_mix, r.attn_grad_in, d_read.data(), r.grad_pre_mix);
+    g.split_sinkhorn(c, N, o.attn_mixes, w.attn_hc_scale, w.attn_hc_base, d_pre_a.data(),
+                     d_post.data(), d_comb.data(), r.attn_grad_mixes, d_scale.data(),
+                     d_base.data());
+    g.mixes(c, N, x, w.attn_hc_fn, r.attn_grad_mixes, d_proj.data(), d_fn.data());
+    sum3(r.grad_x, d_res, d_read, d_proj);
   };
 }
 

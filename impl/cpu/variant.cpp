@@ -360,6 +360,7 @@ Backend make_backend(const Variant& v) {
   };
   b.block = make_block(b, v.block);
   b.backward = cpu_backward(v.backward, false);
+  b.backward.block = make_block_backward(b, cpu_sublayers(), v.backward);
   return b;
 }
 
@@ -455,6 +456,8 @@ const std::vector<Variant>& variant_catalogue() {
           [](Variant& x) { x.backward.sinkhorn = S::converged; });
     wrong("backward_sinkhorn_last_round", "",
           [](Variant& x) { x.backward.sinkhorn = S::last_round; });
+    wrong("backward_routing_detached", "", [](Variant& x) { x.backward.routing = false; });
+    wrong("backward_pre_not_shifted", "", [](Variant& x) { x.backward.shifted_pre = false; });
     return v;
   }();
   return all;

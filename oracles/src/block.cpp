@@ -16,7 +16,7 @@ std::vector<float> gaussian(Rng& rng, std::size_t count, double stddev) {
 }
 
 std::string layer_prefix(const OpCase& c, int layer) {
-  return c.op == Op::stack ? "layers/" + std::to_string(layer) + "/" : "";
+  return op_spec(c.op).forward == Op::stack ? "layers/" + std::to_string(layer) + "/" : "";
 }
 
 }  // namespace
@@ -24,8 +24,10 @@ std::string layer_prefix(const OpCase& c, int layer) {
 OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockConfig& block,
                            std::size_t B, std::size_t T, std::uint64_t seed, Precision precision) {
   OpCase c = case_header(op, cfg_in, B * T, seed, precision);
+  const Op fwd = op_spec(op).forward;
+  if (!op_spec(fwd).whole) throw std::logic_error("generate_block_case: " + op_name(op));
   c.block = block;
-  if (op == Op::block) c.block.layers = 1;
+  if (fwd == Op::block) c.block.layers = 1;
   c.batch = B;
   Rng rng(seed);
   const std::size_t N = B * T, n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d);
@@ -36,7 +38,7 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
   auto x = gen::activations(rng, N, n * d, c.cfg.norm_eps > 0);
   gen::to_format(precision.decl.streams, x);
   put(c.inputs, "x", {B, T, n, d}, std::move(x));
-  if (op == Op::block) put(c.inputs, "pre_mix", {B, T, n}, gen::pre_weights(rng, c.cfg, N));
+  if (fwd == Op::block) put(c.inputs, "pre_mix", {B, T, n}, gen::pre_weights(rng, c.cfg, N));
   auto draw = [&](const TensorSpec& t, const std::vector<std::size_t>& shape) {
     std::size_t count = 1;
     for (auto s : shape) count *= s;
@@ -63,7 +65,19 @@ OpCase generate_block_case(Op op, const ref::Config& cfg_in, const ref::BlockCon
       const auto shape = resolve(t.dims, c.cfg, c.block);
       put(c.params, layer_prefix(c, l) + t.name, shape, draw(t, shape));
     }
-  if (op == Op::stack) put(c.params, "final_norm/weight", {d}, gen::norm_weight(rng, d));
+  if (fwd == Op::stack) put(c.params, "final_norm/weight", {d}, gen::norm_weight(rng, d));
+  for (const auto& t : op_spec(op).inputs)  // a backward's upstream gradients, after the forward's
+    if (t.draw == Draw::upstream) {
+      std::vector<std::size_t> shape{B, T};
+      std::size_t count = N;
+      for (auto s : resolve(t.dims, c.cfg, c.block)) {
+        shape.push_back(s);
+        count *= s;
+      }
+      std::vector<float> v(count);
+      for (float& g : v) g = float(rng.uniform(-1, 1));
+      put(c.inputs, t.name, shape, std::move(v));
+    }
   store_declared(c);
   return c;
 }

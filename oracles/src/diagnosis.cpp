@@ -63,7 +63,7 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
     alt.cfg.sem = sem;
     alternatives.push_back(std::move(alt));
   }
-  if (c.op == Op::block || c.op == Op::stack)
+  if (op_spec(c.op).whole)
     for (const auto& sem : block_deviation_catalogue()) {
       // Inside a captured sublayer: nothing of the case depends on it.
       if (c.block.captured_sublayers && (!sem.causal || !sem.normalise_routing)) continue;

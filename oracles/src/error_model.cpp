@@ -188,10 +188,22 @@ Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads, ErrorModel m
                                  const EmpiricalParams& params, const Trace<float>* kernel) {
   // A backward's pieces outside the split take the probabilistic model as the forward's do; the
   // empirical ensemble does not model the backward (docs/semantics.md, "The backward ops").
+  // A Block's backward anchored on the kernel's forward: its forward stages judged first, as the
+  // forward op's are, always under the shipped semantics (a deviation the diagnosis tries is the
+  // backward's: the forward's are the block op's to diagnose).
   if (op_spec(c.op).backward) {
     bnd::Model m = bnd::fp32();
     m.probabilistic = model == ErrorModel::probabilistic || model == ErrorModel::standard;
-    return backward_trace(c, threads, m);
+    Trace<bnd::Bounded> t;
+    if (kernel && block_stages_of(c, *kernel)) {
+      OpCase forward = c;
+      forward.op = op_spec(c.op).forward;
+      forward.cfg.sem = ref::Semantics{};
+      forward.block.sem = ref::BlockSemantics{};
+      t = oracle_trace(forward, threads, model, params, kernel);
+    }
+    for (auto& s : backward_trace(c, threads, m, kernel)) t.push_back(std::move(s));
+    return t;
   }
   if (c.op == Op::block || c.op == Op::stack) {
     const bnd::Model rig = precision_model(c.precision);

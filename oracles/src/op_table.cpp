@@ -28,6 +28,11 @@ const std::vector<Op>& backward_ops() {
   return ops;
 }
 
+const std::vector<Op>& block_backward_ops() {
+  static const std::vector<Op> ops{Op::block_backward, Op::stack_backward};
+  return ops;
+}
+
 bool TensorSpec::stream() const {
   return draw == Draw::activations || draw == Draw::activations_if_eps ||
          draw == Draw::activations_nonzero;
@@ -69,6 +74,7 @@ OpSpec backward_of(const OpSpec& f, Op op) {
     b.inputs.push_back({"upstream_" + o.name, o.dims, Draw::upstream});
   b.outputs.clear();
   for (const auto& i : f.inputs) b.outputs.push_back({"grad_" + i.name, i.dims});
+  if (f.whole) return b;
   for (const auto& p : f.params) {
     TensorSpec g{"grad_" + p.name, p.dims};
     g.per_token = false;
@@ -153,13 +159,16 @@ const std::vector<OpSpec>& op_table() {
          true,
          true},
     };
+    for (auto& s : t) s.forward = s.op;
     for (const auto& [op, forward] : {std::pair{Op::split_sinkhorn_backward, Op::split_sinkhorn},
                                       {Op::mixes_backward, Op::mixes},
                                       {Op::pre_backward, Op::pre},
                                       {Op::post_backward, Op::post},
                                       {Op::rmsnorm_backward, Op::rmsnorm},
-                                      {Op::boundary_backward, Op::boundary}})
-      for (std::size_t k = 0; k < 6; ++k)
+                                      {Op::boundary_backward, Op::boundary},
+                                      {Op::block_backward, Op::block},
+                                      {Op::stack_backward, Op::stack}})
+      for (std::size_t k = 0; k < 8; ++k)
         if (t[k].op == forward) t.push_back(backward_of(t[k], op));
     return t;
   }();
@@ -250,13 +259,16 @@ Elements case_elements(Op op, const ref::Config& c, const ref::BlockConfig& b, d
     return sum;
   };
   const OpSpec& spec = op_spec(op);
-  const double layers = op == Op::stack ? b.layers : 1;
+  const bool stack = spec.forward == Op::stack;
+  const double layers = stack ? b.layers : 1;
   Elements e;
   e.inputs = count(spec.inputs, tokens);
   if (spec.whole) {
-    e.params = count(layer_params_read(b), layers) + (op == Op::stack ? double(c.d) : 0.0);
-    e.stages = count(block_stages(), tokens * layers) +
-               (op == Op::stack ? count(final_stages(), tokens) : 0.0);
+    e.params = count(layer_params_read(b), layers) + (stack ? double(c.d) : 0.0);
+    e.stages =
+        count(block_stages(), tokens * layers) + (stack ? count(final_stages(), tokens) : 0.0);
+    if (spec.backward)  // and the forward's stages
+      e.stages += count(block_backward_stages(), tokens * layers) + count(spec.outputs, tokens);
   } else {
     e.params = count(spec.params, 1);
     e.stages = count(spec.outputs, tokens);
@@ -281,7 +293,7 @@ CaseLayout case_layout(const OpCase& c) {
   }
   s.leading = 2;
   const std::vector<TensorSpec> params = layer_params_read(c.block);
-  if (c.op == Op::block) {
+  if (t.forward == Op::block) {
     s.params = specs(params, "");
   } else {
     for (int l = 0; l < c.block.layers; ++l) {
@@ -311,7 +323,9 @@ std::vector<std::size_t> stage_trailing(const OpCase& c, const std::string& stag
     return std::vector<std::size_t>{};
   };
   std::string s = stage;
-  if (c.op == Op::stack) {
+  const OpSpec& spec = op_spec(c.op);
+  if (!spec.whole) return {};
+  if (spec.forward == Op::stack) {
     if (s.rfind("final.", 0) == 0) return find(final_stages(), s);
     const std::size_t dot = s.find('.');
     if (s.size() < 3 || s[0] != 'L' || dot == std::string::npos) return {};
@@ -321,7 +335,8 @@ std::vector<std::size_t> stage_trailing(const OpCase& c, const std::string& stag
       return {};
     s = s.substr(dot + 1);
   }
-  return find(block_stages(), s);
+  const auto forward = find(block_stages(), s);
+  return forward.empty() && spec.backward ? find(block_backward_stages(), s) : forward;
 }
 
 std::string stage_of_output(const OpCase& c, const std::string& name) {
@@ -344,6 +359,15 @@ const std::vector<TensorSpec>& block_stages() {
 
 const std::vector<TensorSpec>& final_stages() {
   static const std::vector<TensorSpec> s{{"final.collapse", {D::d}}, {"final.norm", {D::d}}};
+  return s;
+}
+
+const std::vector<TensorSpec>& block_backward_stages() {
+  static const std::vector<TensorSpec> s{
+      {"ffn.grad_out", {D::d}},     {"ffn.grad_normed", {D::d}},  {"ffn.grad_in", {D::d}},
+      {"ffn.grad_mixes", {D::M}},   {"grad_x_mid", {D::n, D::d}}, {"attn.grad_out", {D::d}},
+      {"attn.grad_normed", {D::d}}, {"attn.grad_in", {D::d}},     {"attn.grad_mixes", {D::M}},
+      {"grad_x", {D::n, D::d}},     {"grad_pre_mix", {D::n}}};
   return s;
 }
 
@@ -485,7 +509,7 @@ const std::vector<std::string>& output_names(Op op) {
     std::map<Op, std::vector<std::string>> m;
     for (const auto& s : op_table()) {
       auto& v = m[s.op];
-      if (!s.whole)
+      if (!s.whole || s.backward)
         for (const auto& t : s.outputs) v.push_back(t.name);
     }
     return m;

@@ -41,7 +41,7 @@ OpCase draw_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t 
 
 OpCase generate_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t seed,
                      Precision precision) {
-  if (op == Op::block || op == Op::stack)
+  if (op_spec(op).whole)
     return generate_block_case(op, cfg_in, ref::BlockConfig{}, 1, T, seed, precision);
   OpCase c = draw_case(op, cfg_in, T, seed, std::move(precision));
   store_declared(c);
@@ -197,16 +197,31 @@ OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i) {
   static const int ns[] = {1, 2, 3, 4, 8};
   static const Op others[] = {Op::pre_backward, Op::post_backward, Op::rmsnorm_backward};
   const double pick = rng.uniform();
-  const Op op = pick < 0.4    ? Op::split_sinkhorn_backward
-                : pick < 0.6  ? Op::boundary_backward
-                : pick < 0.75 ? Op::mixes_backward
-                              : others[rng.integer(0, 2)];
+  const Op op = pick < 0.35   ? Op::split_sinkhorn_backward
+                : pick < 0.5  ? Op::boundary_backward
+                : pick < 0.65 ? Op::mixes_backward
+                : pick < 0.85 ? others[rng.integer(0, 2)]
+                : pick < 0.95 ? Op::block_backward
+                              : Op::stack_backward;
   ref::Config cfg;
   cfg.n = ns[rng.integer(0, 4)];
   cfg.d = rng.integer(1, 48);
   cfg.iters = rng.integer(1, 30);
   cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
   cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);
+  if (op_spec(op).whole) {  // the forward campaign's Block sizes
+    ref::BlockConfig b;
+    b.heads = rng.integer(1, 2);
+    b.head_dim = rng.integer(1, 8);
+    b.experts = rng.integer(2, 4);
+    b.top_k = rng.integer(1, b.experts - 1);
+    b.inter = rng.integer(2, 16);
+    b.route_scale = rng.uniform(0.5, 2.5);
+    b.layers = rng.integer(1, 2);
+    cfg.d = rng.integer(2, 32);
+    const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
+    return generate_block_case(op, cfg, b, B, T, rng.next(), Precision::fp32());
+  }
   return generate_case(op, cfg, 2, rng.next(), Precision::fp32());
 }
 

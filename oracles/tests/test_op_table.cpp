@@ -31,6 +31,7 @@ TEST_CASE("op table: every op once, names round trip", "[op_table]") {
   std::vector<Op> ops = oracles::all_ops();
   for (Op op : oracles::block_ops()) ops.push_back(op);
   for (Op op : oracles::backward_ops()) ops.push_back(op);
+  for (Op op : oracles::block_backward_ops()) ops.push_back(op);
   REQUIRE(oracles::op_table().size() == ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     CHECK(oracles::op_table()[i].op == ops[i]);
@@ -152,10 +153,14 @@ TEST_CASE("precision: presets, parts and their names", "[op_table]") {
 }
 
 // A backward op reads its forward's inputs and params and the upstream gradient of each forward
-// output, and writes the gradient of each input per token and of each param summed over tokens.
+// output, and writes the gradient of each input per token and (but for a Block's or a stack's)
+// of each param summed over tokens.
 TEST_CASE("op table: each backward op is derived from its forward op", "[op_table]") {
-  for (Op op : oracles::backward_ops()) {
+  std::vector<Op> ops = oracles::backward_ops();
+  for (Op op : oracles::block_backward_ops()) ops.push_back(op);
+  for (Op op : ops) {
     const auto& b = oracles::op_spec(op);
+    const bool whole = b.whole;
     const auto& f = oracles::op_spec(b.forward);
     CAPTURE(b.name);
     CHECK(b.backward);
@@ -168,12 +173,13 @@ TEST_CASE("op table: each backward op is derived from its forward op", "[op_tabl
       CHECK(b.inputs[f.inputs.size() + o].dims == f.outputs[o].dims);
     }
     REQUIRE(b.params.size() == f.params.size());
-    REQUIRE(b.outputs.size() == f.inputs.size() + f.params.size());
+    CHECK(whole == f.whole);
+    REQUIRE(b.outputs.size() == f.inputs.size() + (whole ? 0 : f.params.size()));
     for (std::size_t i = 0; i < f.inputs.size(); ++i) {
       CHECK(b.outputs[i].name == "grad_" + f.inputs[i].name);
       CHECK(b.outputs[i].per_token);
     }
-    for (std::size_t p = 0; p < f.params.size(); ++p) {
+    for (std::size_t p = 0; p < (whole ? 0 : f.params.size()); ++p) {
       CHECK(b.outputs[f.inputs.size() + p].name == "grad_" + f.params[p].name);
       CHECK(!b.outputs[f.inputs.size() + p].per_token);
     }

@@ -766,7 +766,9 @@ TEST_CASE("reverse: mixes moved within their bounds keep pre's and post's gradie
 // reading weights) with respect to the input streams agrees with central differences of the same
 // reference in MPFR, in double to 1e-13 of the largest gradient (measured within 1e-14, not
 // within 1e-15) and in MPFR to 1e-20. (The Blocks' weights are fp32 parameters of the
-// reference, not differentiated.)
+// reference, not differentiated.) The backward ops' oracle (block_backward, stack_backward:
+// closed forms composed stage by stage, docs/semantics.md "The Block's backward") has the same
+// values, to 1e-12 of the largest gradient, and finite bounds.
 TEST_CASE("reverse: the whole Block and a stack against finite differences in MPFR", "[reverse]") {
   num::set_mpfr_bits(256);
   ref::Config c;
@@ -780,9 +782,10 @@ TEST_CASE("reverse: the whole Block and a stack against finite differences in MP
   bc.experts = 3;
   bc.top_k = 2;
   bc.inter = 3;
-  for (const auto op : {oracles::Op::block, oracles::Op::stack}) {
+  for (const auto op : {oracles::Op::block_backward, oracles::Op::stack_backward}) {
     CAPTURE(oracles::op_name(op));
-    bc.layers = op == oracles::Op::stack ? 2 : 1;
+    const bool stack = op == oracles::Op::stack_backward;
+    bc.layers = stack ? 2 : 1;
     const oracles::OpCase k =
         oracles::generate_block_case(op, c, bc, 1, 2, 5, oracles::Precision::fp32());
     std::vector<ref::BlockParams> layers;
@@ -790,31 +793,41 @@ TEST_CASE("reverse: the whole Block and a stack against finite differences in MP
     auto f = [&](auto tag, auto& at) {
       using V = decltype(tag);
       std::vector<ref::Stage<V>> trace;
-      if (op == oracles::Op::block) {
-        ref::block_forward(c, bc, 1, 2, at[0].data(), at[1].data(), layers[0], trace, "");
+      if (!stack) {
+        ref::block_forward(k.cfg, bc, 1, 2, at[0].data(), at[1].data(), layers[0], trace, "");
       } else {
-        ref::stack_forward(c, bc, 1, 2, at[0].data(), layers,
+        ref::stack_forward(k.cfg, bc, 1, 2, at[0].data(), layers,
                            k.param("final_norm/weight").data.data(), trace);
       }
-      const std::string last = op == oracles::Op::stack ? "L1." : "";
+      const std::string last = stack ? "L1." : "";
       std::vector<std::vector<V>> out;
       for (const auto& s : trace)
         if (s.name == last + "x_out" || s.name == last + "next_pre_mix") out.push_back(s.values);
       return out;
     };
-    oracles::Rng rng(23);
-    const auto& x = k.input("x").data;
-    Tensors in{{x.begin(), x.end()}};
-    if (op == oracles::Op::block) {
-      const auto& p = k.input("pre_mix").data;
-      in.emplace_back(p.begin(), p.end());
-    } else {
-      in.emplace_back(std::size_t(2 * c.n), 0.0);  // unused by a stack (its first reads [1, 0])
-    }
-    const Tensors up{draw(rng, x.size(), -1, 1), draw(rng, 2 * std::size_t(c.n), -1, 1)};
+    auto tensor = [&](const std::string& name) {
+      const auto& v = k.input(name).data;
+      return std::vector<double>(v.begin(), v.end());
+    };
+    Tensors in{tensor("x")};
+    // The case's eps as the oracle reads them (rounded to fp32).
+    in.push_back(stack ? std::vector<double>(2 * std::size_t(c.n), 0.0)  // unused by a stack
+                       : tensor("pre_mix"));
+    const Tensors up{tensor("upstream_x"), tensor("upstream_next_pre_mix")};
     const Tensors gd = certify(f, in, up, 1e-13);
     double largest = 0;
     for (double v : gd[0]) largest = std::max(largest, std::fabs(v));
     CHECK(largest > 0);
+    const auto tr = oracles::backward_trace(k, 1);
+    for (std::size_t o = 0; o < (stack ? 1u : 2u); ++o) {
+      const std::string name = o == 0 ? "grad_x" : "grad_pre_mix";
+      CAPTURE(name);
+      const auto& got = ref::stage_values(tr, name);
+      REQUIRE(got.size() == gd[o].size());
+      for (std::size_t i = 0; i < gd[o].size(); ++i) {
+        CHECK(std::fabs(got[i].v - gd[o][i]) <= 1e-12 * largest);
+        CHECK(std::isfinite(got[i].e));
+      }
+    }
   }
 }

@@ -20,6 +20,7 @@ CASES = {
 }
 CASES.update({op + "_backward": ["--dim", "4", "--tokens", "3"]
               for op in ["split_sinkhorn", "mixes", "pre", "post", "rmsnorm", "boundary"]})
+CASES.update({"block_backward": BLOCK, "stack_backward": BLOCK + ["--layers", "2"]})
 
 
 def test_every_op_of_the_cli_is_covered():

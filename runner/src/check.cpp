@@ -22,7 +22,7 @@ std::string fmt(double x) {
 }  // namespace
 
 oracles::OpCase check_case(const CheckSpec& spec, std::uint64_t seed) {
-  const bool whole = spec.op == oracles::Op::block || spec.op == oracles::Op::stack;
+  const bool whole = oracles::op_spec(spec.op).whole;
   return whole ? oracles::generate_block_case(spec.op, spec.cfg, spec.block, spec.batch,
                                               spec.tokens, seed, spec.precision)
                : oracles::generate_case(spec.op, spec.cfg, spec.tokens, seed, spec.precision);
@@ -33,7 +33,7 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
   if (!backend) throw std::invalid_argument("unknown kernel '" + spec.kernel + "'");
   const std::string op = oracles::op_name(spec.op), prec = oracles::precision_name(spec.precision);
   const ref::Config& cfg = spec.cfg;
-  const bool whole = spec.op == oracles::Op::block || spec.op == oracles::Op::stack;
+  const bool whole = oracles::op_spec(spec.op).whole;
   reports::Entry& entry = session.report.entry(
       spec.id.empty() ? "check " + backend->name + " " + op + " " + prec : spec.id);
   entry.kind = spec.kind;

@@ -76,10 +76,8 @@ float* stage_data(oracles::Trace<float>& tr, const std::string& name) {
   throw std::logic_error("no stage " + name);
 }
 
-// One Block's stages, allocated in the trace under the prefix, in the oracle's order.
-impl::BlockStages block_stages(oracles::Trace<float>& tr, const std::string& prefix,
-                               const oracles::OpCase& c) {
-  allocate(tr, prefix, oracles::block_stages(), c);
+// One Block's stages in the trace, under the prefix.
+impl::BlockStages stages_at(oracles::Trace<float>& tr, const std::string& prefix) {
   auto at = [&](const char* name) { return stage_data(tr, prefix + name); };
   impl::BlockStages o{};
   o.attn_mixes = at("attn.mixes");
@@ -101,6 +99,13 @@ impl::BlockStages block_stages(oracles::Trace<float>& tr, const std::string& pre
   o.x_out = at("x_out");
   o.next_pre_mix = at("next_pre_mix");
   return o;
+}
+
+// One Block's stages, allocated in the trace under the prefix, in the oracle's order.
+impl::BlockStages block_stages(oracles::Trace<float>& tr, const std::string& prefix,
+                               const oracles::OpCase& c) {
+  allocate(tr, prefix, oracles::block_stages(), c);
+  return stages_at(tr, prefix);
 }
 
 oracles::Trace<float> run_block(const impl::Backend& b, const oracles::OpCase& c,
@@ -131,6 +136,52 @@ oracles::Trace<float> run_block(const impl::Backend& b, const oracles::OpCase& c
   b.rmsnorm(k, N, stage_data(tr, "final.collapse"), c.param("final_norm/weight").data.data(),
             stage_data(tr, "final.norm"));
   return tr;
+}
+
+// block_backward, stack_backward: the forward by the backend's block kernel, its stages kept in
+// the Trace (the activations a training step saves, judged as the forward op's), then each
+// layer's backward by impl::make_block_backward over the backend's backward pieces, last layer
+// to first; the gradients after the stages.
+oracles::Trace<float> run_block_backward(const impl::Backend& b, const oracles::OpCase& c,
+                                         const impl::KernelConfig& k) {
+  oracles::OpCase fc = c;
+  fc.op = oracles::op_spec(c.op).forward;
+  oracles::Trace<float> fwd = run_block(b, fc, k);
+  const bool stack = fc.op == oracles::Op::stack;
+  const std::size_t N = c.tokens, B = c.batch, T = N / B, n = std::size_t(k.n);
+  const std::size_t nd = n * std::size_t(k.d);
+  const auto backward = b.backward.block ? b.backward.block : impl::make_block_backward(b);
+  std::vector<float> pre0(N * n, 0.0f);
+  for (std::size_t t = 0; t < N; ++t) pre0[t * n] = 1.0f;
+  // The backward's stages after the forward's: every layer's, last layer first, then the op's
+  // outputs a stack does not hold under their own names.
+  fwd.reserve(fwd.size() + oracles::block_backward_stages().size() * std::size_t(c.block.layers) +
+              1);
+  const float* g_out = c.input("upstream_x").data.data();
+  const float* g_next = c.input("upstream_next_pre_mix").data.data();
+  for (int l = c.block.layers; l-- > 0;) {
+    const std::string prefix = stack ? "L" + std::to_string(l) + "." : "";
+    const std::string below = "L" + std::to_string(l - 1) + ".";
+    const float* x = l == 0 ? c.input("x").data.data() : stage_data(fwd, below + "x_out");
+    const float* pre = !stack   ? c.input("pre_mix").data.data()
+                       : l == 0 ? pre0.data()
+                                : stage_data(fwd, below + "next_pre_mix");
+    allocate(fwd, prefix, oracles::block_backward_stages(), c);
+    auto at = [&](const char* name) { return stage_data(fwd, prefix + name); };
+    const impl::BlockGradStages r{
+        at("ffn.grad_out"),    at("ffn.grad_normed"), at("ffn.grad_in"),      at("ffn.grad_mixes"),
+        at("grad_x_mid"),      at("attn.grad_out"),   at("attn.grad_normed"), at("attn.grad_in"),
+        at("attn.grad_mixes"), at("grad_x"),          at("grad_pre_mix")};
+    backward(k, block_shape(c), B, T, x, pre, block_weights(c, l), stages_at(fwd, prefix), g_out,
+             g_next, r);
+    g_out = r.grad_x;
+    g_next = r.grad_pre_mix;
+  }
+  if (stack) {
+    allocate(fwd, "", {oracles::op_spec(c.op).outputs[0]}, c);
+    std::copy(g_out, g_out + N * nd, stage_data(fwd, "grad_x"));
+  }
+  return fwd;
 }
 
 // A backward op through the backend's backward kernels, the mixes op's and the boundary's composed
@@ -203,6 +254,7 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
                                  unsigned threads) {
   using oracles::Op;
   if (c.op == Op::block || c.op == Op::stack) return run_block(b, c, kernel_config(c, threads));
+  if (oracles::op_spec(c.op).whole) return run_block_backward(b, c, kernel_config(c, threads));
   const impl::KernelConfig k = kernel_config(c, threads);
   const std::size_t T = c.tokens;
   oracles::Trace<float> tr;

@@ -273,7 +273,7 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
       // Judged as check judges it (so that the REPRO line gives the same verdict): block cases
       // anchored on each kernel's own stages; for the mHC pieces the anchored oracle does not
       // depend on the kernel, so it is evaluated once for all of them.
-      const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
+      const bool whole = oracles::op_spec(c.op).whole;
       std::optional<SharedOracle> pieces;
       if (!whole) pieces = shared_oracle(c, judging);
       for (auto& r : rows) {

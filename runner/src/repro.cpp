@@ -56,7 +56,7 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
                               : "") +
            model_flag;
   if (c.origin == OpCase::Origin::derived) return "";
-  const bool whole = c.op == oracles::Op::block || c.op == oracles::Op::stack;
+  const bool whole = oracles::op_spec(c.op).whole;
   std::string r = "mhc-verify check --kernel " + shell_quote(kernel) + " --op " +
                   oracles::op_name(c.op) + " --seed " + std::to_string(c.seed) + " --cases 1";
   const std::size_t tokens = whole ? c.tokens / c.batch : c.tokens;

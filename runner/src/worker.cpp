@@ -50,8 +50,12 @@ std::size_t payload_bytes(const oracles::OpCase& c) {
   };
   const auto& spec = oracles::op_spec(c.op);
   if (spec.whole) {
-    add(oracles::block_stages(), std::size_t(c.op == oracles::Op::stack ? c.block.layers : 1));
+    add(oracles::block_stages(), std::size_t(c.block.layers));
     add(oracles::final_stages(), 1);
+    if (spec.backward) {
+      add(oracles::block_backward_stages(), std::size_t(c.block.layers));
+      add(spec.outputs, 1);
+    }
   } else {
     add(spec.outputs, 1);
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/runner/driver.hpp"
@@ -145,6 +146,49 @@ TEST_CASE("driver: the whole Block and a stack pass on both CPU kernels", "[driv
         }
         CHECK(v.state != State::fail);
       }
+}
+
+// The Block's and a stack's backward on both CPU kernels: their forward stages and every backward
+// stage pass, judged anchored on the kernel's own stages (docs/semantics.md, "The Block's
+// backward"); a wrong backward fails first at the stage where its fault is (the last layer's,
+// computed first), and nowhere before it.
+TEST_CASE("driver: the Block's and a stack's backward, stage by stage", "[driver][block]") {
+  ref::Config cfg;
+  cfg.d = 32;
+  const ref::BlockConfig b = small_block();
+  for (Op op : oracles::block_backward_ops()) {
+    const std::string last = op == Op::stack_backward ? "L1." : "";
+    const auto c = oracles::generate_block_case(op, cfg, b, 2, 3, 21, oracles::Precision::fp32());
+    auto verdict = [&](const impl::Backend& k) {
+      const auto got = runner::run_kernel(k, c, 1);
+      return oracles::compare(got,
+                              oracles::oracle_trace(c, 1, oracles::ErrorModel::standard, {}, &got));
+    };
+    for (const auto* k : impl::backends()) {
+      CAPTURE(oracles::op_name(op), k->name);
+      const auto v = verdict(*k);
+      std::set<std::string> judged;
+      for (const auto& s : v.stages) {
+        CAPTURE(s.stage, s.reason);
+        CHECK((s.state == State::pass || s.state == State::undecidable));
+        judged.insert(s.stage);
+      }
+      for (const char* name : {"x_mid", "ffn.experts", "ffn.grad_normed", "ffn.grad_mixes",
+                               "grad_x_mid", "attn.grad_normed", "grad_x"})
+        CHECK(judged.count(last + name) == 1);
+      CHECK(judged.count("grad_x") == 1);
+    }
+    for (const auto& [mutant, stage] :
+         {std::pair<std::string, std::string>{"backward_routing_detached", "ffn.grad_normed"},
+          {"backward_pre_not_shifted", "ffn.grad_mixes"},
+          {"backward_comb_transposed", "ffn.grad_mixes"},
+          {"backward_without_mean_term", "ffn.grad_in"}}) {
+      CAPTURE(oracles::op_name(op), mutant);
+      const auto v = verdict(*impl::find_backend("mutant:" + mutant));
+      CHECK(v.state == State::fail);
+      CHECK(v.first_divergent == last + stage);
+    }
+  }
 }
 
 // A kernel that throws fails its case with the reason, and nothing else is lost.

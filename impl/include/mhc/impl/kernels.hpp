@@ -73,6 +73,13 @@ struct BlockStages {
   float *x_out, *next_pre_mix;
 };
 
+// The stages of the Block's backward ("Stage names"): the gradient of each forward stage a
+// training step holds, [N = B*T tokens, ...], ending with those of x and pre_mix.
+struct BlockGradStages {
+  float *ffn_grad_out, *ffn_grad_normed, *ffn_grad_in, *ffn_grad_mixes, *grad_x_mid;
+  float *attn_grad_out, *attn_grad_normed, *attn_grad_in, *attn_grad_mixes;
+  float *grad_x, *grad_pre_mix;
+};
 struct Backend {
   std::string name;
   std::string description;
@@ -123,6 +130,12 @@ struct Backend {
     std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* weight,
                        const float* g_y, float* d_x, float* d_weight)>
         rmsnorm;
+    // The Block's (make_block_backward's signature); empty: make_block_backward of these pieces.
+    std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
+                       const float* x, const float* pre_mix, const BlockWeights&,
+                       const BlockStages& forward, const float* g_x_out,
+                       const float* g_next_pre_mix, const BlockGradStages&)>
+        block;
   } backward;
 };
 
@@ -159,9 +172,13 @@ struct BackwardKnobs {
   // The Sinkhorn's iterates recomputed from the softmax when the backward reaches each step
   // (checkpointing) rather than stored, their line sums in the other order.
   bool recompute = false;
+  // The Block's backward: the routing weights' gradient through the router (false: the weights
+  // treated as constants, as a detach() gives); the FFN's reading weights' gradient to the attn
+  // site's pre it read with (false: to the FFN site's own, as if pre were not shifted).
+  bool routing = true, shifted_pre = true;
   bool deviates() const {
     return !den_eps || comb_transposed || !post_factor2 || !mean_term ||
-           sinkhorn != Sinkhorn::unrolled;
+           sinkhorn != Sinkhorn::unrolled || !routing || !shifted_pre;
   }
   bool chosen() const { return deviates() || order != Order::forward || recompute; }
 };
@@ -176,6 +193,18 @@ struct Sublayers {
   std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t N,
                      const float* h, const BlockWeights&, float* out, float* experts)>
       moe;
+  // Their backward (docs/semantics.md, "The Block's backward"): the gradient of h for the
+  // gradient g of the output, the weights' not taken; the MoE with the experts the forward chose.
+  // Empty: not implemented.
+  std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t B,
+                     std::size_t T, const float* h, const BlockWeights&, const float* g,
+                     float* d_h)>
+      attention_backward;
+  // routing: with the routing weights' gradient (false: the weights held constant).
+  std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, bool routing,
+                     std::size_t N, const float* h, const BlockWeights&, const float* experts,
+                     const float* g, float* d_h)>
+      moe_backward;
 };
 Sublayers cpu_sublayers();   // straightforward fp32 loops
 Sublayers cuda_sublayers();  // cuBLAS SGEMM and our kernels (impl/cuda/block.cu)
@@ -185,6 +214,17 @@ Sublayers cuda_sublayers();  // cuBLAS SGEMM and our kernels (impl/cuda/block.cu
 std::function<void(const KernelConfig&, const BlockShape&, std::size_t, std::size_t, const float*,
                    const float*, const BlockWeights&, const BlockStages&)>
 make_block(const Backend& pieces, const BlockKnobs& knobs, Sublayers sub = cpu_sublayers());
+
+// The Block's backward from a backend's backward pieces and the sublayers' backward: given the
+// Block's forward stages (as its block kernel wrote them) and the gradients of x_out and
+// next_pre_mix ([N, n, d], [N, n]), every backward stage. The mHC parameters' gradients are
+// computed and not returned.
+std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
+                   const float* x, const float* pre_mix, const BlockWeights&,
+                   const BlockStages& forward, const float* g_x_out, const float* g_next_pre_mix,
+                   const BlockGradStages&)>
+make_block_backward(const Backend& pieces, Sublayers sub = cpu_sublayers(),
+                    const BackwardKnobs& knobs = {});
 
 struct NotCompiled : std::runtime_error {
   using std::runtime_error::runtime_error;

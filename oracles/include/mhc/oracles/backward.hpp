@@ -187,7 +187,16 @@ void token_tensors(const OpCase& c, std::size_t t, Tensors<V>& at, Tensors<V>& u
 // model: the fp32 model of the bound-carrying pieces (probabilistic: their long reductions by
 // gamma~_n where the premise holds); the split's first-order bounds and the sums over tokens stay
 // rigorous.
+//
+// block_backward, stack_backward: anchored on the kernel's forward when its Trace holds every
+// Block stage (block_stages_of): the backward is then judged from the activations the kernel
+// saved, exact, with the experts it chose, as the forward's stages are judged from their own
+// inputs; without them, from the forward in Bounded (bounds compound through the sublayers).
 Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads = 0,
-                                   const bnd::Model& model = bnd::fp32());
+                                   const bnd::Model& model = bnd::fp32(),
+                                   const Trace<float>* kernel = nullptr);
+// Whether a block_backward or stack_backward kernel's Trace holds its forward: every layer's
+// Block stages at the case's sizes, and experts the Block has.
+bool block_stages_of(const OpCase& c, const Trace<float>& kernel);
 
 }  // namespace mhc::oracles

@@ -36,10 +36,13 @@ enum class Op {
   post_backward,
   rmsnorm_backward,
   boundary_backward,
+  block_backward,
+  stack_backward,
 };
-const std::vector<Op>& all_ops();       // the mHC pieces and their boundary
-const std::vector<Op>& block_ops();     // the whole Block, and a stack of Blocks
-const std::vector<Op>& backward_ops();  // the backward of each piece and of the boundary
+const std::vector<Op>& all_ops();             // the mHC pieces and their boundary
+const std::vector<Op>& block_ops();           // the whole Block, and a stack of Blocks
+const std::vector<Op>& backward_ops();        // the backward of each piece and of the boundary
+const std::vector<Op>& block_backward_ops();  // the backward of the Block and of a stack
 std::string op_name(Op op);
 Op op_from_name(const std::string& name);  // throws std::invalid_argument naming the choices
 
@@ -89,7 +92,8 @@ struct OpSpec {
   // A backward op (derived from its forward's entry): inputs the forward's, then the upstream
   // gradient of each forward output ("upstream_<output>"); params the forward's; outputs the
   // gradient of each input ("grad_<input>", per token) and of each param ("grad_<param>", summed
-  // over the tokens). forward: the op it differentiates (itself for a forward op).
+  // over the tokens; a Block's or a stack's weights' are not taken). forward: the op it
+  // differentiates (itself for a forward op).
   bool backward = false;
   Op forward = Op::boundary;
 };
@@ -101,6 +105,10 @@ std::vector<std::size_t> resolve(const std::vector<Dim>& dims, const ref::Config
 // and ends with final_stages()); the params of one layer ("layers/<l>/" in a stack).
 const std::vector<TensorSpec>& block_stages();
 const std::vector<TensorSpec>& final_stages();
+// The stages of one Block's backward (block_backward, stack_backward) in the order computed, the
+// gradient of each forward stage that a training step holds (docs/semantics.md, "The Block's
+// backward"); a stack prefixes "L<l>." and its output grad_x is L0.grad_x.
+const std::vector<TensorSpec>& block_backward_stages();
 const std::vector<TensorSpec>& layer_params();
 
 struct OpCase;

@@ -382,19 +382,22 @@ std::vector<std::vector<T>> vjp(F f, const std::vector<std::vector<T>>& inputs,
 struct Gradient {
   std::vector<std::vector<double>> value, bound;
 };
-// input_error (optional, inputs' shapes): bounds on the inputs' own errors, propagated to first
-// order as well.
+// input_error, upstream_error (optional, their shapes): bounds on the inputs' and the upstream
+// gradients' own errors, propagated to first order as well.
 template <class F>
 Gradient first_order_vjp(F f, const std::vector<std::vector<double>>& inputs,
                          const std::vector<std::vector<double>>& upstream,
-                         const std::vector<std::vector<double>>& input_error = {}) {
+                         const std::vector<std::vector<double>>& input_error = {},
+                         const std::vector<std::vector<double>>& upstream_error = {}) {
   Tape<double> inner;
   std::vector<std::vector<Var<double>>> in(inputs.size()), up(upstream.size());
   for (std::size_t k = 0; k < inputs.size(); ++k)
     for (std::size_t i = 0; i < inputs[k].size(); ++i)
       in[k].push_back(inner.input(inputs[k][i], k < input_error.size() ? input_error[k][i] : 0));
   for (std::size_t k = 0; k < upstream.size(); ++k)
-    for (double x : upstream[k]) up[k].emplace_back(x);
+    for (std::size_t i = 0; i < upstream[k].size(); ++i)
+      up[k].push_back(k < upstream_error.size() ? inner.input(upstream[k][i], upstream_error[k][i])
+                                                : Var<double>(upstream[k][i]));
   const auto g = vjp<Var<double>>(f, in, up);
   Gradient out;
   std::vector<Var<double>> all;  // one first_order() for every element: shared sweeps

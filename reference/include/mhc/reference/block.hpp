@@ -190,6 +190,161 @@ void ffn(const Config& c, const BlockConfig& b, std::size_t N, const S* h, const
   }
 }
 
+// The sublayers' backward (docs/semantics.md, "The Block's backward"): closed forms of the
+// gradient of a sublayer's input h for the gradient g of its output, the weights fixed (their
+// gradients are not taken) and the MoE's choice of experts given. Every sum is one call of sum(),
+// dot(), project() or lincomb(), so that a bound-carrying Scalar bounds it for every order.
+
+// W^T of a [rows, cols] matrix: the backward's projections read the weights transposed.
+inline std::vector<float> transposed(const float* W, std::size_t rows, std::size_t cols) {
+  std::vector<float> t(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < cols; ++i) t[i * rows + r] = W[r * cols + i];
+  return t;
+}
+
+// [W_0^T | W_1^T | ...] of [rows, cols] matrices: [cols, k rows], so that the gradients reaching
+// h through k projections are one reduction over their k rows terms.
+inline std::vector<float> stacked_transposed(const std::vector<const float*>& Ws, std::size_t rows,
+                                             std::size_t cols) {
+  const std::size_t k = Ws.size();
+  std::vector<float> t(cols * k * rows);
+  for (std::size_t m = 0; m < k; ++m)
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < cols; ++i) t[i * k * rows + m * rows + r] = Ws[m][r * cols + i];
+  return t;
+}
+
+// attn() on one sequence, backward: per head, with P the softmax and o = P v,
+// d v_u = sum_t P_tu d o_t, d s_tu = P_tu (d o_t . v_u - sum_u' P_tu' d o_t . v_u') / sqrt(dh),
+// d q_t = sum_u d s_tu k_u, d k_u = sum_t d s_tu q_t, d o = Wo^T g;
+// d h = Wq^T d q + Wk^T d k + Wv^T d v.
+template <class S>
+void attn_backward(const Config& c, const BlockConfig& b, std::size_t T, const S* h,
+                   const BlockParams& p, const S* g, S* dh) {
+  using std::exp;
+  const std::size_t d = std::size_t(c.d), H = std::size_t(b.heads), dk = std::size_t(b.head_dim);
+  const std::size_t HD = H * dk;
+  std::vector<S> q(T * HD), k(T * HD), v(T * HD), go(T * HD);
+  project(h, T, p.wq, HD, d, q.data());
+  project(h, T, p.wk, HD, d, k.data());
+  project(h, T, p.wv, HD, d, v.data());
+  const std::vector<float> woT = transposed(p.wo, d, HD);
+  project(g, T, woT.data(), HD, d, go.data());
+  std::vector<S> grad(T * 3 * HD, S(0));  // per token [d q | d k | d v]
+  const S scale = S(std::sqrt(double(dk)));
+  std::vector<S> P(T * T, S(0)), D(T * T, S(0)), s(T), dp(T), w(T);
+  std::vector<const S*> rows(T);
+  for (std::size_t hd = 0; hd < H; ++hd) {
+    const std::size_t o = hd * dk;
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t upto = b.sem.causal ? t + 1 : T;
+      for (std::size_t u = 0; u < upto; ++u) s[u] = dot(&q[t * HD + o], &k[u * HD + o], dk) / scale;
+      S mx = s[0];
+      for (std::size_t u = 1; u < upto; ++u)
+        if (s[u] > mx) mx = s[u];
+      for (std::size_t u = 0; u < upto; ++u) s[u] = exp(s[u] - mx);
+      const S den = sum(s.data(), upto);
+      for (std::size_t u = 0; u < upto; ++u) {
+        P[t * T + u] = s[u] / den;
+        dp[u] = dot(&go[t * HD + o], &v[u * HD + o], dk);
+      }
+      const S gp = dot(&P[t * T], dp.data(), upto);
+      for (std::size_t u = 0; u < upto; ++u) {
+        D[t * T + u] = P[t * T + u] * (dp[u] - gp) / scale;
+        rows[u] = &k[u * HD + o];
+      }
+      lincomb(&D[t * T], rows.data(), upto, dk, &grad[t * 3 * HD + o]);
+    }
+    for (std::size_t u = 0; u < T; ++u) {
+      const std::size_t from = b.sem.causal ? u : 0, m = T - from;
+      for (std::size_t t = from; t < T; ++t) {
+        w[t - from] = D[t * T + u];
+        rows[t - from] = &q[t * HD + o];
+      }
+      lincomb(w.data(), rows.data(), m, dk, &grad[u * 3 * HD + HD + o]);
+      for (std::size_t t = from; t < T; ++t) {
+        w[t - from] = P[t * T + u];
+        rows[t - from] = &go[t * HD + o];
+      }
+      lincomb(w.data(), rows.data(), m, dk, &grad[u * 3 * HD + 2 * HD + o]);
+    }
+  }
+  const std::vector<float> wT = stacked_transposed({p.wq, p.wk, p.wv}, HD, d);
+  project(grad.data(), T, wT.data(), d, 3 * HD, dh);
+}
+
+// expert() backward, for the gradient g [d] of its output: with a = W1 h, e = W3 h,
+// u = silu(a) e: d u = W2^T g, d a = d u e s (1 + a (1 - s)) (s = sigmoid(a)), d e = d u silu(a);
+// d h = W1^T d a + W3^T d e. w2T: W2^T [I, d]; w13T: [W1^T | W3^T] [d, 2 I].
+template <class S>
+void expert_backward(const Config& c, const BlockConfig& b, const S* h, const float* w1,
+                     const float* w3, const float* w2T, const float* w13T, const S* g, S* dh) {
+  const std::size_t d = std::size_t(c.d), I = std::size_t(b.inter);
+  std::vector<S> a(I), e(I), du(I), grad(2 * I);
+  project(h, 1, w1, I, d, a.data());
+  project(h, 1, w3, I, d, e.data());
+  project(g, 1, w2T, I, d, du.data());
+  for (std::size_t i = 0; i < I; ++i) {
+    const S s = sigmoid(a[i]);
+    grad[i] = du[i] * e[i] * s * (S(1) + a[i] * (S(1) - s));
+    grad[I + i] = du[i] * (a[i] * s);
+  }
+  project(grad.data(), 1, w13T, d, 2 * I, dh);
+}
+
+// ffn() backward on N tokens with the experts chosen per token ([N, k], as the forward chose):
+// d h = sum_j w_j E_j'^T g + E_shared'^T g + sum_j d l_j router_j, where d l_j is the routing
+// weights' gradient through the sigmoid scores: d w_j = g . E_j(h), and with w_j = r s_j / sum s,
+// d s_j = (r / sum s) (d w_j - sum_i d w_i w_i / r) (or r d w_j unnormalised), d l_j = d s_j
+// s_j (1 - s_j). The 2 k + 1 terms of each element are one sum.
+template <class S>
+void ffn_backward(const Config& c, const BlockConfig& b, std::size_t N, const S* h,
+                  const BlockParams& p, const int* chosen, const S* g, S* dh) {
+  const std::size_t d = std::size_t(c.d), E = std::size_t(b.experts), K = std::size_t(b.top_k);
+  const std::size_t I = std::size_t(b.inter);
+  std::vector<std::vector<float>> w2T(E + 1), w13T(E + 1);
+  for (std::size_t x = 0; x <= E; ++x) {
+    const bool sh = x == E;
+    w2T[x] = transposed(sh ? p.shared_w2 : p.w2 + x * d * I, d, I);
+    w13T[x] = stacked_transposed(
+        {sh ? p.shared_w1 : p.w1 + x * I * d, sh ? p.shared_w3 : p.w3 + x * I * d}, I, d);
+  }
+  std::vector<S> logit(E), score(K), w(K), dw(K), dl(K), res(d), gw(d), terms(2 * K + 1);
+  std::vector<std::vector<S>> part(K + 1, std::vector<S>(d));
+  const S rs = S(b.route_scale);
+  for (std::size_t t = 0; t < N; ++t) {
+    const S* ht = h + t * d;
+    const S* gt = g + t * d;
+    const int* ch = chosen + t * K;
+    project(ht, 1, p.router, E, d, logit.data());
+    for (std::size_t j = 0; j < K; ++j) score[j] = sigmoid(logit[std::size_t(ch[j])]);
+    const S total = sum(score.data(), K);
+    for (std::size_t j = 0; j < K; ++j) {
+      const std::size_t e = std::size_t(ch[j]);
+      w[j] = b.sem.normalise_routing ? rs * score[j] / total : rs * score[j];
+      expert(c, b, ht, p.w1 + e * I * d, p.w2 + e * d * I, p.w3 + e * I * d, res.data());
+      dw[j] = dot(gt, res.data(), d);
+      for (std::size_t i = 0; i < d; ++i) gw[i] = w[j] * gt[i];
+      expert_backward(c, b, ht, p.w1 + e * I * d, p.w3 + e * I * d, w2T[e].data(), w13T[e].data(),
+                      gw.data(), part[j].data());
+    }
+    expert_backward(c, b, ht, p.shared_w1, p.shared_w3, w2T[E].data(), w13T[E].data(), gt,
+                    part[K].data());
+    const S dww = dot(dw.data(), w.data(), K);
+    for (std::size_t j = 0; j < K; ++j) {
+      const S ds = b.sem.normalise_routing ? rs / total * (dw[j] - dww / rs) : rs * dw[j];
+      dl[j] = ds * score[j] * (S(1) - score[j]);
+    }
+    for (std::size_t i = 0; i < d; ++i) {
+      for (std::size_t j = 0; j <= K; ++j) terms[j] = part[j][i];
+      for (std::size_t j = 0; j < K; ++j)
+        terms[K + 1 + j] = dl[j] * S(p.router[std::size_t(ch[j]) * d + i]);
+      dh[t * d + i] = sum(terms.data(), 2 * K + 1);
+    }
+  }
+}
+
 // Where a downstream stage reads a stage's output: the anchor's value of it when an anchor Trace
 // holds that stage (a kernel's own intermediates, exact fp32 values), else the computed one.
 // Anchored, every stage is judged from the inputs the kernel itself fed it, so error bounds do
