@@ -1,6 +1,9 @@
 // The certification itself, on small configurations (the V4.1 sizes run in the CLI test).
 #include <catch2/catch.hpp>
 
+#include <set>
+#include <string>
+
 #include <cmath>
 #include "mhc/oracles/oracle.hpp"
 #include "mhc/oracles/selfcheck.hpp"
@@ -10,15 +13,22 @@ using namespace mhc;
 TEST_CASE("selfcheck: the double oracle is certified on small random configurations",
           "[selfcheck]") {
   oracles::SelfcheckOptions opt;
-  opt.cases = 6;
+  opt.cases = 16;  // every backward op in turn, twice
   opt.seed = GENERATE(1u, 2u, 3u);
   opt.config_of = [](int i, std::uint64_t seed) {
     return oracles::selfcheck_config(2 * i + 1, seed);
   };
   CAPTURE(opt.seed);
   const auto res = oracles::selfcheck(opt);
-  REQUIRE(res.cases.size() == 6u);
-  for (const auto& c : res.cases)
+  REQUIRE(res.cases.size() == 16u);
+  std::set<std::string> certified;
+  for (const auto& c : res.cases) {
+    for (const auto& b : c.backward) {
+      CAPTURE(c.index, b.stage, b.max_over_bound);
+      CHECK(b.elements > 0);
+      CHECK(b.max_over_bound <= oracles::kBackwardAccuracy);
+      certified.insert(b.stage.substr(0, b.stage.find('.')));
+    }
     for (const auto& s : c.stages) {
       CAPTURE(c.index, c.cfg.n, c.cfg.d, c.cfg.iters, c.cfg.hc_eps, s.stage, s.max_rel_err);
       CHECK(s.elements > 0);
@@ -26,6 +36,10 @@ TEST_CASE("selfcheck: the double oracle is certified on small random configurati
       CHECK(s.max_rel_err <= oracles::kOracleAccuracy);
       CHECK(s.max_rel_err <= s.certified_rel_err);  // the enclosure bounds the observed error
     }
+  }
+  CHECK(certified.size() == 8u);
+  CHECK(certified.count("stack_backward") == 1u);
+  CHECK(res.backward_accurate);
   CHECK(res.accurate);
   CHECK(res.enclosed);
 }

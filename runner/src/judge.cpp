@@ -31,21 +31,23 @@ Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& 
   // floats and the oracle's bound-carrying values.
   cost.bytes = 8 * (e.inputs + e.params) + 64 * e.stages;
   const double n = c.n, d = c.d, M = c.mix(), nd = n * d;
-  if (op == oracles::Op::block || op == oracles::Op::stack) {
+  const oracles::OpSpec& spec = oracles::op_spec(op);
+  if (spec.whole) {
     // Per token and layer: two projections to mixes, q/k/v/o, attention over the sequence's
-    // positions, the router, the chosen and the shared experts.
+    // positions, the router, the chosen and the shared experts; a backward, about three times
+    // that (its forward, and each product again for the gradient with the bounds' passes).
     // Captured sublayers: the projections alone.
     const double hd = double(b.heads) * b.head_dim, positions = tokens / std::max(batch, 1.0);
     const double layer = b.captured_sublayers ? 2 * M * nd
                                               : 2 * M * nd + 4 * d * hd + 2 * positions * hd +
                                                     double(b.experts) * d +
                                                     (double(b.top_k) + 1) * 3 * double(b.inter) * d;
-    cost.operations =
-        tokens * layer * (op == oracles::Op::stack ? b.layers : 1) + 4 * (e.inputs + e.stages);
+    cost.operations = tokens * layer * (spec.forward == oracles::Op::stack ? b.layers : 1) *
+                          (spec.backward ? 3 : 1) +
+                      4 * (e.inputs + e.stages);
   } else {
     // The projection (hc_fn against every token) where the op has one, the Sinkhorn rounds, and
     // a few operations per stream element.
-    const auto& spec = oracles::op_spec(op);
     const bool projects =
         std::any_of(spec.params.begin(), spec.params.end(),
                     [](const oracles::TensorSpec& t) { return t.name == "hc_fn"; });

@@ -57,7 +57,7 @@ struct CaseCertificate {
 ref::Config selfcheck_config(int i, std::uint64_t seed);
 
 struct SelfcheckOptions {
-  int cases = 8;
+  int cases = 16;  // every backward op at both sizes
   std::function<ref::Config(int, std::uint64_t)> config_of = selfcheck_config;
   std::uint64_t seed = 1;
   std::size_t v41_tokens =
