@@ -162,6 +162,23 @@ OpCase draw_case(Op op, const ref::Config& cfg_in, std::size_t T, std::uint64_t 
 
 }  // namespace
 
+namespace {
+// A campaign case of a Block op (op_spec(op).whole) at small sizes, its config drawn already.
+OpCase small_block_case(Rng& rng, Op op, ref::Config cfg, const Precision& precision) {
+  ref::BlockConfig b;
+  b.heads = rng.integer(1, 2);
+  b.head_dim = rng.integer(1, 8);
+  b.experts = rng.integer(2, 4);
+  b.top_k = rng.integer(1, b.experts - 1);
+  b.inter = rng.integer(2, 16);
+  b.route_scale = rng.uniform(0.5, 2.5);
+  if (op_spec(op).forward == Op::stack) b.layers = rng.integer(1, 2);
+  cfg.d = rng.integer(2, 32);
+  const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
+  return generate_block_case(op, cfg, b, B, T, rng.next(), precision);
+}
+}  // namespace
+
 OpCase campaign_case(std::uint64_t seed, std::uint64_t i, const Precision& precision) {
   Rng rng(seed * 0x100000001B3ull + i);
   static const int ns[] = {1, 2, 3, 4, 8};
@@ -177,18 +194,7 @@ OpCase campaign_case(std::uint64_t seed, std::uint64_t i, const Precision& preci
   cfg.iters = rng.integer(1, 30);
   cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
   cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);
-  if (op == Op::block) {
-    ref::BlockConfig b;
-    b.heads = rng.integer(1, 2);
-    b.head_dim = rng.integer(1, 8);
-    b.experts = rng.integer(2, 4);
-    b.top_k = rng.integer(1, b.experts - 1);
-    b.inter = rng.integer(2, 16);
-    b.route_scale = rng.uniform(0.5, 2.5);
-    cfg.d = rng.integer(2, 32);
-    const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
-    return generate_block_case(op, cfg, b, B, T, rng.next(), precision);
-  }
+  if (op == Op::block) return small_block_case(rng, op, cfg, precision);
   return generate_case(op, cfg, 2, rng.next(), precision);
 }
 
@@ -209,19 +215,7 @@ OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i) {
   cfg.iters = rng.integer(1, 30);
   cfg.hc_eps = rng.log_uniform(1e-6, 1e-1);
   cfg.norm_eps = rng.log_uniform(1e-20, 1e-3);
-  if (op_spec(op).whole) {  // the forward campaign's Block sizes
-    ref::BlockConfig b;
-    b.heads = rng.integer(1, 2);
-    b.head_dim = rng.integer(1, 8);
-    b.experts = rng.integer(2, 4);
-    b.top_k = rng.integer(1, b.experts - 1);
-    b.inter = rng.integer(2, 16);
-    b.route_scale = rng.uniform(0.5, 2.5);
-    b.layers = rng.integer(1, 2);
-    cfg.d = rng.integer(2, 32);
-    const std::size_t B = std::size_t(rng.integer(1, 2)), T = std::size_t(rng.integer(2, 4));
-    return generate_block_case(op, cfg, b, B, T, rng.next(), Precision::fp32());
-  }
+  if (op_spec(op).whole) return small_block_case(rng, op, cfg, Precision::fp32());
   return generate_case(op, cfg, 2, rng.next(), Precision::fp32());
 }
 

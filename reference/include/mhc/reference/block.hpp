@@ -94,11 +94,25 @@ std::vector<S>& add_stage(std::vector<Stage<S>>& trace, const std::string& name,
   return trace.back().values;
 }
 
+// One row of a head's attention weights: P[u] = softmax over u < upto of (q . k_u) / scale, the
+// max subtracted; k_u = k + u * stride.
+template <class S>
+void attn_row(const S* q, const S* k, std::size_t stride, std::size_t dh, std::size_t upto,
+              const S& scale, S* P) {
+  using std::exp;
+  for (std::size_t u = 0; u < upto; ++u) P[u] = dot(q, k + u * stride, dh) / scale;
+  S mx = P[0];
+  for (std::size_t u = 1; u < upto; ++u)
+    if (P[u] > mx) mx = P[u];
+  for (std::size_t u = 0; u < upto; ++u) P[u] = exp(P[u] - mx);
+  const S den = sum(P, upto);
+  for (std::size_t u = 0; u < upto; ++u) P[u] = P[u] / den;
+}
+
 // Causal multi-head softmax attention over one sequence: h [T, d] -> out [T, d].
 template <class S>
 void attn(const Config& c, const BlockConfig& b, std::size_t T, const S* h, const BlockParams& p,
           S* out) {
-  using std::exp;
   const std::size_t d = std::size_t(c.d), H = std::size_t(b.heads), dh = std::size_t(b.head_dim);
   const std::size_t HD = H * dh;
   std::vector<S> q(T * HD), k(T * HD), v(T * HD), o(T * HD);
@@ -106,7 +120,7 @@ void attn(const Config& c, const BlockConfig& b, std::size_t T, const S* h, cons
   project(h, T, p.wk, HD, d, k.data());
   project(h, T, p.wv, HD, d, v.data());
   const S scale = S(std::sqrt(double(dh)));
-  std::vector<S> s(T), e(T), qh(dh), kh(dh);
+  std::vector<S> e(T);
   std::vector<const S*> rows(T);
   std::vector<std::vector<S>> vh(T, std::vector<S>(dh));
   for (std::size_t hd = 0; hd < H; ++hd) {
@@ -114,17 +128,8 @@ void attn(const Config& c, const BlockConfig& b, std::size_t T, const S* h, cons
       for (std::size_t i = 0; i < dh; ++i) vh[t][i] = v[t * HD + hd * dh + i];
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t upto = b.sem.causal ? t + 1 : T;
-      for (std::size_t u = 0; u < upto; ++u)
-        s[u] = dot(&q[t * HD + hd * dh], &k[u * HD + hd * dh], dh) / scale;
-      S mx = s[0];
-      for (std::size_t u = 1; u < upto; ++u)
-        if (s[u] > mx) mx = s[u];
-      for (std::size_t u = 0; u < upto; ++u) e[u] = exp(s[u] - mx);
-      const S den = sum(e.data(), upto);
-      for (std::size_t u = 0; u < upto; ++u) {
-        e[u] = e[u] / den;
-        rows[u] = vh[u].data();
-      }
+      attn_row(&q[t * HD + hd * dh], &k[hd * dh], HD, dh, upto, scale, e.data());
+      for (std::size_t u = 0; u < upto; ++u) rows[u] = vh[u].data();
       lincomb(e.data(), rows.data(), upto, dh, &o[t * HD + hd * dh]);
     }
   }
@@ -222,7 +227,6 @@ inline std::vector<float> stacked_transposed(const std::vector<const float*>& Ws
 template <class S>
 void attn_backward(const Config& c, const BlockConfig& b, std::size_t T, const S* h,
                    const BlockParams& p, const S* g, S* dh) {
-  using std::exp;
   const std::size_t d = std::size_t(c.d), H = std::size_t(b.heads), dk = std::size_t(b.head_dim);
   const std::size_t HD = H * dk;
   std::vector<S> q(T * HD), k(T * HD), v(T * HD), go(T * HD);
@@ -233,22 +237,14 @@ void attn_backward(const Config& c, const BlockConfig& b, std::size_t T, const S
   project(g, T, woT.data(), HD, d, go.data());
   std::vector<S> grad(T * 3 * HD, S(0));  // per token [d q | d k | d v]
   const S scale = S(std::sqrt(double(dk)));
-  std::vector<S> P(T * T, S(0)), D(T * T, S(0)), s(T), dp(T), w(T);
+  std::vector<S> P(T * T, S(0)), D(T * T, S(0)), dp(T), w(T);
   std::vector<const S*> rows(T);
   for (std::size_t hd = 0; hd < H; ++hd) {
     const std::size_t o = hd * dk;
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t upto = b.sem.causal ? t + 1 : T;
-      for (std::size_t u = 0; u < upto; ++u) s[u] = dot(&q[t * HD + o], &k[u * HD + o], dk) / scale;
-      S mx = s[0];
-      for (std::size_t u = 1; u < upto; ++u)
-        if (s[u] > mx) mx = s[u];
-      for (std::size_t u = 0; u < upto; ++u) s[u] = exp(s[u] - mx);
-      const S den = sum(s.data(), upto);
-      for (std::size_t u = 0; u < upto; ++u) {
-        P[t * T + u] = s[u] / den;
-        dp[u] = dot(&go[t * HD + o], &v[u * HD + o], dk);
-      }
+      attn_row(&q[t * HD + o], &k[o], HD, dk, upto, scale, &P[t * T]);
+      for (std::size_t u = 0; u < upto; ++u) dp[u] = dot(&go[t * HD + o], &v[u * HD + o], dk);
       const S gp = dot(&P[t * T], dp.data(), upto);
       for (std::size_t u = 0; u < upto; ++u) {
         D[t * T + u] = P[t * T + u] * (dp[u] - gp) / scale;
