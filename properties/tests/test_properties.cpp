@@ -289,7 +289,8 @@ TEST_CASE("every kernel within its bound on generated cases", "[property][differ
 
 namespace {
 // A generated backward case of op at a small configuration (n <= 3, d <= 4, rounds <= 8: the
-// central differences in MPFR cost two forwards an input element), 2 tokens.
+// central differences in MPFR cost two forwards an input element), 2 tokens; a Block's or a
+// stack's (d >= 2) with small sublayers, one sequence of 2 or 3.
 oracles::OpCase small_backward_case(oracles::Op op) {
   ref::Config c;
   c.n = *rc::gen::inRange(1, 4);
@@ -298,6 +299,18 @@ oracles::OpCase small_backward_case(oracles::Op op) {
   c.hc_eps = std::pow(10.0, -*rc::gen::inRange(1, 9));
   c.norm_eps = std::pow(10.0, -*rc::gen::element(2, 6, 12, 20));
   const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
+  if (oracles::op_spec(op).whole) {
+    c.d = std::max(c.d, 2);
+    ref::BlockConfig b;
+    b.heads = *rc::gen::inRange(1, 3);
+    b.head_dim = *rc::gen::inRange(1, 4);
+    b.experts = *rc::gen::inRange(2, 4);
+    b.top_k = *rc::gen::inRange(1, b.experts);
+    b.inter = *rc::gen::inRange(2, 5);
+    b.layers = *rc::gen::inRange(1, 3);
+    const std::size_t T = *rc::gen::inRange<std::size_t>(2, 4);
+    return oracles::generate_block_case(op, c, b, 1, T, seed, oracles::Precision::fp32());
+  }
   return oracles::generate_case(op, c, 2, seed, oracles::Precision::fp32());
 }
 // The double evaluation's own error, first order: the fp32 bound of the same programs scaled
@@ -308,7 +321,9 @@ constexpr double kDoubleOverFp32 = 0x1.0p-29;
 TEST_CASE("properties of the backward", "[property][backward]") {
   print_params();
   rc::prop("gradients are linear in the upstream gradient", [] {
-    const auto op = *rc::gen::elementOf(oracles::backward_ops());
+    std::vector<oracles::Op> ops = oracles::backward_ops();
+    for (oracles::Op op : oracles::block_backward_ops()) ops.push_back(op);
+    const auto op = *rc::gen::elementOf(ops);
     oracles::OpCase c = small_backward_case(op);
     // Upstream gradients on the grid k / 1024 and dyadic a, b: a g1 + b g2 is exact in float.
     const double a = *rc::gen::element(0.5, -2.0, 3.0), b = *rc::gen::element(1.0, -0.25, 4.0);
