@@ -408,10 +408,12 @@ LayerGrads block_layer_backward(const OpCase& c, const ref::BlockParams& p, cons
     std::vector<B> v(N * nd);
     each([&](std::size_t t) {
       TokenGrads unused;
+      auto token = [&](const B* from, std::size_t per) {
+        return std::vector<B>(from + t * per, from + (t + 1) * per);
+      };
       put(v, t,
-          projection_grads(
-              cfg, {xs + t * nd, xs + (t + 1) * nd}, fn, {g_mix + t * M, g_mix + (t + 1) * M},
-              unused, {{&res[t * nd], &res[(t + 1) * nd]}, {&read[t * nd], &read[(t + 1) * nd]}}));
+          projection_grads(cfg, token(xs, nd), fn, token(g_mix, M), unused,
+                           {token(res.data(), nd), token(read.data(), nd)}));
     });
     return record(name, std::move(v), nd);
   };
