@@ -57,7 +57,8 @@ Run add_compare(CLI::App& app) {
       "as bf16 or fp16 include that rounding), and each output and\n"
       "/outputs/trace stage present is judged. One line per file; a failing file also gets its\n"
       "DIAGNOSIS and REPRO lines. Exit 0: all within bounds; 1: an output is not; 2: a file is\n"
-      "unreadable or invalid (the message names the file, the dataset and what was expected).");
+      "unreadable or invalid (the message names the file, the dataset and what was expected),\n"
+      "or a case has no outputs to judge (INVALID: counted apart from failures).");
   return [st]() -> int {
     st->spec.model = oracles::error_model_from_name(st->model);
     if (!st->precision.empty()) st->spec.precision = oracles::precision_from_name(st->precision);

@@ -3,6 +3,7 @@ mhc_verify.torch.capture), judged by judge_file and by `mhc-verify compare`, one
 --case; bad captures are errors naming the case."""
 import subprocess
 
+import h5py
 import numpy as np
 import pytest
 
@@ -278,3 +279,19 @@ def test_torch_float32_autograd_of_the_boundary_passes(d, seed):
     inputs, params, grads = _boundary_autograd(torch, d, seed, post_factor=1.0)
     assert not mhc_verify.judge("boundary_backward", {"n": 4, "d": d}, inputs, grads, params,
                                 save_dir=None, diagnose=False).passed
+
+
+def test_compare_refuses_a_case_with_no_outputs(capture, tmp_path):
+    """A case with nothing to judge would pass vacuously: compare names it, counts it invalid
+    (not failed) and exits 2; the other cases of the file are still judged."""
+    path = tmp_path / "empty.h5"
+    mhc_verify.write_capture(path, {"0.pre": case(capture, "pre"), "1.pre": case(capture, "pre")})
+    with h5py.File(path, "r+") as f:  # the writers refuse this; another tool may not
+        found = []
+        f.visit(lambda name: found.append(name) if name.endswith("1.pre/outputs/y") else None)
+        assert len(found) == 1
+        del f[found[0]]
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "--case 1.pre: no outputs to judge" in p.stderr and "/outputs/{y}" in p.stderr
+    assert "compare: INVALID (2 cases: 1 pass, 0 fail, 1 invalid, 0 undecided" in p.stdout, p.stdout

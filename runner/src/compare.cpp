@@ -14,6 +14,29 @@ namespace mhc::runner {
 
 namespace {
 struct Stopped {};  // the run was interrupted between two cases of a file
+
+// A file or case compare cannot judge: one failed case whose only stage is "file", rule invalid.
+reports::CaseRecord invalid_case(std::size_t index, const std::string& label,
+                                 const std::string& why) {
+  reports::CaseRecord rec;
+  rec.index = index;
+  rec.label = label;
+  oracles::StageVerdict sv;
+  sv.stage = "file";
+  sv.state = oracles::State::fail;
+  sv.rule = "invalid";
+  sv.reason = why;
+  rec.verdict.state = oracles::State::fail;
+  rec.verdict.first_divergent = "file";
+  rec.verdict.stages.push_back(sv);
+  return rec;
+}
+
+bool is_invalid(const reports::Entry& e) {
+  return std::any_of(e.cases.begin(), e.cases.end(), [](const reports::CaseRecord& c) {
+    return !c.verdict.stages.empty() && c.verdict.stages[0].rule == "invalid";
+  });
+}
 }  // namespace
 
 int run_compare(const CompareSpec& spec, Session& session) {
@@ -45,10 +68,18 @@ int run_compare(const CompareSpec& spec, Session& session) {
     reports::CaseRecord rec;
     rec.index = index;
     rec.label = label;
-    if (fx.outputs.empty()) {
-      std::printf("NOTHING %s: no outputs to judge (%s, %zu tokens)\n", shown.c_str(),
-                  entry.op.c_str(), fx.c.tokens);
-      rec.verdict.state = oracles::State::skipped;
+    if (fx.outputs.empty()) {  // a capture of nothing would pass vacuously: refused
+      std::string names;
+      for (const auto& o : oracles::op_spec(fx.c.op).outputs)
+        names += (names.empty() ? "" : ", ") + o.name;
+      const std::string why = label + ": no outputs to judge (" + entry.op + ", " +
+                              std::to_string(fx.c.tokens) + " tokens; expected one or more of " +
+                              "/outputs/{" + names + "})";
+      std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(why).c_str());
+      std::printf("INVALID %s\n", shown.c_str());
+      rec = invalid_case(index, label, why);
+      entry.facts.push_back({"error", why});
+      rc = 2;
     } else {
       const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.stored);
       rec = record(o, index, 0, repro(fx.c, "", spec.model));
@@ -115,19 +146,8 @@ int run_compare(const CompareSpec& spec, Session& session) {
       reports::Entry& entry = session.report.entry("compare " + f);
       entry.kind = "compare";
       entry.error_model = oracles::error_model_name(spec.model);
-      reports::CaseRecord rec;
-      rec.index = i;
-      rec.label = f;
-      oracles::StageVerdict sv;
-      sv.stage = "file";
-      sv.state = oracles::State::fail;
-      sv.rule = "invalid";
-      sv.reason = e.what();
-      rec.verdict.state = oracles::State::fail;
-      rec.verdict.first_divergent = "file";
-      rec.verdict.stages.push_back(sv);
       entry.facts.push_back({"error", e.what()});
-      entry.add_case(std::move(rec));
+      entry.add_case(invalid_case(i, f, e.what()));
       session.update();
       rc = 2;
     }
@@ -139,15 +159,23 @@ int run_compare(const CompareSpec& spec, Session& session) {
     rc = 2;
   }
   progress.done();
+  // Each entry once: invalid (not judged: exit 2), else failed, passed, or neither.
   const auto& es = session.report.entries;
-  const auto n = [&](oracles::State x) {
-    return std::count_if(es.begin(), es.end(),
-                         [&](const reports::Entry& e) { return e.count(x) > 0; });
-  };
-  std::printf("compare: %s (%zu cases: %ld pass, %ld fail, %ld undecided or skipped)\n",
-              rc == 0 ? "PASS" : "FAIL", es.size(), long(n(oracles::State::pass)),
-              long(n(oracles::State::fail)),
-              long(es.size()) - long(n(oracles::State::pass)) - long(n(oracles::State::fail)));
+  long invalid = 0, pass = 0, fail = 0;
+  for (const auto& e : es) {
+    if (is_invalid(e))
+      ++invalid;
+    else if (e.count(oracles::State::fail) > 0)
+      ++fail;
+    else if (e.count(oracles::State::pass) > 0)
+      ++pass;
+  }
+  std::printf(
+      "compare: %s (%zu cases: %ld pass, %ld fail, %ld invalid, %ld undecided or skipped)\n",
+      rc == 0   ? "PASS"
+      : rc == 2 ? "INVALID"
+                : "FAIL",
+      es.size(), pass, fail, invalid, long(es.size()) - pass - fail - invalid);
   return rc;
 }
 
