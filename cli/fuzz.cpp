@@ -46,7 +46,7 @@ Run add_fuzz(CLI::App& app) {
   app.add_option("--iters", st->iters, "Sinkhorn rounds")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  app.add_option("--eps", st->eps, "hc_eps, finite and >= 0")->capture_default_str();
+  app.add_option("--hc-eps", st->eps, "hc_eps, finite and >= 0")->capture_default_str();
   app.add_option("--n", st->n, "streams (the comb is n x n)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

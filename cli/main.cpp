@@ -81,7 +81,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "mhc-verify: error: %s (see mhc-verify --help)\n", e.what());
+    // The help of the subcommand the words name ("mhc-verify fuzz sinkhorn --help").
+    std::string help = "mhc-verify";
+    CLI::App* at = &app;
+    for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+      CLI::App* sub = nullptr;
+      for (auto* s : at->get_subcommands({}))
+        if (s->get_name() == argv[i]) sub = s;
+      if (!sub) break;
+      help += " " + sub->get_name();
+      at = sub;
+    }
+    std::fprintf(stderr, "mhc-verify: error: %s (see %s --help)\n", e.what(), help.c_str());
     return 2;
   }
   for (auto& [sub, run] : runs)

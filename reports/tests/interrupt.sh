@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # interrupt.sh MHC_VERIFY SOURCE_DIR SIGNAL: a long check interrupted by SIGNAL (INT or TERM) once
-# its report holds a finished case: it exits 128 + signal and leaves a valid report of the
-# finished cases, marked incomplete and interrupted.
+# its report holds a finished case: it exits 128 + signal, its summary says it was interrupted, and
+# it leaves a valid report of the finished cases, marked incomplete and interrupted.
 set -u
 bin=$1 src=$2 sig=$3
 d=$(mktemp -d)
@@ -18,6 +18,9 @@ wait $pid
 rc=$?
 want=$([ "$sig" = INT ] && echo 130 || echo 143)
 [ $rc -eq "$want" ] || { echo "FAIL: exit $rc, expected $want"; cat "$d/out"; exit 1; }
+# The summary says the run was interrupted, not that it passed.
+grep -q "^check: INTERRUPTED by SIG$sig after " "$d/out" && ! grep -q "^check: PASS" "$d/out" ||
+  { echo "FAIL: the summary does not say the run was interrupted"; cat "$d/out"; exit 1; }
 /usr/bin/python3 "$src/reports/tests/check_reports.py" "$src/reports/schema/mhc-report-1.json" \
   --json "$d/r.json" --junit "$d/r.xml" || exit 1
 /usr/bin/python3 - "$d/r.json" "SIG$sig" <<'PY'

@@ -170,12 +170,14 @@ int run_compare(const CompareSpec& spec, Session& session) {
     else if (e.count(oracles::State::pass) > 0)
       ++pass;
   }
+  const char* sig = reports::interrupted();  // said first: the files not read say nothing
+  const std::string word = sig       ? std::string("INTERRUPTED by ") + sig
+                           : rc == 0 ? "PASS"
+                           : rc == 2 ? "INVALID"
+                                     : "FAIL";
   std::printf(
       "compare: %s (%zu cases: %ld pass, %ld fail, %ld invalid, %ld undecided or skipped)\n",
-      rc == 0   ? "PASS"
-      : rc == 2 ? "INVALID"
-                : "FAIL",
-      es.size(), pass, fail, invalid, long(es.size()) - pass - fail - invalid);
+      word.c_str(), es.size(), pass, fail, invalid, long(es.size()) - pass - fail - invalid);
   return rc;
 }
 

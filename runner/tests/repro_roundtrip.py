@@ -77,7 +77,7 @@ scenarios = {
         ["mutants", "--cases", "20", "--kill-budget", "300", "--error-model", "probabilistic"],
         "mutants"), "mutants"),
     "fuzz": lambda: replay(report(
-        ["fuzz", "sinkhorn", "--cases", "640", "--kernel", "mutant:col_eps_outside", "--eps", "0.01",
+        ["fuzz", "sinkhorn", "--cases", "640", "--kernel", "mutant:col_eps_outside", "--hc-eps", "0.01",
          "--iters", "7", "--save-failures", os.path.join(tmp, "fuzz")], "fuzz"), "fuzz", most=3),
     "compare": lambda: replay(report(
         ["compare", "--error-model", "rigorous"] + sorted(
