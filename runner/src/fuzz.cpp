@@ -220,7 +220,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
                     {"seed", std::to_string(st->seed)},
                     {"shard", std::to_string(shard)},
                     {"shards", std::to_string(shards)}};
-  Progress progress("fuzz sinkhorn", st->seconds > 0 ? 0 : long(st->cases));
+  Progress progress("fuzz sinkhorn", st->seconds > 0 ? 0 : long(st->cases), st->seconds);
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -50,9 +50,10 @@ int Session::finish(int code) {
   return code;
 }
 
-Progress::Progress(std::string what, long total)
+Progress::Progress(std::string what, long total, double seconds)
     : what_(std::move(what)),
       total_(total),
+      seconds_(seconds),
       tty_(isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()),
       last_(start_) {}
@@ -60,7 +61,7 @@ Progress::Progress(std::string what, long total)
 void Progress::step(long done, const std::string& status) {
   const auto now = std::chrono::steady_clock::now();
   const double t = std::chrono::duration<double>(now - start_).count();
-  const long tenth = total_ > 0 ? done * 10 / total_ : 0;
+  const long tenth = seconds_ > 0 ? long(t * 10 / seconds_) : total_ > 0 ? done * 10 / total_ : 0;
   if (t < 2.0 || (total_ > 0 && total_ < 2)) return;  // short runs and single items need none
   if (!tty_ && total_ > 0 && done >= total_) return;  // the summary follows at once
   if (tty_) {
@@ -72,9 +73,13 @@ void Progress::step(long done, const std::string& status) {
   last_tenth_ = tenth;
   const double eta = done > 0 && total_ > done ? t / double(done) * double(total_ - done) : 0;
   char line[320];
-  std::snprintf(line, sizeof line, "%s: %ld/%ld, %.1f s%s%s%s", what_.c_str(), done, total_, t,
-                eta > 0 ? (", ~" + std::to_string(long(eta + 0.5)) + " s left").c_str() : "",
-                status.empty() ? "" : ", ", status.c_str());
+  if (seconds_ > 0)
+    std::snprintf(line, sizeof line, "%s: %ld done, %.1f of %.4g s%s%s", what_.c_str(), done, t,
+                  seconds_, status.empty() ? "" : ", ", status.c_str());
+  else
+    std::snprintf(line, sizeof line, "%s: %ld/%ld, %.1f s%s%s%s", what_.c_str(), done, total_, t,
+                  eta > 0 ? (", ~" + std::to_string(long(eta + 0.5)) + " s left").c_str() : "",
+                  status.empty() ? "" : ", ", status.c_str());
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s", line);
     dirty_ = true;

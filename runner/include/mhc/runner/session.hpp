@@ -31,13 +31,16 @@ class Session {
 // second), else a plain line every tenth of the work (and at least every 30 s).
 class Progress {
  public:
-  Progress(std::string what, long total);
+  // total: items to do (0: not known); seconds: a time-bounded run's limit (progress is then the
+  // time spent of it).
+  Progress(std::string what, long total, double seconds = 0);
   void step(long done, const std::string& status = "");
   void done();
 
  private:
   std::string what_;
   long total_, last_tenth_ = 0;
+  double seconds_;
   bool tty_;
   std::chrono::steady_clock::time_point start_, last_;
   bool dirty_ = false;
