@@ -94,12 +94,8 @@ Run add_check(CLI::App& app) {
                std::to_string(tally.nondeterministic) + " cases";
     if (tally.skipped)
       extra += ", " + std::to_string(tally.skipped) + " skipped: " + tally.skip_reason;
-    if (const char* sig = reports::interrupted())  // said first: the cases not run say nothing
-      std::printf("check: INTERRUPTED by %s after %d of %d cases (%d failed%s)\n", sig, tally.done,
-                  spec.cases, tally.failed, extra.c_str());
-    else
-      std::printf("check: %s (%d of %d cases failed%s)\n", tally.failed ? "FAIL" : "PASS",
-                  tally.failed, tally.done, extra.c_str());
+    std::printf("check: %s (%d of %d cases failed%s)\n", runner::run_outcome(!tally.failed).c_str(),
+                tally.failed, tally.done, extra.c_str());
     return session.finish(tally.failed ? 1 : 0);
   };
 }

@@ -170,11 +170,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
     else if (e.count(oracles::State::pass) > 0)
       ++pass;
   }
-  const char* sig = reports::interrupted();  // said first: the files not read say nothing
-  const std::string word = sig       ? std::string("INTERRUPTED by ") + sig
-                           : rc == 0 ? "PASS"
-                           : rc == 2 ? "INVALID"
-                                     : "FAIL";
+  const std::string word = rc == 2 && !reports::interrupted() ? "INVALID" : run_outcome(rc == 0);
   std::printf(
       "compare: %s (%zu cases: %ld pass, %ld fail, %ld invalid, %ld undecided or skipped)\n",
       word.c_str(), es.size(), pass, fail, invalid, long(es.size()) - pass - fail - invalid);

@@ -463,8 +463,8 @@ int GatePlan::run(Session& session) const {
   }
   for (const auto& line : skipped) std::printf("%s\n", line.c_str());
   const bool ok = failed == 0 && problems.empty() && skipped.empty();
-  std::printf("gate: %s (%d cases failed, %zu regressions or new entries)\n", ok ? "PASS" : "FAIL",
-              failed, problems.size());
+  std::printf("gate: %s (%d cases failed, %zu regressions or new entries)\n",
+              run_outcome(ok).c_str(), failed, problems.size());
   return (ok ? 0 : 1);
 }
 

@@ -339,7 +339,7 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
       "\nmutants: %d wrong kernels (kill budget %d cases), %d legitimate (%d cases each), "
       "%s error model: %s\n",
       wrong, st->kill_budget, legit, st->cases, oracles::error_model_name(st->model).c_str(),
-      bad ? "FAIL" : "PASS");
+      run_outcome(!bad).c_str());
   for (const auto& r : rows) {
     reports::Entry& e = session.report.entry(r.name);
     e.facts = {{"cases", std::to_string(r.cases)},

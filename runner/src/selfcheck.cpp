@@ -141,7 +141,7 @@ int run_selfcheck(const oracles::SelfcheckOptions& opt, Session& session) {
       std::printf("%-36s %10zu %14.3e  %s\n", b.stage.c_str(), b.elements, b.max_over_bound,
                   b.max_over_bound <= oracles::kBackwardAccuracy ? "ok" : "FAIL");
   const bool ok = res.accurate && res.enclosed && res.backward_accurate;
-  std::printf("selfcheck: %s\n", ok ? "PASS" : "FAIL");
+  std::printf("selfcheck: %s\n", run_outcome(ok).c_str());
   return ok ? 0 : 1;
 }
 

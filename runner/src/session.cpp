@@ -89,6 +89,11 @@ void Progress::step(long done, const std::string& status) {
   std::fflush(stderr);
 }
 
+std::string run_outcome(bool ok) {
+  if (const char* sig = reports::interrupted()) return std::string("INTERRUPTED by ") + sig;
+  return ok ? "PASS" : "FAIL";
+}
+
 void Progress::done() {
   if (tty_ && dirty_) std::fprintf(stderr, "\r\033[K");
   dirty_ = false;

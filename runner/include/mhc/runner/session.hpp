@@ -46,6 +46,10 @@ class Progress {
   bool dirty_ = false;
 };
 
+// A run's summary word: "INTERRUPTED by SIGINT" (or SIGTERM) when a signal stopped it, whatever the
+// finished cases said, else PASS or FAIL.
+std::string run_outcome(bool ok);
+
 // The concise per-stage table of an entry, printed at the end of a run (and in the Python API's
 // assertion messages).
 std::string stage_table(const reports::Entry& e);
