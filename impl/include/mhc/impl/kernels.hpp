@@ -195,7 +195,8 @@ struct Sublayers {
       moe;
   // Their backward (docs/semantics.md, "The Block's backward"): the gradient of h for the
   // gradient g of the output, the weights' not taken; the MoE with the experts the forward chose.
-  // Empty: not implemented.
+  // cpu_sublayers() has them; cuda_sublayers() does not (the GPU's backward is its own issue), and
+  // make_block_backward refuses sublayers without them (NotCompiled).
   std::function<void(const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t B,
                      std::size_t T, const float* h, const BlockWeights&, const float* g,
                      float* d_h)>

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mhc/reference/mhc.hpp"
@@ -109,16 +110,26 @@ void attn_row(const S* q, const S* k, std::size_t stride, std::size_t dh, std::s
   for (std::size_t u = 0; u < upto; ++u) P[u] = P[u] / den;
 }
 
+// The queries, keys and values of one sequence h [T, d]: [T, H dh] each.
+template <class S>
+void attn_qkv(const Config& c, const BlockConfig& b, std::size_t T, const S* h,
+              const BlockParams& p, std::vector<S>& q, std::vector<S>& k, std::vector<S>& v) {
+  const std::size_t d = std::size_t(c.d), HD = std::size_t(b.heads) * std::size_t(b.head_dim);
+  using Row = std::pair<std::vector<S>*, const float*>;
+  for (const auto& [x, W] : {Row{&q, p.wq}, Row{&k, p.wk}, Row{&v, p.wv}}) {
+    x->assign(T * HD, S(0));
+    project(h, T, W, HD, d, x->data());
+  }
+}
+
 // Causal multi-head softmax attention over one sequence: h [T, d] -> out [T, d].
 template <class S>
 void attn(const Config& c, const BlockConfig& b, std::size_t T, const S* h, const BlockParams& p,
           S* out) {
   const std::size_t d = std::size_t(c.d), H = std::size_t(b.heads), dh = std::size_t(b.head_dim);
   const std::size_t HD = H * dh;
-  std::vector<S> q(T * HD), k(T * HD), v(T * HD), o(T * HD);
-  project(h, T, p.wq, HD, d, q.data());
-  project(h, T, p.wk, HD, d, k.data());
-  project(h, T, p.wv, HD, d, v.data());
+  std::vector<S> q, k, v, o(T * HD);
+  attn_qkv(c, b, T, h, p, q, k, v);
   const S scale = S(std::sqrt(double(dh)));
   std::vector<S> e(T);
   std::vector<const S*> rows(T);
@@ -229,10 +240,8 @@ void attn_backward(const Config& c, const BlockConfig& b, std::size_t T, const S
                    const BlockParams& p, const S* g, S* dh) {
   const std::size_t d = std::size_t(c.d), H = std::size_t(b.heads), dk = std::size_t(b.head_dim);
   const std::size_t HD = H * dk;
-  std::vector<S> q(T * HD), k(T * HD), v(T * HD), go(T * HD);
-  project(h, T, p.wq, HD, d, q.data());
-  project(h, T, p.wk, HD, d, k.data());
-  project(h, T, p.wv, HD, d, v.data());
+  std::vector<S> q, k, v, go(T * HD);
+  attn_qkv(c, b, T, h, p, q, k, v);
   const std::vector<float> woT = transposed(p.wo, d, HD);
   project(g, T, woT.data(), HD, d, go.data());
   std::vector<S> grad(T * 3 * HD, S(0));  // per token [d q | d k | d v]
