@@ -181,6 +181,7 @@ struct BackwardKnobs {
            sinkhorn != Sinkhorn::unrolled || !routing || !shifted_pre;
   }
   bool chosen() const { return deviates() || order != Order::forward || recompute; }
+  bool block_only() const { return !routing || !shifted_pre; }  // deviates in a Block's alone
 };
 
 // The sublayers of a Block (docs/semantics.md, "Stand-in sublayers") on N = B*T tokens of width
