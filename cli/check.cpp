@@ -15,6 +15,7 @@ Run add_check(CLI::App& app) {
   struct State : CaseFlags {
     std::string model = oracles::error_model_name(runner::CheckSpec{}.model);
     bool list_rules = false, list_kernels = false;
+    int shards = 0;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -49,6 +50,7 @@ Run add_check(CLI::App& app) {
   app.add_flag("--rules", st->list_rules,
                "print the verdict rules with their justification and exit");
   add_report_options(app, st->out);
+  add_shard_option(app, st->shards, "cases");
   app.footer(
       "Each case is generated from its seed, run through the kernel with every output poisoned\n"
       "(NaN payload) beforehand, and judged stage by stage against the oracle: the reference\n"
@@ -71,6 +73,7 @@ Run add_check(CLI::App& app) {
     }
     runner::CheckSpec& spec = st->resolve();
     spec.model = oracles::error_model_from_name(st->model);
+    spec.shard = runner::shard_from_env(st->shards);
     const ref::Config& cfg = spec.cfg;
     std::printf("check: error model %s\n", st->model.c_str());
     std::printf(
@@ -81,6 +84,7 @@ Run add_check(CLI::App& app) {
         static_cast<unsigned long long>(spec.seed));
     std::fflush(stdout);
     runner::Session session(st->out, spec.threads);
+    session.set_shard(spec.shard);
     const runner::CheckTally tally = runner::run_check(spec, session);
     if (tally.skipped > 0 && tally.skipped == tally.done) {  // asked for, and cannot run at all
       session.finish(2);

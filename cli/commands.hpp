@@ -57,6 +57,8 @@ void add_limit_options(CLI::App& app, runner::Limits& limits);
 void add_worker_options(CLI::App& app, double& kernel_seconds, runner::Limits& limits);
 // --json --md --html --junit.
 void add_report_options(CLI::App& app, reports::Outputs& out);
+// --shards (runner::shard_from_env): what a shard takes, e.g. "cases".
+void add_shard_option(CLI::App& app, int& shards, const std::string& unit);
 // The choices of an enum option, from the library's list ("fp32, tf32, bf16").
 std::vector<std::string> op_names(bool with_block = true);
 CLI::Validator precision_validator();

@@ -20,6 +20,7 @@ Run add_compare(CLI::App& app) {
   struct State {
     runner::CompareSpec spec;
     std::string model = "standard", precision;
+    int shards = 0;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -50,6 +51,7 @@ Run add_compare(CLI::App& app) {
                "do not look for the catalogued deviation that explains a failure");
   add_limit_options(app, st->spec.limits);
   add_report_options(app, st->out);
+  add_shard_option(app, st->shards, "files (in the order given)");
   app.footer(
       "Each file's Case is rebuilt from its inputs, params and config, the oracle evaluated with\n"
       "bounds for its declared precision (root or config attribute `precision`: fp32 by default,\n"
@@ -62,7 +64,9 @@ Run add_compare(CLI::App& app) {
   return [st]() -> int {
     st->spec.model = oracles::error_model_from_name(st->model);
     if (!st->precision.empty()) st->spec.precision = oracles::precision_from_name(st->precision);
+    st->spec.shard = runner::shard_from_env(st->shards);
     runner::Session session(st->out, st->spec.threads);
+    session.set_shard(st->spec.shard);
     return session.finish(runner::run_compare(st->spec, session));
   };
 }

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -11,18 +10,11 @@
 #include "mhc/runner/fuzz.hpp"
 
 namespace mhc::cli {
-namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
-}  // namespace
 
 Run add_fuzz(CLI::App& app) {
   struct State : runner::FuzzSpec {
     std::string target;
+    int shards = 0;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -64,23 +56,27 @@ Run add_fuzz(CLI::App& app) {
   app.add_flag("--isolate", st->isolate,
                "run our kernels in a worker process too, as plug-ins always are");
   add_worker_options(app, st->kernel_seconds, st->limits);
+  app.add_option("--threads", st->threads,
+                 "threads evaluating cases (0: one per core); the cases tried and the results do "
+                 "not depend on it")
+      ->capture_default_str()
+      ->check(whole_number(4096));
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")
       ->capture_default_str();
   add_report_options(app, st->out);
+  add_shard_option(app, st->shards, "cases");
   app.footer(
-      "Case i draws its logits from seed and i alone; with TEST_TOTAL_SHARDS and TEST_SHARD_INDEX\n"
-      "set, this process takes the cases i with i % shards == index, so shards split the seed\n"
-      "space without overlap and their reports merge. Every worst case is shrunk (whole or\n"
-      "one-decimal logits, zeros) while it keeps 90% of its residual. Exit 0 when the fp32\n"
+      "Case i draws its logits from seed and i alone; a shard takes the cases i with\n"
+      "i % shards == index and tries --cases (or --seconds) of them, so shards split the seed\n"
+      "space without overlap, each searching near its own worst cases, and `merge` joins them.\n"
+      "Every worst case is shrunk (whole or one-decimal logits, zeros) while it keeps 90% of its\n"
+      "residual. Exit 0 when the fp32\n"
       "kernels agreed with the oracle on every case tried, 1 when a counterexample was found.");
 
   return [st]() -> int {
-    st->shards = std::max(1, env_int("TEST_TOTAL_SHARDS", 1));
-    st->shard = env_int("TEST_SHARD_INDEX", 0);
-    if (st->shard < 0 || st->shard >= st->shards)
-      throw std::invalid_argument("TEST_SHARD_INDEX out of range");
-    if (const char* status = std::getenv("TEST_SHARD_STATUS_FILE")) std::ofstream(status).flush();
-    runner::Session session(st->out, 1);
+    st->shard = runner::shard_from_env(st->shards);
+    runner::Session session(st->out, st->threads);
+    session.set_shard(st->shard);
     return session.finish(runner::run_fuzz(*st, session));
   };
 }

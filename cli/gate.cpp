@@ -10,6 +10,7 @@ namespace mhc::cli {
 
 Run add_gate(CLI::App& app) {
   struct State : runner::GateSpec {
+    int shards = 0;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -31,6 +32,7 @@ Run add_gate(CLI::App& app) {
                "run our own kernels in this process (plug-ins still run in worker processes)");
   add_worker_options(app, st->kernel_seconds, st->limits);
   add_report_options(app, st->out);
+  add_shard_option(app, st->shards, "suite's runs (kernels x ops x precisions x hc_eps, in order)");
   app.footer(
       "The suite file holds one setting per line (# starts a comment); lists multiply:\n"
       "  kernels cpu cpu-fused          ops split_sinkhorn boundary    precisions fp32 bf16\n"
@@ -42,8 +44,10 @@ Run add_gate(CLI::App& app) {
       "regressed, or an entry has no baseline (run --update to record it); 2: bad input.");
 
   return [st]() -> int {
+    st->shard = runner::shard_from_env(st->shards);
     const runner::GatePlan plan(*st);  // bad input fails before a report is written
     runner::Session session(st->out, st->threads);
+    session.set_shard(st->shard);
     return session.finish(plan.run(session));
   };
 }

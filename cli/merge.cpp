@@ -20,9 +20,12 @@ Run add_merge(CLI::App& app) {
   app.add_option("reports", st->files, "mhc-report/1 JSON files (written with --json)")->required();
   add_report_options(app, st->out);
   app.footer(
-      "Entries keep their ids (a repeated id gets the file's name appended). Prints one line per\n"
-      "entry and a verdict last. Exit 0 when every entry met its expectation and every part\n"
-      "completed with exit 0; 1 otherwise; 2 when a file is not a report.");
+      "Shards of one campaign (the same command run with --shards or a scheduler's index) are\n"
+      "joined: an entry several shards hold becomes the entry the unsharded run records, and a\n"
+      "shard no file holds is named MISSING. Other entries keep their ids (a repeated id gets\n"
+      "the file's name appended). Prints one line per entry and a verdict last. Exit 0 when every\n"
+      "entry met its expectation, every part completed with exit 0 and no shard is missing; 1\n"
+      "otherwise; 2 when a file is not a report, or two files are the same shard.");
   return [st]() -> int {
     runner::MergePlan plan(st->files);  // a file that is not a report fails before any output
     runner::Session session(st->out);

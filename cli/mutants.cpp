@@ -1,6 +1,7 @@
 // mhc-verify mutants: the parser of runner::run_mutants.
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "commands.hpp"
@@ -13,6 +14,7 @@ Run add_mutants(CLI::App& app) {
   struct State : runner::MutantsSpec {
     bool list = false;
     std::string model_name = "standard";
+    int shards = 0;
     reports::Outputs out;
   };
   auto st = std::make_shared<State>();
@@ -37,7 +39,13 @@ Run add_mutants(CLI::App& app) {
   app.add_option("--production-cases", st->production_cases, "cases of the --production report")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  app.add_option("--threads", st->threads,
+                 "kernels judged at once on each case (0: one per core); the results do not depend "
+                 "on it")
+      ->capture_default_str()
+      ->check(whole_number(4096));
   add_report_options(app, st->out);
+  add_shard_option(app, st->shards, "kernels (in --list's order; not with --production)");
   app.footer(
       "Cases vary the op, n, d, iterations, hc_eps up to 1e-1 and norm_eps (see campaign_case),\n"
       "so that an eps misplaced below fp32 noise at 1e-6 becomes glaring. Exit 0 when every wrong\n"
@@ -54,7 +62,12 @@ Run add_mutants(CLI::App& app) {
       return 0;
     }
     st->model = oracles::error_model_from_name(st->model_name);
-    runner::Session session(st->out, 1);
+    st->shard = runner::shard_from_env(st->shards);
+    if (st->production && st->shard.count > 1)
+      throw std::invalid_argument("--production is one small report: run it unsharded (" +
+                                  st->shard.text() + ")");
+    runner::Session session(st->out, st->threads);
+    session.set_shard(st->shard);
     return session.finish(runner::run_mutants(*st, session));
   };
 }

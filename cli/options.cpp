@@ -82,6 +82,20 @@ void add_report_options(CLI::App& app, reports::Outputs& out) {
   g->add_option("--junit", out.junit, "JUnit XML for CI systems");
 }
 
+void add_shard_option(CLI::App& app, int& shards, const std::string& unit) {
+  auto* g = app.add_option_group(
+      "Sharding",
+      "one part of a campaign run on many machines; `mhc-verify merge` joins the parts");
+  g->add_option("--shards", shards,
+                "how many shards, for schedulers that give only the index (a Kubernetes Indexed "
+                "Job: JOB_COMPLETION_INDEX); 1: the whole campaign, whatever the environment "
+                "says. The index comes from TEST_SHARD_INDEX (with TEST_TOTAL_SHARDS), "
+                "SLURM_ARRAY_TASK_ID (with SLURM_ARRAY_TASK_COUNT) or JOB_COMPLETION_INDEX; "
+                "shard k of N takes the " +
+                    unit + " i with i % N == k")
+      ->check(CLI::Range(1, 1 << 20));
+}
+
 CLI::Validator kernel_validator() {
   return CLI::Validator(
       [](std::string& name) -> std::string {

@@ -5,7 +5,7 @@
 # lines; (3) the faithful kernel against a baseline whose ratios were 10x smaller: REGRESSED;
 # (4) the faithful kernel against a baseline whose errors were 10x smaller (ratios unchanged):
 # REGRESSED on the error, however far below the bound; (5) a kernel the baseline has never seen:
-# its entries NEW, not REGRESSED.
+# its entries NEW, not REGRESSED; (6) the same plug-in moved: its baseline still applies.
 set -u
 bin=$1 lib=$2
 d=$(mktemp -d)
@@ -53,11 +53,21 @@ PY
 gate --baseline "$d/quiet.json"; [ $? -eq 1 ] || fail "a 10x error growth not caught"
 grep -q "^REGRESSED gate plugin:.* stage .*: error grew .*x (normwise" "$d/out" || fail "no error line"
 ! grep -q ": ratio_max .* -> " "$d/out" || fail "the ratios did not change"
-cp "$lib/mhc_example.so" "$d/other.so"
+cp "$lib/mhc_example_planted_bug.so" "$d/other.so"
 "$bin" gate --suite "$d/suite" --kernel "plugin:$d/other.so" --baseline "$d/base.json" > "$d/out" 2>&1
 [ $? -eq 1 ] || fail "an entry without baseline passed"
-grep -Eq "^gate plugin:.*other.so .* NEW$" "$d/out" || fail "no NEW in the table"
+grep -Eq "^gate plugin:example-planted-bug .* NEW$" "$d/out" || fail "no NEW in the table"
 ! grep -q "REGRESSED" "$d/out" || fail "a new entry called REGRESSED"
+# Entries are the plug-in's name in its table: the same library elsewhere, by a relative path,
+# meets its baseline; two libraries of one name in one run are refused.
+mkdir "$d/moved" && cp "$lib/mhc_example.so" "$d/moved/renamed.so"
+(cd "$d" && "$bin" gate --suite suite --kernel plugin:moved/renamed.so --baseline base.json) > "$d/out" 2>&1
+[ $? -eq 0 ] || fail "the same plug-in at another path did not meet its baseline"
+grep -Eq "^gate plugin:example pre fp32 hc_eps=1e-06 " "$d/out" || fail "entry not named by the table"
+"$bin" gate --suite "$d/suite" --kernel "plugin:$d/moved/renamed.so" --kernel "plugin:$d/kernels.so" \
+  --baseline "$d/base.json" > "$d/out" 2>&1
+[ $? -eq 2 ] || fail "two plug-ins of one name accepted"
+grep -q "are both plugin:example to the baseline" "$d/out" || fail "the collision is not named"
 # --update refuses to record failing verdicts
 cp "$lib/mhc_example_planted_bug.so" "$d/kernels.so"
 gate --baseline "$d/bad.json" --update; [ $? -eq 1 ] && [ ! -e "$d/bad.json" ] || fail "recorded a failing baseline"

@@ -211,7 +211,8 @@ const Backend& cpu_fused() {
               boundary,
               {},
               false,
-              cpu_backward({}, true)};
+              cpu_backward({}, true),
+              ""};
     BlockKnobs knobs;
     knobs.fused_boundary = true;
     k.block = make_block(k, knobs);

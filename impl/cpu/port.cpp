@@ -80,7 +80,7 @@ const Backend& cpu() {
               hc_pre,  hc_post,
               rmsnorm, boundary,
               {},      false,
-              {}};
+              {},      ""};
     BlockKnobs knobs;
     knobs.fused_boundary = false;
     k.block = make_block(k, knobs);

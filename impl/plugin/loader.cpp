@@ -380,6 +380,9 @@ const Backend& load_plugin(const std::string& path) {
   L->open_path = open_path;
   L->backend = wrap(*L);
   L->backend.name = "plugin:" + path;
+  // A table without a name: the file's, so a baseline still survives a move of the directory.
+  const std::string stem = path.substr(path.find_last_of('/') + 1);
+  L->backend.baseline_name = "plugin:" + (t.name.empty() || t.name == "?" ? stem : t.name);
   L->backend.description = t.name + ": " + t.description;
   L->backend.device = t.device;
   return (loaded[path] = std::move(L))->backend;

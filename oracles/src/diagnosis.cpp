@@ -1,5 +1,9 @@
 #include "mhc/oracles/diagnosis.hpp"
 
+#include <cctype>
+#include <cstdlib>
+#include <map>
+
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 
@@ -105,6 +109,94 @@ std::string describe_diagnosis(const std::vector<std::string>& names) {
   std::string s = "matches the oracle with ";
   for (std::size_t i = 0; i < names.size(); ++i) s += (i ? " or " : "") + names[i];
   return s;
+}
+
+std::string diagnosis_sentence(const std::string& name) {
+  // docs/semantics.md, "Traps": what each deviation does, against what the semantics say.
+  static const std::map<std::string, std::string> sentences = {
+      {"softmax_eps_in_sum",
+       "The softmax adds hc_eps to the row sum before dividing; the semantics add it after the "
+       "division."},
+      {"softmax_eps_none",
+       "The softmax leaves out hc_eps; the semantics add it after the division."},
+      {"col_eps_after",
+       "The Sinkhorn column divisions add hc_eps after dividing instead of to the column sum."},
+      {"col_eps_none", "The Sinkhorn column divisions leave out hc_eps (divide by the bare sum)."},
+      {"row_eps_after",
+       "The Sinkhorn row divisions add hc_eps after dividing instead of to the row sum."},
+      {"row_eps_none", "The Sinkhorn row divisions leave out hc_eps (divide by the bare sum)."},
+      {"first_division_row",
+       "The first Sinkhorn division after the softmax is a row division; it should be a column "
+       "division."},
+      {"iters+1", "The Sinkhorn runs one round more than sinkhorn_iters."},
+      {"iters-1", "The Sinkhorn runs one round fewer than sinkhorn_iters."},
+      {"comb_transposed",
+       "hc_post reads the comb transposed, C[k,j] for C[j,k], so streams are carried into the "
+       "wrong streams."},
+      {"post_without_factor2",
+       "The writing weights post lack their factor 2 (sig instead of 2 sig)."},
+      {"post_with_eps", "The writing weights post add hc_eps, which they should not."},
+      {"pre_without_eps", "The reading weights pre leave out the hc_eps added after the sigmoid."},
+      {"scales_swapped",
+       "pre is scaled by hc_scale[1] and post by hc_scale[0]: the two are swapped."},
+      {"rms_per_stream",
+       "The mixes' RMS statistic is taken per stream instead of over all n*d values of the token."},
+      {"rms_of_sum",
+       "The mixes' RMS statistic uses the sum of squares instead of their mean over the token."},
+      {"d_major_flattening",
+       "The projection reads the streams d-major, x[c*n + j], instead of stream-major, x[j*d + "
+       "c]."},
+      {"no_max_subtraction",
+       "The softmax does not subtract the row maximum: the same in exact arithmetic, but exp "
+       "overflows in fp32 for large logits."},
+      {"pre_not_shifted",
+       "Each sublayer reads the streams with the weights its own site computed instead of those "
+       "of the previous site."},
+      {"attention_not_causal", "Attention looks at later positions too: it is not causal."},
+      {"attn_norm_skipped", "The RMSNorm before attention is skipped."},
+      {"ffn_norm_skipped", "The RMSNorm before the FFN is skipped."},
+      {"routing_not_normalised",
+       "The MoE routing weights are not normalised over the chosen experts."},
+      {"comb_transposed_at_attn", "The attention site's hc_post reads its comb transposed."},
+      {"comb_transposed_at_ffn", "The FFN site's hc_post reads its comb transposed."},
+  };
+  if (const auto it = sentences.find(name); it != sentences.end()) return it->second;
+  // hc_eps_x<scale>: the Semantics names any scale this way.
+  if (name.rfind("hc_eps_x", 0) == 0 && name.size() > 8) {
+    const std::string scale = name.substr(8);
+    char* end = nullptr;
+    const double v = std::strtod(scale.c_str(), &end);
+    if (end && *end == '\0')
+      return v == 0 ? "hc_eps is left out everywhere it enters (pre and every Sinkhorn step)."
+                    : "hc_eps is " + scale + " times its declared value everywhere it enters.";
+  }
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> diagnosis_sentences(const std::string& text) {
+  // A name is a run of these characters ("iters+1", "hc_eps_x0.1"); a trailing '.' ends a line.
+  auto word_char = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '+' || ch == '-' ||
+           ch == '.';
+  };
+  std::vector<std::pair<std::string, std::string>> found;
+  for (std::size_t i = 0; i < text.size();) {
+    if (!word_char(text[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < text.size() && word_char(text[j])) ++j;
+    std::string word = text.substr(i, j - i);
+    while (!word.empty() && word.back() == '.') word.pop_back();
+    i = j;
+    std::string sentence = diagnosis_sentence(word);
+    if (sentence.empty()) continue;
+    bool seen = false;
+    for (const auto& f : found) seen = seen || f.first == word;
+    if (!seen) found.emplace_back(std::move(word), std::move(sentence));
+  }
+  return found;
 }
 
 }  // namespace mhc::oracles

@@ -71,6 +71,16 @@ Report read_report(const std::string& path) {
     r.meta.host = m.at("host");
     r.meta.device = m.at("device");
     r.meta.threads = m.at("threads");
+    if (m.contains("shard")) {  // reports of earlier versions: not sharded
+      const json& s = m.at("shard");
+      r.meta.shard = s.at("index");
+      r.meta.shards = s.at("count");
+      r.meta.shard_source = s.at("source");
+      r.meta.campaign = s.at("campaign");
+      if (r.meta.shards < 1 || r.meta.shard < 0 || r.meta.shard >= r.meta.shards)
+        throw std::invalid_argument(path + ": /meta/shard: index " + std::to_string(r.meta.shard) +
+                                    " of " + std::to_string(r.meta.shards));
+    }
     r.meta.started = m.at("started");
     r.meta.finished = m.at("finished");
     r.meta.wall_s = num(m.at("wall_s"));
@@ -137,6 +147,7 @@ Report read_report(const std::string& path) {
         c.repro = jc.at("repro");
         c.saved = jc.at("saved");
         c.nondeterministic = jc.value("nondeterministic", "");
+        if (jc.contains("seconds")) c.seconds = num(jc.at("seconds"));
         for (const json& js : jc.at("stages")) {
           oracles::StageVerdict s;
           s.stage = js.at("stage");

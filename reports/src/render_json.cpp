@@ -1,7 +1,10 @@
 // JSON rendering of the report model: schema mhc-report/1 (reports/schema/mhc-report-1.json).
 // Keys in a fixed order and numbers in shortest round-trip form, so that two runs of the same
 // command give the same bytes apart from meta.started, meta.finished and meta.wall_s.
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "mhc/reports/json_number.hpp"
@@ -81,9 +84,22 @@ json stage_verdict(const oracles::StageVerdict& s) {
 }
 
 json aggregate(const StageAggregate& a) {
-  json samples = json::array();
+  // A set of points for a plot: written in one order whatever order the cases (or the shards of
+  // a campaign, joined) came in.
+  std::vector<std::array<double, 4>> points;
   for (const auto& e : a.samples)
-    samples.push_back({num(e.bound), num(std::fabs(e.got - e.want)), e.index, e.token});
+    points.push_back({double(e.index), double(e.token), e.bound, std::fabs(e.got - e.want)});
+  auto key = [](double x) {  // NaN (an unwritten element) last, and ordered
+    return std::isnan(x) ? std::numeric_limits<double>::infinity() : x;
+  };
+  std::sort(points.begin(), points.end(), [&](const auto& x, const auto& y) {
+    for (std::size_t k = 0; k < 4; ++k)
+      if (key(x[k]) != key(y[k])) return key(x[k]) < key(y[k]);
+    return false;
+  });
+  json samples = json::array();
+  for (const auto& p : points)
+    samples.push_back({num(p[2]), num(p[3]), std::size_t(p[0]), std::size_t(p[1])});
   json states = json::object();
   for (const auto& [k, v] : a.states) states[k] = v;
   json worst = element(a.worst);
@@ -117,6 +133,11 @@ std::string to_json(const Report& r) {
                  {"host", m.host},
                  {"device", m.device},
                  {"threads", m.threads},
+                 {"shard",
+                  {{"index", m.shard},
+                   {"count", m.shards},
+                   {"source", m.shard_source},
+                   {"campaign", m.campaign}}},
                  {"started", m.started},
                  {"finished", m.finished},
                  {"wall_s", num(m.wall_s)}};
@@ -157,6 +178,7 @@ std::string to_json(const Report& r) {
                     {"repro", c.repro},
                     {"saved", c.saved},
                     {"nondeterministic", c.nondeterministic},
+                    {"seconds", num(c.seconds)},
                     {"stages", st}});
     }
     entries.push_back({{"id", e.id},

@@ -1,7 +1,9 @@
 // Markdown summary and JUnit XML of the report model.
 #include <cstdio>
+#include <set>
 #include <sstream>
 
+#include "mhc/oracles/diagnosis.hpp"
 #include "mhc/reports/report.hpp"
 #include "mhc/reports/text.hpp"
 
@@ -36,6 +38,14 @@ std::string md_cell(const std::string& raw) {
   return o;
 }
 
+// Sub-items explaining each catalogued deviation the text names, once per entry (`seen`).
+std::string md_explained(const std::string& text, std::set<std::string>& seen, const char* indent) {
+  std::string o;
+  for (const auto& [name, sentence] : oracles::diagnosis_sentences(text))
+    if (seen.insert(name).second) o += indent + ("- `" + name + "`: " + sentence + "\n");
+  return o;
+}
+
 }  // namespace
 
 std::string to_markdown(const Report& r) {
@@ -52,25 +62,37 @@ std::string to_markdown(const Report& r) {
       << (r.interrupted.empty() ? "" : " (interrupted by " + r.interrupted + ")");
   o << "\n\n"
     << r.entries.size() << " entries, " << ok << " as expected, " << cases << " cases.\n\n";
-  o << "| entry | expect | cases | pass | fail | undecidable | mistrusted | max ratio | result |\n";
-  o << "|---|---|--:|--:|--:|--:|--:|--:|---|\n";
+  o << "| entry | result | expect | cases | pass | fail | undecidable | mistrusted | max ratio |\n";
+  o << "|---|---|---|--:|--:|--:|--:|--:|--:|\n";
+  // Those not as expected first; an entry judged without cases shows only its result.
+  for (int pass_ok = 0; pass_ok < 2; ++pass_ok)
+    for (const auto& e : r.entries) {
+      if (e.ok() != bool(pass_ok)) continue;
+      double worst = 0;
+      for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
+      auto count = [&](oracles::State s) {
+        return e.cases.empty() ? std::string("-") : std::to_string(e.count(s));
+      };
+      const std::string result = md_cell(entry_result(e));
+      o << "| " << md_cell(e.id) << " | " << (e.ok() ? result : "**" + result + "**") << " | "
+        << e.expect << " | " << (e.cases.empty() ? "-" : std::to_string(e.cases.size())) << " | "
+        << count(oracles::State::pass) << " | " << count(oracles::State::fail) << " | "
+        << count(oracles::State::undecidable) << " | " << count(oracles::State::mistrusted) << " | "
+        << (e.stages.empty() ? "-" : fmt_g(worst)) << " |\n";
+    }
   for (const auto& e : r.entries) {
-    double worst = 0;
-    for (const auto& a : e.stages) worst = std::max(worst, a.ratio_max);
-    o << "| " << md_cell(e.id) << " | " << e.expect << " | " << e.cases.size() << " | "
-      << e.count(oracles::State::pass) << " | " << e.count(oracles::State::fail) << " | "
-      << e.count(oracles::State::undecidable) << " | " << e.count(oracles::State::mistrusted)
-      << " | " << fmt_g(worst) << " | " << (e.ok() ? "ok" : "**NOT OK**") << " |\n";
-  }
-  for (const auto& e : r.entries) {
+    std::set<std::string> seen;  // deviations explained in this entry
     o << "\n## " << md_cell(e.id) << (e.ok() ? "" : " (NOT OK)") << "\n\n";
     if (!e.settings.empty()) {
       for (std::size_t i = 0; i < e.settings.size(); ++i)
         o << (i ? ", " : "") << e.settings[i].first << "=" << e.settings[i].second;
       o << "\n\n";
     }
-    if (!e.problem.empty()) o << "- **problem**: " << md_cell(e.problem) << "\n";
-    for (const auto& [k, v] : e.facts) o << "- " << md_cell(k) << ": " << md_cell(v) << "\n";
+    if (!e.problem.empty())
+      o << "- **problem**: " << md_cell(e.problem) << "\n" << md_explained(e.problem, seen, "  ");
+    for (const auto& [k, v] : e.facts)
+      o << "- " << md_cell(k) << ": " << md_cell(v) << "\n"
+        << (k == "diagnosis" ? md_explained(v, seen, "  ") : "");
     if (!e.facts.empty() || !e.problem.empty()) o << "\n";
     if (!e.stages.empty()) {
       o << "| stage | pass | fail | undec | mistr | max ratio | p99 ratio | median ratio | max ulp "
@@ -88,7 +110,9 @@ std::string to_markdown(const Report& r) {
       const auto* s = first_divergent(c);
       o << "\n- **fail** " << md_cell(case_name(c)) << ": first divergent stage `"
         << c.verdict.first_divergent << "`" << (s ? ": " + md_cell(s->reason) : "") << "\n";
-      if (!c.diagnosis.empty()) o << "  - diagnosis: " << md_cell(c.diagnosis) << "\n";
+      if (!c.diagnosis.empty())
+        o << "  - diagnosis: " << md_cell(c.diagnosis) << "\n"
+          << md_explained(c.diagnosis, seen, "    ");
       if (!c.repro.empty()) o << "  - `REPRO: " << md_cell(c.repro) << "`\n";
       if (!c.saved.empty()) o << "  - saved: `" << md_cell(c.saved) << "`\n";
     }
@@ -99,24 +123,36 @@ std::string to_markdown(const Report& r) {
 std::string to_junit(const Report& r) {
   struct Case {
     std::string name, kind, message, body;  // kind: "", "failure", "skipped"
+    double seconds = -1;                    // < 0: not timed
   };
+  // Times: a case's is its judgement's wall time; a test about the whole entry (caught, a
+  // regression) and a suite take the sum of the entry's cases; <testsuites> the run's wall time
+  // (a merge's: the sum of its suites).
+  auto seconds = [](double s) { return s < 0 ? std::string() : " time=\"" + fmt_g(s, 6) + "\""; };
   std::ostringstream suites;
   int tests = 0, failures = 0, skipped = 0;
+  double total = 0;
   for (const auto& e : r.entries) {
     std::vector<Case> tc;
-    if (e.expect == "fail") {
-      Case c{"caught", "", "", ""};
-      if (!e.ok()) {
+    double judged = e.cases.empty() ? -1 : 0;
+    for (const auto& c : e.cases) judged += c.seconds;
+    // A problem (a regression, a wrong diagnosis, a flagged legitimate kernel) is a test of its
+    // own, named by its entry so that a CI page says which one; an entry judged without cases
+    // (mutants --production) is that one test, passing or not.
+    if (!e.problem.empty())
+      tc.push_back({e.id, "failure", e.problem, "", judged});
+    else if (e.cases.empty() && r.complete)
+      tc.push_back({e.id, e.ok() ? "" : "failure", e.ok() ? "" : entry_result(e), "", judged});
+    if (e.expect == "fail" && !e.cases.empty()) {
+      Case c{"caught", "", "", "", judged};
+      if (!e.count(oracles::State::fail)) {
         c.kind = "failure";
-        c.message = e.problem.empty()
-                        ? "a wrong kernel passed every case: the harness did not catch it"
-                        : e.problem;
+        c.message = "a wrong kernel passed every case: the harness did not catch it";
       }
-      tc.push_back(c);
-    } else {
-      if (!e.problem.empty()) tc.push_back({"problem", "failure", e.problem, ""});
+      tc.insert(tc.begin(), c);
+    } else if (e.expect != "fail") {
       for (const auto& c : e.cases) {
-        Case t{case_name(c), "", "", ""};
+        Case t{case_name(c), "", "", "", c.seconds};
         const auto st = c.verdict.state;
         if (st == oracles::State::fail) {
           const auto* s = first_divergent(c);
@@ -124,6 +160,8 @@ std::string to_junit(const Report& r) {
           t.message =
               "first divergent stage " + c.verdict.first_divergent + (s ? ": " + s->reason : "");
           if (!c.diagnosis.empty()) t.body += "DIAGNOSIS: " + c.diagnosis + "\n";
+          for (const auto& [name, sentence] : oracles::diagnosis_sentences(c.diagnosis))
+            t.body += "  " + name + ": " + sentence + "\n";
           if (!c.repro.empty()) t.body += "REPRO: " + c.repro + "\n";
           if (!c.saved.empty()) t.body += "SAVED: " + c.saved + "\n";
         } else if (st != oracles::State::pass) {
@@ -139,7 +177,7 @@ std::string to_junit(const Report& r) {
       }
     }
     if (!r.complete && tc.empty())
-      tc.push_back({"finished", "skipped", "the run was interrupted", ""});
+      tc.push_back({"finished", "skipped", "the run was interrupted", "", -1});
     int f = 0, sk = 0;
     for (const auto& c : tc) {
       f += c.kind == "failure";
@@ -148,8 +186,10 @@ std::string to_junit(const Report& r) {
     tests += int(tc.size());
     failures += f;
     skipped += sk;
+    total += std::max(judged, 0.0);
     suites << "  <testsuite name=\"" << xml(e.id) << "\" tests=\"" << tc.size() << "\" failures=\""
-           << f << "\" errors=\"0\" skipped=\"" << sk << "\">\n    <properties>\n";
+           << f << "\" errors=\"0\" skipped=\"" << sk << "\"" << seconds(judged)
+           << ">\n    <properties>\n";
     auto prop = [&](const std::string& k, const std::string& v) {
       if (!v.empty())
         suites << "      <property name=\"" << xml(k) << "\" value=\"" << xml(v) << "\"/>\n";
@@ -164,7 +204,8 @@ std::string to_junit(const Report& r) {
     for (const auto& [k, v] : e.facts) prop(k, v);
     suites << "    </properties>\n";
     for (const auto& c : tc) {
-      suites << "    <testcase classname=\"" << xml(e.id) << "\" name=\"" << xml(c.name) << "\"";
+      suites << "    <testcase classname=\"" << xml(e.id) << "\" name=\"" << xml(c.name) << "\""
+             << seconds(c.seconds);
       if (c.kind.empty()) {
         suites << "/>\n";
         continue;
@@ -180,7 +221,8 @@ std::string to_junit(const Report& r) {
   }
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"mhc-verify\" tests=\""
-    << tests << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\">\n"
+    << tests << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\""
+    << seconds(r.meta.subcommand == "merge" ? total : r.meta.wall_s) << ">\n"
     << suites.str() << "</testsuites>\n";
   return o.str();
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,21 @@ Meta make_meta(int argc, const char* const* argv) {
     m.command += argv[i];
   }
   if (argc > 1) m.subcommand = argv[1];
+  // The campaign: the command line without the options that do not change the results.
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    bool skip = false;
+    for (const char* flag : {"--json", "--md", "--html", "--junit", "--threads"}) {
+      if (a == flag) {
+        skip = true;
+        ++i;  // and its value
+      }
+      if (a.rfind(std::string(flag) + "=", 0) == 0) skip = true;
+    }
+    if (skip) continue;
+    if (!m.campaign.empty()) m.campaign += ' ';
+    m.campaign += a;
+  }
   m.started = now_utc();
   return m;
 }
@@ -92,17 +108,81 @@ void Entry::add_case(CaseRecord c) {
     a.case_errors[c.index] = s.metrics.normwise;
     for (std::size_t b = 0; b < s.ulp_hist.size() && b < a.ulp_hist.size(); ++b)
       a.ulp_hist[b] += s.ulp_hist[b];
-    // Keep the plot readable and the report small: the first cases' samples (an entry that keeps
-    // only failures in detail: the first case's and the failing ones'), and each worst element.
-    const bool sampled = keep_passing || cases.empty() || s.state != oracles::State::pass;
+    // Keep the plot readable and the report small: the samples of the first cases by index, as
+    // many as fill the cap (an entry that keeps only failures in detail: the first case's), and
+    // each case's worst element. A rule on the case's index alone, so that shards of a campaign
+    // keep between them what the whole campaign keeps.
     const std::size_t cap = (keep_passing ? 4 : 1) * oracles::kSamples;
+    const bool sampled = c.index * s.samples.size() < cap;
     for (const auto& e : s.samples)
-      if (sampled && (a.samples.size() < cap || e.index == s.worst.index)) a.samples.push_back(e);
+      if (sampled || e.index == s.worst.index) a.samples.push_back(e);
     s.samples.clear();
     s.ulp_hist.clear();
   }
   if (!keep_passing && c.verdict.state == oracles::State::pass) c.verdict.stages.clear();
   cases.push_back(std::move(c));
+}
+
+void Entry::join(Entry other) {
+  const bool first =
+      other.cases.empty() || cases.empty() || other.cases.front().index < cases.front().index;
+  for (auto& c : other.cases) cases.push_back(std::move(c));
+  std::stable_sort(cases.begin(), cases.end(),
+                   [](const CaseRecord& a, const CaseRecord& b) { return a.index < b.index; });
+  // Stages in the order the case with the lowest index has them.
+  std::vector<StageAggregate> merged = first ? std::move(other.stages) : std::move(stages);
+  for (auto& s : first ? stages : other.stages) {
+    auto it = std::find_if(merged.begin(), merged.end(),
+                           [&](const StageAggregate& a) { return a.stage == s.stage; });
+    if (it == merged.end()) {
+      merged.push_back(std::move(s));
+      continue;
+    }
+    StageAggregate& a = *it;
+    for (const auto& [k, v] : s.states) a.states[k] += v;
+    if (s.ratio_max > a.ratio_max || (s.ratio_max == a.ratio_max && s.worst_case < a.worst_case)) {
+      a.ratio_max = s.ratio_max;
+      a.worst = s.worst;
+      a.worst_case = s.worst_case;
+    }
+    a.ratio_p99 = std::max(a.ratio_p99, s.ratio_p99);
+    a.max_ulp = std::max(a.max_ulp, s.max_ulp);
+    a.max_rel = std::max(a.max_rel, s.max_rel);
+    for (std::size_t b = 0; b < s.ulp_hist.size() && b < a.ulp_hist.size(); ++b)
+      a.ulp_hist[b] += s.ulp_hist[b];
+    a.samples.insert(a.samples.end(), s.samples.begin(), s.samples.end());
+    a.case_medians.insert(a.case_medians.end(), s.case_medians.begin(), s.case_medians.end());
+    if (a.case_errors.size() < s.case_errors.size())
+      a.case_errors.resize(s.case_errors.size(), std::nan(""));
+    for (std::size_t i = 0; i < s.case_errors.size(); ++i)
+      if (!std::isnan(s.case_errors[i])) a.case_errors[i] = s.case_errors[i];
+  }
+  stages = std::move(merged);
+  // The median over the decided cases, as add_case takes it: from the cases' own stages when the
+  // aggregates came from a file (which holds no per-case medians).
+  for (auto& a : stages) {
+    std::vector<double> m;
+    for (const auto& c : cases)
+      for (const auto& s : c.verdict.stages)
+        if (s.stage == a.stage &&
+            (s.state == oracles::State::pass || s.state == oracles::State::fail))
+          m.push_back(s.ratio_p50);
+    if (m.size() < a.case_medians.size()) m = a.case_medians;
+    if (m.empty()) continue;
+    std::nth_element(m.begin(), m.begin() + std::ptrdiff_t(m.size() / 2), m.end());
+    a.ratio_median = m[m.size() / 2];
+  }
+  // Sinkhorn curves: those of the lowest cases ("case N ..."), as many as a run keeps.
+  for (auto& s : other.sinkhorn) sinkhorn.push_back(std::move(s));
+  auto case_of = [](const SinkhornCurve& s) {
+    return s.label.rfind("case ", 0) == 0 ? std::strtoull(s.label.c_str() + 5, nullptr, 10) : 0;
+  };
+  std::stable_sort(
+      sinkhorn.begin(), sinkhorn.end(),
+      [&](const SinkhornCurve& a, const SinkhornCurve& b) { return case_of(a) < case_of(b); });
+  if (sinkhorn.size() > kSinkhornCurves) sinkhorn.resize(kSinkhornCurves);
+  if (facts.empty()) facts = std::move(other.facts);
+  if (problem.empty()) problem = std::move(other.problem);
 }
 
 int Entry::count(oracles::State s) const {

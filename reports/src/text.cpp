@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "mhc/reports/report.hpp"
+
 namespace mhc::reports {
 
 std::string fmt_g(double x, int digits) {
@@ -84,6 +86,19 @@ std::string markup_escape(const std::string& s) {
         o += ch;
     }
   return o;
+}
+
+std::string entry_result(const Entry& e) {
+  std::string word;
+  for (const auto& [k, v] : e.facts)
+    if (k == "verdict") word = v;
+  // Judged without cases (mutants --production): its problem is set exactly when one is flagged.
+  if (word.empty() && e.kind == "production" && e.cases.empty())
+    word = e.problem.empty() ? "none flagged" : "flagged";
+  if (word.empty() && e.expect == "fail")
+    word = e.count(oracles::State::fail) ? "caught" : "not caught";
+  if (e.ok()) return word.empty() ? "ok" : word;
+  return word.empty() || word == "NOT OK" ? "NOT OK" : "NOT OK: " + word;
 }
 
 }  // namespace mhc::reports

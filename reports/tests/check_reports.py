@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""Checks reports written by mhc-verify: the JSON against its schema, the JUnit XML parses and
-its counts add up, the HTML parses and holds plots. Usage: check_reports.py SCHEMA [--json F]
-[--junit F] [--html F [--plots]] [--md F]. Exit 0 when every given file is right, 1 otherwise."""
+"""Checks reports written by mhc-verify: the JSON against its schema, the JUnit XML parses, its
+counts add up, times are numbers (the run's is there, and each case's test has one), a problem is a test named
+by its entry; the HTML parses, opens with the overview, its links resolve to unique ids, and it
+holds plots. Usage: check_reports.py SCHEMA [--json F] [--junit F] [--html F [--plots]]
+[--md F]. Exit 0 when every given file is right, 1 otherwise."""
 import argparse
 import json
 import sys
@@ -34,6 +36,20 @@ def check_junit(path):
     if root.tag != "testsuites":
         print(f"{path}: root is <{root.tag}>, expected <testsuites>")
         return False
+    if root.get("time") is None:
+        print(f"{path}: <testsuites> has no time")
+        return False
+    for el in root.iter():
+        t = el.get("time")
+        if t is not None and not float(t) >= 0:
+            print(f"{path}: <{el.tag}> time={t}")
+            return False
+        if el.tag == "testcase" and el.get("name", "").startswith("case ") and t is None:
+            print(f"{path}: the test {el.get('name')} of {el.get('classname')} has no time")
+            return False
+        if el.tag == "testcase" and el.get("name") == "problem":
+            print(f"{path}: a test named 'problem' in {el.get('classname')}: name it by its entry")
+            return False
     total = {k: 0 for k in ("tests", "failures", "skipped")}
     for suite in root.findall("testsuite"):
         cases = suite.findall("testcase")
@@ -58,9 +74,17 @@ class Tags(HTMLParser):
     def __init__(self):
         super().__init__()
         self.stack, self.seen, self.bad = [], {}, []
+        self.ids, self.links, self.first_table = [], [], None
 
     def handle_starttag(self, tag, attrs):
         self.seen[tag] = self.seen.get(tag, 0) + 1
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.append(a["id"])
+        if tag == "a" and (a.get("href") or "").startswith("#"):
+            self.links.append(a["href"][1:])
+        if tag == "table" and self.first_table is None:
+            self.first_table = a.get("id")
         if tag not in self.VOID:
             self.stack.append(tag)
 
@@ -85,6 +109,16 @@ def check_html(path, need_plots):
         return False
     if "http://" in text.replace("http://www.w3.org/2000/svg", "") or "https://" in text:
         print(f"{path}: refers to the network")
+        return False
+    if p.first_table != "overview":
+        print(f"{path}: the first table is not the overview")
+        return False
+    if len(set(p.ids)) != len(p.ids):
+        print(f"{path}: ids not unique")
+        return False
+    missing = sorted(set(p.links) - set(p.ids))
+    if missing or len(p.links) < p.seen.get("details", 0):
+        print(f"{path}: {len(p.links)} links for {p.seen.get('details', 0)} entries; unresolved {missing[:3]}")
         return False
     if need_plots and p.seen.get("svg", 0) == 0:
         print(f"{path}: no plots")

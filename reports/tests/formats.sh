@@ -15,7 +15,8 @@ run() {  # run NAME EXPECTED_RC PLOTS(plots|-) ARGS...
     > "$d/$name.out" 2>&1
   local rc=$?
   if [ "$rc" -ne "$want" ]; then echo "FAIL $name: exit $rc, expected $want"; cat "$d/$name.out"; fail=1; return; fi
-  if ! $check --json "$d/$name.json" --junit "$d/$name.xml" --html "$d/$name.html" $plots --md "$d/$name.md"; then
+  if ! $check --json "$d/$name.json" --junit "$d/$name.xml" --html "$d/$name.html" $plots \
+    --md "$d/$name.md"; then
     echo "FAIL $name: reports"; fail=1; return
   fi
   echo "ok $name"
@@ -28,7 +29,8 @@ run compare 0 plots compare "$src"/fixtures/data/*.h5
 run compare_invalid 2 plots compare "$src/fixtures/data/v41_pre_fp32.h5" "$d/bad.h5"
 run selfcheck 0 - selfcheck --cases 2 --n 3 --dim 17 --iters 5
 run fuzz 0 plots fuzz sinkhorn --cases 5000
-run mutants 0 plots mutants --cases 40
+# A self-test as expected is condensed, without plots (render_html.cpp).
+run mutants 0 - mutants --cases 40
 run capture 0 - capture --kernel cpu --op pre --dim 64 --out "$d/cap.h5"
 # The failing check: its JSON names the failing case, its REPRO and the first divergent stage.
 /usr/bin/python3 - "$d/check_fail.json" <<'PY' || fail=1

@@ -1,13 +1,16 @@
 // The report model and its renderers on hand-built verdicts.
 #include <unistd.h>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
+#include "mhc/oracles/diagnosis.hpp"
 #include "mhc/reports/report.hpp"
 #include "mhc/reports/text.hpp"
 
@@ -26,6 +29,9 @@ oracles::StageVerdict stage(const std::string& name, State st, double ratio_max,
   s.worst.index = 7;
   s.worst.token = 1;
   s.worst.ratio = ratio_max;
+  s.worst.want = 1;  // an element off by ratio_max times its bound
+  s.worst.bound = 1e-6;
+  s.worst.got = 1 + ratio_max * 1e-6;
   s.ulp_hist.assign(oracles::kUlpBins, 1);
   s.samples = {s.worst};
   return s;
@@ -209,4 +215,145 @@ TEST_CASE("reports: the second tier's verdict and its limits round-trip through 
   CHECK(reports::read_report(path).entries.at(0).cases.at(0).verdict.stages.at(1).noise.z_limit ==
         0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("reports: every catalogued deviation is explained in a sentence",
+          "[reports][diagnosis]") {
+  std::vector<std::string> names;
+  for (const auto& s : oracles::deviation_catalogue()) names.push_back(s.name());
+  for (const auto& s : oracles::block_deviation_catalogue()) names.push_back(s.name());
+  for (const auto& n : names) {
+    INFO(n);
+    CHECK(oracles::diagnosis_sentence(n).size() > 20);
+  }
+  CHECK(oracles::diagnosis_sentence("deepseek").empty());
+  CHECK(oracles::diagnosis_sentence("comb").empty());
+  // Names inside a diagnosis line or a list, as whole words, each once; others ignored.
+  const auto found = oracles::diagnosis_sentences(
+      "matches the oracle with iters+1 or hc_eps_x0.1 or comb_transposed_at_ffn|iters+1.");
+  REQUIRE(found.size() == 3);
+  CHECK(found[0].first == "iters+1");
+  CHECK(found[1].first == "hc_eps_x0.1");
+  CHECK(found[2].first == "comb_transposed_at_ffn");
+  CHECK(oracles::diagnosis_sentences("mutant:col_eps_outside, first divergent comb").empty());
+}
+
+namespace {
+
+// The fragment ids the page defines and the ones its links point to, in order.
+std::pair<std::vector<std::string>, std::vector<std::string>> ids_and_links(const std::string& h) {
+  std::vector<std::string> ids, links;
+  for (const std::string key : {" id=\"", " href=\"#"}) {
+    auto& out = key == " id=\"" ? ids : links;
+    for (std::size_t p = h.find(key); p != std::string::npos; p = h.find(key, p + 1)) {
+      const std::size_t b = p + key.size();
+      out.push_back(h.substr(b, h.find('"', b) - b));
+    }
+  }
+  return {ids, links};
+}
+
+}  // namespace
+
+TEST_CASE("reports: the HTML page opens with an overview, failures first, linked to anchors",
+          "[reports][html]") {
+  reports::Report r;
+  r.entry("check a/b fp32").add_case(make_case(0, State::pass, 0.5));
+  r.entry("check a b fp32").add_case(make_case(0, State::pass, 0.5));  // the same slug
+  auto& bad = r.entry("check bad fp32");
+  auto c = make_case(0, State::fail, 3.0);
+  c.diagnosis = "matches the oracle with col_eps_after";
+  bad.add_case(c);
+  auto& prod = r.entry("production mutant:row_without_eps");
+  prod.kind = "production";
+  prod.facts = {{"detectable", "no"}, {"verdict", "undetectable"}};
+  const std::string h = reports::to_html(r);
+  const std::size_t overview = h.find("<table id=\"overview\"");
+  REQUIRE(overview != std::string::npos);
+  CHECK(h.find("<table") == overview);   // the first table
+  CHECK(h.find("<details") > overview);  // above every section
+  // The failing entry's line comes first, though it was recorded third.
+  const std::size_t first_row = h.find("<a href=\"#", overview);
+  const std::string bad_link = "<a href=\"#e-check-bad-fp32\"";
+  CHECK(h.compare(first_row, bad_link.size(), bad_link) == 0);
+  const auto [ids, links] = ids_and_links(h);
+  CHECK(std::set<std::string>(ids.begin(), ids.end()).size() == ids.size());  // unique
+  CHECK(links.size() >= r.entries.size());
+  for (const auto& l : links) {
+    INFO(l);
+    CHECK(std::find(ids.begin(), ids.end(), l) != ids.end());
+  }
+  // An entry judged without cases shows its verdict on its line, not 0 cases.
+  const std::size_t prod_row = h.find("#e-production-mutant-row-without-eps\"", overview);
+  REQUIRE(prod_row != std::string::npos);
+  CHECK(h.substr(prod_row, h.find("</tr>", prod_row) - prod_row).find(">undetectable<") !=
+        std::string::npos);
+  // The diagnosis is explained in words, in the HTML and the Markdown.
+  const std::string why = oracles::diagnosis_sentence("col_eps_after");
+  CHECK(h.find(reports::markup_escape(why)) != std::string::npos);
+  const std::string md = reports::to_markdown(r);
+  CHECK(md.find(why) != std::string::npos);
+  CHECK(md.find("| production mutant:row_without_eps | undetectable |") != std::string::npos);
+}
+
+TEST_CASE("reports: a stack is plotted once per stage kind, exact stages not at all",
+          "[reports][html]") {
+  reports::Report r;
+  auto& e = r.entry("check cpu stack fp32");
+  reports::CaseRecord c;
+  for (int layer = 0; layer < 3; ++layer)
+    for (const char* kind : {"attn.pre", "x_out", "ffn.experts"}) {
+      auto s = stage("L" + std::to_string(layer) + "." + kind, State::pass, 0.25, 0.1);
+      if (std::string(kind) == "ffn.experts") {  // exact in every layer
+        s.ratio_max = s.ratio_p99 = s.ratio_p50 = 0;
+        s.worst.got = s.worst.want;
+        s.samples = {s.worst};
+      }
+      c.verdict.stages.push_back(s);
+    }
+  c.verdict.stages.push_back(stage("final.norm", State::pass, 0.5, 0.1));
+  e.add_case(c);
+  const std::string h = reports::to_html(r);
+  std::size_t plots = 0;
+  for (std::size_t p = h.find("<svg class=\"plot\""); p != std::string::npos;
+       p = h.find("<svg class=\"plot\"", p + 1))
+    ++plots;
+  CHECK(plots == 3);  // attn.pre and x_out against the layer, final.norm's error plot
+  CHECK(h.find(">attn.pre</text>") != std::string::npos);
+  CHECK(h.find(">L1.attn.pre</text>") == std::string::npos);
+  CHECK(h.find("not plotted: ffn.experts") != std::string::npos);
+}
+
+TEST_CASE("reports: JUnit has times and names a problem's test by its entry", "[reports]") {
+  reports::Report r;
+  r.meta.subcommand = "gate";
+  r.meta.wall_s = 12.5;
+  r.complete = true;
+  auto& e = r.entry("gate cpu boundary fp32");
+  auto c0 = make_case(0, State::pass, 0.5), c1 = make_case(1, State::pass, 0.5);
+  c0.seconds = 0.25;
+  c1.seconds = 0.5;
+  e.add_case(c0);
+  e.add_case(c1);
+  e.problem = "REGRESSION: comb max ratio 0.9 > baseline 0.5";
+  const std::string x = reports::to_junit(r);
+  // The run's wall time on <testsuites>; each case's judgement on its test; the entry's sum on
+  // its suite and on the test about the whole entry.
+  CHECK(x.find("<testsuites name=\"mhc-verify\" tests=\"3\" failures=\"1\" errors=\"0\" "
+               "skipped=\"0\" time=\"12.5\">") != std::string::npos);
+  CHECK(x.find("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"0\" time=\"0.75\">\n    "
+               "<properties>") != std::string::npos);
+  CHECK(x.find("name=\"case 0 (seed 100)\" time=\"0.25\"/>") != std::string::npos);
+  CHECK(x.find("name=\"case 1 (seed 101)\" time=\"0.5\"/>") != std::string::npos);
+  CHECK(x.find("name=\"problem\"") == std::string::npos);
+  CHECK(x.find("<testcase classname=\"gate cpu boundary fp32\" name=\"gate cpu boundary fp32\" "
+               "time=\"0.75\">\n      <failure message=\"REGRESSION: comb") != std::string::npos);
+  // An entry without cases has no time; a merge's <testsuites> time is its suites' sum.
+  r.entry("production legitimate kernels").kind = "production";
+  const std::string two = reports::to_junit(r);
+  CHECK(two.find("<testcase classname=\"production legitimate kernels\" name=\"production "
+                 "legitimate kernels\"/>") != std::string::npos);
+  r.meta.subcommand = "merge";
+  CHECK(reports::to_junit(r).find("skipped=\"0\" time=\"0.75\">\n  <testsuite") !=
+        std::string::npos);
 }

@@ -64,9 +64,13 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
   judging.kernel_seconds = spec.kernel_seconds;
   judging.limits = spec.limits;
   CheckTally tally;
-  Progress progress(entry.id, spec.cases);
+  long mine = 0;
+  for (int i = 0; i < spec.cases; ++i) mine += spec.shard.takes(std::size_t(i));
+  Progress progress(entry.id, mine);
   for (int i = 0; i < spec.cases && !session.stop(); ++i) {
+    if (!spec.shard.takes(std::size_t(i))) continue;
     const std::uint64_t seed = spec.seed + std::uint64_t(i);
+    set_phase("generating the case");
     const oracles::OpCase c = check_case(spec, seed);
     const Outcome o = judge(*backend, c, judging);
     reports::CaseRecord rec = record(o, std::size_t(i), seed, repro(c, backend->name, spec.model));
@@ -98,7 +102,8 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
       ++tally.undecided;
     }
     // The Sinkhorn of the first case, and of each failing one.
-    if ((i == 0 || v.state == oracles::State::fail) && entry.sinkhorn.size() < 4)
+    if ((i == 0 || v.state == oracles::State::fail) &&
+        entry.sinkhorn.size() < reports::kSinkhornCurves)
       if (auto curve = reports::sinkhorn_curve(c, o.got)) {
         curve->label = "case " + std::to_string(i) + " " + curve->label;
         entry.sinkhorn.push_back(std::move(*curve));

@@ -45,7 +45,10 @@ int run_compare(const CompareSpec& spec, Session& session) {
   judging.threads = spec.threads;
   judging.diagnose = spec.diagnose;
   judging.limits = spec.limits;
-  Progress progress("compare", long(spec.files.size()));
+  long mine = 0;
+  for (std::size_t i = 0; i < spec.files.size(); ++i) mine += spec.shard.takes(i);
+  Progress progress("compare", mine);
+  long done = 0;
   int rc = 0;
   std::set<std::string> unmatched(spec.cases.begin(), spec.cases.end());
   // One case of a file: an entry of its own ("compare FILE", or "compare FILE --case NAME").
@@ -112,6 +115,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
     session.update();
   };
   for (std::size_t i = 0; i < spec.files.size() && !session.stop(); ++i) {
+    if (!spec.shard.takes(i)) continue;
     const std::string& f = spec.files[i];
     try {
       // Case by case as the reader hands them over: one held at a time.
@@ -151,8 +155,10 @@ int run_compare(const CompareSpec& spec, Session& session) {
       session.update();
       rc = 2;
     }
-    progress.step(long(i + 1));
+    progress.step(++done);
   }
+  // A case asked for by name may be in another shard's files.
+  if (spec.shard.count > 1) unmatched.clear();
   for (const auto& name : unmatched) {
     std::fprintf(stderr, "mhc-verify: error: --case %s: no such case in the files given\n",
                  reports::clean_text(name).c_str());

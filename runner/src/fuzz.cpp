@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mhc/impl/plugin.hpp"
@@ -16,6 +17,7 @@
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/lanes.hpp"
+#include "mhc/oracles/parallel.hpp"
 #include "mhc/oracles/random.hpp"
 #include "mhc/oracles/reverse.hpp"
 #include "mhc/oracles/verdict.hpp"
@@ -180,7 +182,7 @@ oracles::OpCase split_case(const ref::Config& c, const std::vector<double>& L, s
 
 int run_fuzz(const FuzzSpec& spec, Session& session) {
   const FuzzSpec* st = &spec;
-  const int shards = spec.shards, shard = spec.shard;
+  const int shards = spec.shard.count, shard = spec.shard.index;
   if (shards < 1 || shard < 0 || shard >= shards)
     throw std::invalid_argument("shard index out of range");
   ref::Config c;
@@ -228,111 +230,156 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
   std::uint64_t tried = 0, kernel_cases = 0;
   int disagreements = 0;
   double last_report = 0;
-  // kW cases at a time through the reference in lanes::Lanes (one case a lane).
+  // kW cases at a time through the reference in lanes::Lanes (one case a lane), a group of kW
+  // per thread evaluated at once; the groups are then taken in order, exactly as one thread
+  // takes them, so the results do not depend on the thread count.
   constexpr int kW = 8;
-  std::vector<std::vector<double>> Ls(kW, std::vector<double>(nn));
-  std::vector<lanes::Lanes<kW>> L4(nn), C4(nn);
+  struct Group {
+    std::uint64_t idx[kW] = {};
+    int used = 0;
+    std::vector<std::vector<double>> Ls;
+    std::vector<lanes::Lanes<kW>> L4, C4;
+    std::vector<Outcome> judged[kW];  // per kernel, on the lanes whose case the kernels run
+  };
+  const unsigned threads =
+      st->threads ? st->threads : std::max(1u, std::thread::hardware_concurrency());
+  // Enough groups a batch that starting the threads costs little (a group is ~10 us of work).
+  std::vector<Group> groups(threads > 1 ? 64 * std::size_t(threads) : 1);
+  for (auto& g : groups) {
+    g.Ls.assign(kW, std::vector<double>(nn));
+    g.L4.resize(nn);
+    g.C4.resize(nn);
+  }
+  // Kernels in worker processes are judged as the cases are taken, one at a time (no fork from
+  // several threads); ours are judged with the group, in parallel.
+  const bool judge_ahead = !judging.isolate && threads > 1;
   std::uint64_t next = std::uint64_t(shard);
   oracles::Rng search(st->seed ^ 0x5DEECE66Dull ^ std::uint64_t(shard));
   while ((st->seconds > 0 ? elapsed() < st->seconds : tried < st->cases) && !session.stop()) {
-    const int lanes_used =
-        st->seconds > 0 ? kW : int(std::min<std::uint64_t>(kW, st->cases - tried));
-    std::uint64_t idx[kW];
-    for (int l = 0; l < kW; ++l) {
-      idx[l] = next;
-      if (l < lanes_used) next += std::uint64_t(shards);
-      oracles::Rng rng(st->seed * 0x9E3779B97F4A7C15ull ^ (idx[l] * 0xD1B54A32D192ED03ull + 1));
-      logits_of(rng, c.n, Ls[std::size_t(l)]);
-      for (std::size_t e = 0; e < nn; ++e) L4[e].set(l, Ls[std::size_t(l)][e]);
-    }
-    ref::sinkhorn(c, L4.data(), C4.data());
-    for (int l = 0; l < lanes_used; ++l) {
-      const std::uint64_t i = idx[l];
-      Eval e;
-      for (int j = 0; j < c.n; ++j) {
-        double r = 0, cs = 0;
-        for (int k = 0; k < c.n; ++k) {
-          r += C4[std::size_t(j * c.n + k)][l];
-          cs += C4[std::size_t(k * c.n + j)][l];
-        }
-        e.row = std::max(e.row, std::fabs(r - 1));
-        e.col = std::max(e.col, std::fabs(cs - 1));
+    std::size_t planned = 0;
+    for (std::uint64_t ahead = tried; planned < groups.size(); ++planned) {
+      Group& g = groups[planned];
+      g.used = st->seconds > 0
+                   ? kW
+                   : int(std::min<std::uint64_t>(kW, st->cases - std::min(st->cases, ahead)));
+      if (g.used == 0) break;
+      ahead += std::uint64_t(g.used);
+      for (int l = 0; l < kW; ++l) {
+        g.idx[l] = next;
+        if (l < g.used) next += std::uint64_t(shards);
       }
-      ++tried;
-      const auto& lane_logits = Ls[std::size_t(l)];
-      if (worst_row.size() < std::size_t(st->keep) || e.row > worst_row.back().row)
-        keep_worst(worst_row, Finding{i, lane_logits, e.row, e.col}, true);
-      if (worst_col.size() < std::size_t(st->keep) || e.col > worst_col.back().col)
-        keep_worst(worst_col, Finding{i, lane_logits, e.row, e.col}, false);
-      if (i % std::uint64_t(st->kernel_every) == 0) {  // the same cases however it is sharded
-        ++kernel_cases;
-        const auto oc = split_case(c, lane_logits, st->seed + i);
-        for (std::size_t k = 0; k < st->kernels.size(); ++k) {
-          const impl::Backend* b = impl::find_backend(st->kernels[k]);
-          Outcome o = judge(*b, oc, judging);
-          if (o.verdict.state == oracles::State::skipped) {
-            if (skipped[k]++ == 0) {
-              progress.done();
-              std::printf("SKIPPED: %s\n", o.verdict.stages.at(0).reason.c_str());
-            }
-            continue;
+    }
+    par::for_each(planned, threads, [&](std::size_t at) {
+      Group& g = groups[at];
+      for (int l = 0; l < kW; ++l) {
+        oracles::Rng rng(st->seed * 0x9E3779B97F4A7C15ull ^ (g.idx[l] * 0xD1B54A32D192ED03ull + 1));
+        logits_of(rng, c.n, g.Ls[std::size_t(l)]);
+        for (std::size_t e = 0; e < nn; ++e) g.L4[e].set(l, g.Ls[std::size_t(l)][e]);
+      }
+      ref::sinkhorn(c, g.L4.data(), g.C4.data());
+      for (int l = 0; l < g.used; ++l) {
+        g.judged[l].clear();
+        if (!judge_ahead || g.idx[l] % std::uint64_t(st->kernel_every) != 0) continue;
+        const auto oc = split_case(c, g.Ls[std::size_t(l)], st->seed + g.idx[l]);
+        for (const auto& k : st->kernels)
+          g.judged[l].push_back(judge(*impl::find_backend(k), oc, judging));
+      }
+    });
+    for (std::size_t at = 0; at < planned && !session.stop(); ++at) {
+      const Group& g = groups[at];
+      const int lanes_used = g.used;
+      const auto& idx = g.idx;
+      const auto& Ls = g.Ls;
+      const auto& C4 = g.C4;
+      for (int l = 0; l < lanes_used; ++l) {
+        const std::uint64_t i = idx[l];
+        Eval e;
+        for (int j = 0; j < c.n; ++j) {
+          double r = 0, cs = 0;
+          for (int k = 0; k < c.n; ++k) {
+            r += C4[std::size_t(j * c.n + k)][l];
+            cs += C4[std::size_t(k * c.n + j)][l];
           }
-          if (o.verdict.state != oracles::State::fail) continue;
-          ++disagreements;
-          progress.done();
-          reports::CaseRecord rec = record(o, std::size_t(i), st->seed, "");
-          rec.label = b->name + " on case " + std::to_string(i);
-          if (o.got.empty()) {  // the kernel threw or returned an error: nothing to save
-            std::printf("FAIL: %s on case %llu: %s\n", b->name.c_str(),
-                        static_cast<unsigned long long>(i), o.verdict.stages.at(0).reason.c_str());
-          } else {
-            if (!st->save.empty()) {
-              rec.saved = save_case(
-                  st->save, "fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i), oc, o.got,
-                  "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) + ", case " +
-                      std::to_string(i));
-              auto saved = oc;
-              saved.origin = oracles::OpCase::Origin::file;
-              saved.file = rec.saved;
-              if (!rec.saved.empty()) rec.repro = repro(saved, b->name, judging.model);
+          e.row = std::max(e.row, std::fabs(r - 1));
+          e.col = std::max(e.col, std::fabs(cs - 1));
+        }
+        ++tried;
+        const auto& lane_logits = Ls[std::size_t(l)];
+        if (worst_row.size() < std::size_t(st->keep) || e.row > worst_row.back().row)
+          keep_worst(worst_row, Finding{i, lane_logits, e.row, e.col}, true);
+        if (worst_col.size() < std::size_t(st->keep) || e.col > worst_col.back().col)
+          keep_worst(worst_col, Finding{i, lane_logits, e.row, e.col}, false);
+        if (i % std::uint64_t(st->kernel_every) == 0) {  // the same cases however it is sharded
+          ++kernel_cases;
+          const auto oc = split_case(c, lane_logits, st->seed + i);
+          for (std::size_t k = 0; k < st->kernels.size(); ++k) {
+            const impl::Backend* b = impl::find_backend(st->kernels[k]);
+            const Outcome o = g.judged[l].empty() ? judge(*b, oc, judging) : g.judged[l][k];
+            if (o.verdict.state == oracles::State::skipped) {
+              if (skipped[k]++ == 0) {
+                progress.done();
+                std::printf("SKIPPED: %s\n", o.verdict.stages.at(0).reason.c_str());
+              }
+              continue;
             }
-            std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s)%s%s\n",
-                        b->name.c_str(), static_cast<unsigned long long>(i),
-                        o.verdict.first_divergent.c_str(), rec.saved.empty() ? "" : ": saved ",
-                        rec.saved.c_str());
-            if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
-            if (!rec.repro.empty()) std::printf("REPRO: %s\n", rec.repro.c_str());
+            if (o.verdict.state != oracles::State::fail) continue;
+            ++disagreements;
+            progress.done();
+            reports::CaseRecord rec = record(o, std::size_t(i), st->seed, "");
+            rec.label = b->name + " on case " + std::to_string(i);
+            if (o.got.empty()) {  // the kernel threw or returned an error: nothing to save
+              std::printf("FAIL: %s on case %llu: %s\n", b->name.c_str(),
+                          static_cast<unsigned long long>(i),
+                          o.verdict.stages.at(0).reason.c_str());
+            } else {
+              if (!st->save.empty()) {
+                rec.saved = save_case(
+                    st->save, "fuzz_sinkhorn_" + b->name + "_case" + std::to_string(i), oc, o.got,
+                    "mhc-verify fuzz sinkhorn --seed " + std::to_string(st->seed) + ", case " +
+                        std::to_string(i));
+                auto saved = oc;
+                saved.origin = oracles::OpCase::Origin::file;
+                saved.file = rec.saved;
+                if (!rec.saved.empty()) rec.repro = repro(saved, b->name, judging.model);
+              }
+              std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s)%s%s\n",
+                          b->name.c_str(), static_cast<unsigned long long>(i),
+                          o.verdict.first_divergent.c_str(), rec.saved.empty() ? "" : ": saved ",
+                          rec.saved.c_str());
+              if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
+              if (!rec.repro.empty()) std::printf("REPRO: %s\n", rec.repro.c_str());
+            }
+            entry.add_case(std::move(rec));
+            session.update();
           }
-          entry.add_case(std::move(rec));
-          session.update();
         }
       }
-    }
-    // Local search around the worst row residual every 4096 cases (in double).
-    if (tried % 4096 < std::uint64_t(kW) && !worst_row.empty()) {
-      Finding best = worst_row.front();
-      for (int t = 0; t < 64; ++t) {
-        auto P = best.logits;
-        const double step = search.log_uniform(1e-3, 1.0);
-        for (auto& v : P) v += step * (std::fabs(v) + 1) * search.normal();
-        const Eval pe = residuals(c, P, C);
-        if (pe.row > best.row) best = Finding{best.index, P, pe.row, pe.col};
+      // Local search around the worst row residual every 4096 cases (in double).
+      if (tried % 4096 < std::uint64_t(kW) && !worst_row.empty()) {
+        Finding best = worst_row.front();
+        for (int t = 0; t < 64; ++t) {
+          auto P = best.logits;
+          const double step = search.log_uniform(1e-3, 1.0);
+          for (auto& v : P) v += step * (std::fabs(v) + 1) * search.normal();
+          const Eval pe = residuals(c, P, C);
+          if (pe.row > best.row) best = Finding{best.index, P, pe.row, pe.col};
+        }
+        if (best.row > worst_row.front().row) worst_row.front() = best;
       }
-      if (best.row > worst_row.front().row) worst_row.front() = best;
-    }
-    // The report so far, every 2 s at most: a crash or a kill leaves the work done.
-    if (tried % 4096 < std::uint64_t(kW) && elapsed() - last_report >= 2) {
-      last_report = elapsed();
-      entry.facts = {{"cases", std::to_string(tried)},
-                     {"kernel_cases", std::to_string(kernel_cases)},
-                     {"counterexamples", std::to_string(disagreements)}};
-      session.update();
-    }
-    if (tried % 65536 < std::uint64_t(kW)) {
-      char status[96];
-      std::snprintf(status, sizeof status, "%.0f/s, worst row residual %.3g",
-                    double(tried) / elapsed(), worst_row.empty() ? 0.0 : worst_row.front().row);
-      progress.step(long(tried), status);
+      // The report so far, every 2 s at most: a crash or a kill leaves the work done.
+      if (tried % 4096 < std::uint64_t(kW) && elapsed() - last_report >= 2) {
+        last_report = elapsed();
+        entry.facts = {{"cases", std::to_string(tried)},
+                       {"kernel_cases", std::to_string(kernel_cases)},
+                       {"counterexamples", std::to_string(disagreements)}};
+        session.update();
+      }
+      if (tried % 65536 < std::uint64_t(kW)) {
+        char status[96];
+        std::snprintf(status, sizeof status, "%.0f/s, worst row residual %.3g",
+                      double(tried) / elapsed(), worst_row.empty() ? 0.0 : worst_row.front().row);
+        progress.step(long(tried), status);
+      }
     }
   }
   const double secs = elapsed();
@@ -349,9 +396,9 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
 
   std::printf(
       "fuzz sinkhorn: n=%d iters=%d eps=%g seed %llu, shard %d of %d: %llu cases in %.2f s "
-      "(%.0f cases/s, one thread, eight cases per evaluation), fp32 kernels checked on %llu\n",
+      "(%.0f cases/s, %u threads, eight cases per evaluation), fp32 kernels checked on %llu\n",
       c.n, c.iters, c.hc_eps, static_cast<unsigned long long>(st->seed), shard, shards,
-      static_cast<unsigned long long>(tried), secs, double(tried) / secs,
+      static_cast<unsigned long long>(tried), secs, double(tried) / secs, threads,
       static_cast<unsigned long long>(kernel_cases));
   auto kappa_of = [&](const std::vector<double>& logits) {
     ref::SinkhornTrace<double> tr;

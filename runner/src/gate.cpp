@@ -255,9 +255,9 @@ json baseline_of(const reports::Report& r, const Suite& s, const std::string& su
 // The entry of a run: the kernel, op, precision and every setting that changes its numbers
 // (those of the V4.1 configuration, seed 1 and the standard model only when they differ), so that
 // a baseline recorded with other settings cannot vouch for it.
-std::string entry_id(const CheckSpec& c) {
+std::string entry_id(const CheckSpec& c, const std::string& kernel) {
   const CheckSpec d;
-  std::string id = "gate " + c.kernel + " " + oracles::op_name(c.op) + " " +
+  std::string id = "gate " + kernel + " " + oracles::op_name(c.op) + " " +
                    oracles::precision_name(c.precision) + " hc_eps=" + g(c.cfg.hc_eps) +
                    " tokens=" + std::to_string(c.tokens) + " cases=" + std::to_string(c.cases);
   auto add = [&](bool differs, const std::string& text) {
@@ -279,6 +279,7 @@ std::string entry_id(const CheckSpec& c) {
 struct GatePlan::Data {
   Suite suite;
   std::vector<std::string> kernels;
+  std::map<std::string, std::string> baseline_names;  // kernel -> its entries' name for it
   json base;
 };
 
@@ -289,15 +290,28 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
   const Suite& suite = d->suite;
   std::vector<std::string>& kernels = d->kernels;
   kernels = st->kernels.empty() ? suite.kernels : st->kernels;
-  for (const auto& k : kernels)
-    if (!impl::find_backend(k))
-      throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
+  std::map<std::string, std::string> by_name;  // baseline name -> kernel
+  for (const auto& k : kernels) {
+    const impl::Backend* b = impl::find_backend(k);
+    if (!b) throw std::invalid_argument(st->suite + ": unknown kernel '" + k + "'");
+    const std::string name = b->baseline_name.empty() ? b->name : b->baseline_name;
+    const auto [at, fresh] = by_name.emplace(name, k);
+    if (!fresh)
+      throw std::invalid_argument("kernels " + at->second + " and " + k + " are both " + name +
+                                  " to the baseline: gate them in separate runs");
+    d->baseline_names[k] = name;
+  }
   for (const auto op : suite.ops) try {
       within_limits(op, suite.cfg, {}, double(suite.tokens), 1, st->limits);
     } catch (const TooLarge& e) {
       throw std::invalid_argument(st->suite + ": " + e.what());
     }
   json& base = d->base;
+  if (st->update && st->shard.count > 1)
+    throw std::invalid_argument(
+        "--update records the whole suite's baseline: run it unsharded "
+        "(" +
+        st->shard.text() + ")");
   if (!st->update) {
     require_regular_file("baseline", st->baseline);
     std::ifstream in(st->baseline);
@@ -323,6 +337,7 @@ int GatePlan::run(Session& session) const {
   // context that would keep a plug-in on the GPU out of its worker.
   const bool isolate = st->isolate || std::any_of(kernels.begin(), kernels.end(), impl::is_plugin);
   std::vector<CheckSpec> specs;
+  std::size_t planned = 0;  // entries of the whole suite; this shard takes some
   for (const auto& k : kernels)
     for (const auto& op : suite.ops)
       for (const auto& p : suite.precisions)
@@ -343,13 +358,15 @@ int GatePlan::run(Session& session) const {
           c.limits = st->limits;
           c.save_dir = "";
           c.kind = "gate";
-          c.id = entry_id(c);
-          specs.push_back(c);
+          c.id = entry_id(c, d_->baseline_names.at(k));
+          if (st->shard.takes(planned++)) specs.push_back(c);
         }
   std::printf(
       "gate: %zu runs (%zu kernels x %zu ops x %zu precisions x %zu hc_eps), %d cases each\n",
-      specs.size(), kernels.size(), suite.ops.size(), suite.precisions.size(), suite.hc_eps.size(),
+      planned, kernels.size(), suite.ops.size(), suite.precisions.size(), suite.hc_eps.size(),
       suite.cases);
+  if (st->shard.count > 1)
+    std::printf("gate: %s takes %zu of them\n", st->shard.text().c_str(), specs.size());
   int failed = 0;
   std::vector<std::string> skipped;  // a planned case without a verdict fails the gate
   for (const auto& spec : specs) {

@@ -2,6 +2,7 @@
 #include "mhc/impl/plugin.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "mhc/oracles/parallel.hpp"
 #include "mhc/reports/text.hpp"
 #include "mhc/runner/driver.hpp"
+#include "mhc/runner/session.hpp"
 #include "worker.hpp"
 
 namespace mhc::runner {
@@ -130,7 +132,9 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
     beside.emplace(side);
   else
     side();
+  set_phase("evaluating the oracle");
   const oracles::Trace<bnd::Bounded>& want = want_of(got);
+  set_phase("judging the outputs");
   o.verdict = oracles::compare(got, want, j.threads);
   if (beside) beside->wait();
   oracles::add_anchored(std::move(anchored), o.verdict);
@@ -142,6 +146,7 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   }
   o.got = std::move(got);
   if (j.diagnose && o.verdict.state == oracles::State::fail && !o.got.empty()) {
+    set_phase("diagnosing the failure");
     // Within the worst-case bounds, every deviation too small to leave them would "explain" an
     // output that failed tighter ones: judge the alternatives by the bounds it failed instead.
     // (A failure of the second tier alone is not told apart so: its models assume the case's
@@ -263,10 +268,20 @@ Ran run_twice(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
 }
 }  // namespace
 
+namespace {
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
+  const auto t0 = std::chrono::steady_clock::now();
+  set_phase("running the kernel");
   std::string differs;
   Ran r = run_twice(b, c, j, differs);
-  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}};
+  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}, since(t0)};
   oracles::Trace<bnd::Bounded> want;
   Outcome o = finish(
       std::move(r.got),
@@ -275,14 +290,17 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
       },
       c, j, r.wrote);
   o.nondeterministic = differs;
+  o.seconds = since(t0);
   return o;
 }
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
+  const auto t0 = std::chrono::steady_clock::now();
+  set_phase("running the kernel");
   std::string differs;
   Ran r = run_twice(b, c, j, differs);
-  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}};
+  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}, since(t0)};
   Outcome o = finish(
       std::move(r.got),
       [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
@@ -290,6 +308,7 @@ Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
       },
       c, j, r.wrote);
   o.nondeterministic = differs;
+  o.seconds = since(t0);
   return o;
 }
 
@@ -311,23 +330,29 @@ oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
 
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
                       const bnd::StoredFormats& stored) {
+  const auto t0 = std::chrono::steady_clock::now();
   oracles::Trace<bnd::Bounded> want;
-  return finish(
+  Outcome o = finish(
       std::move(got),
       [&](const oracles::Trace<float>& given) -> const oracles::Trace<bnd::Bounded>& {
         return want = outputs_oracle(c, given, j, stored);
       },
       c, j);
+  o.seconds = since(t0);
+  return o;
 }
 
 Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const Judging& j,
                       const SharedOracle& shared) {
-  return finish(
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome o = finish(
       std::move(got),
       [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
         return shared.want;
       },
       c, j);
+  o.seconds = since(t0);
+  return o;
 }
 
 reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,
@@ -338,6 +363,7 @@ reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t se
   rec.verdict = o.verdict;
   rec.diagnosis = o.diagnosis;
   rec.nondeterministic = o.nondeterministic;
+  rec.seconds = o.seconds;
   if (o.verdict.state == oracles::State::fail) rec.repro = std::move(repro);
   return rec;
 }

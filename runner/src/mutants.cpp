@@ -13,6 +13,7 @@
 #include "mhc/impl/variants.hpp"
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/parallel.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
@@ -241,6 +242,12 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
       precisions.push_back(r.precision);
     rows.push_back(std::move(r));
   }
+  {  // this shard's rows: the kill table's i with i % shards == index
+    std::vector<Row> mine;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (st->shard.takes(i)) mine.push_back(std::move(rows[i]));
+    rows = std::move(mine);
+  }
   const int total = std::max(st->cases, st->kill_budget);
   for (auto& r : rows) {
     reports::Entry& e = session.report.entry(r.name);
@@ -277,10 +284,18 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
       const bool whole = oracles::op_spec(c.op).whole;
       std::optional<SharedOracle> pieces;
       if (!whole) pieces = shared_oracle(c, judging);
-      for (auto& r : rows) {
-        if (!active(r)) continue;
-        const Outcome o =
-            whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
+      // The kernels judged at once (--threads), then recorded in the table's order.
+      std::vector<std::size_t> now;
+      for (std::size_t k = 0; k < rows.size(); ++k)
+        if (active(rows[k])) now.push_back(k);
+      std::vector<Outcome> outcomes(now.size());
+      par::for_each(now.size(), st->threads, [&](std::size_t j) {
+        const Row& r = rows[now[j]];
+        outcomes[j] = whole ? judge(r.backend, c, judging) : judge(r.backend, c, judging, *pieces);
+      });
+      for (std::size_t j = 0; j < now.size(); ++j) {
+        Row& r = rows[now[j]];
+        const Outcome& o = outcomes[j];
         const oracles::Verdict& verdict = o.verdict;
         ++r.cases;
         reports::Entry& e = session.report.entry(r.name);

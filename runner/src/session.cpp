@@ -1,6 +1,7 @@
 #include "mhc/runner/session.hpp"
 
 #include <unistd.h>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 
@@ -27,6 +28,13 @@ Session::Session(const reports::Outputs& out, unsigned threads) : writer_(out) {
   writer_.write(report, true);  // an unwritable path fails now, not after the run
 }
 
+void Session::set_shard(const Shard& shard) {
+  report.meta.shard = shard.index;
+  report.meta.shards = shard.count;
+  report.meta.shard_source = shard.source;
+  if (shard.count > 1) std::fprintf(stderr, "mhc-verify: %s\n", shard.text().c_str());
+}
+
 void Session::update() {
   writer_.write(report);
 }
@@ -50,15 +58,48 @@ int Session::finish(int code) {
   return code;
 }
 
+namespace {
+std::atomic<const char*> g_phase{"starting"};
+}  // namespace
+
+void set_phase(const char* phase) {
+  g_phase.store(phase, std::memory_order_relaxed);
+}
+
 Progress::Progress(std::string what, long total, double seconds)
     : what_(std::move(what)),
       total_(total),
       seconds_(seconds),
       tty_(isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()),
-      last_(start_) {}
+      last_(start_) {
+  beat_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto quiet = std::chrono::seconds(tty_ ? 1 : 10);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(250), [this] { return finished_; })) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - start_ < std::chrono::seconds(2) || now - last_ < quiet) continue;
+      std::string status = g_phase.load(std::memory_order_relaxed);
+      if (total_ > 0 && done_ < total_)
+        status = "item " + std::to_string(done_ + 1) + ": " + status;
+      print(done_, status);
+    }
+  });
+}
+
+Progress::~Progress() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+  }
+  wake_.notify_all();
+  beat_.join();
+  done();
+}
 
 void Progress::step(long done, const std::string& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = done;
   const auto now = std::chrono::steady_clock::now();
   const double t = std::chrono::duration<double>(now - start_).count();
   const long tenth = seconds_ > 0 ? long(t * 10 / seconds_) : total_ > 0 ? done * 10 / total_ : 0;
@@ -69,8 +110,14 @@ void Progress::step(long done, const std::string& status) {
   } else if (tenth == last_tenth_ && now - last_ < std::chrono::seconds(30)) {
     return;
   }
-  last_ = now;
   last_tenth_ = tenth;
+  print(done, status);
+}
+
+void Progress::print(long done, const std::string& status) {
+  const auto now = std::chrono::steady_clock::now();
+  const double t = std::chrono::duration<double>(now - start_).count();
+  last_ = now;
   const double eta = done > 0 && total_ > done ? t / double(done) * double(total_ - done) : 0;
   char line[320];
   if (seconds_ > 0)
@@ -95,6 +142,10 @@ std::string run_outcome(bool ok) {
 }
 
 void Progress::done() {
+  // Called while a step may be printing from the heartbeat: under the lock. The destructor calls
+  // it after the heartbeat has ended.
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (!finished_) lock.lock();
   if (tty_ && dirty_) std::fprintf(stderr, "\r\033[K");
   dirty_ = false;
 }

@@ -81,7 +81,7 @@ struct BlockGradStages {
   float *grad_x, *grad_pre_mix;
 };
 struct Backend {
-  std::string name;
+  std::string name;  // what --kernel takes: "cpu", "plugin:PATH"
   std::string description;
   std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* hc_fn,
                      float* mixes)>
@@ -137,6 +137,9 @@ struct Backend {
                        const float* g_next_pre_mix, const BlockGradStages&)>
         block;
   } backward;
+  // What a baseline knows it by, wherever it was loaded from: "plugin:" and the name in a
+  // plug-in's table; empty for ours (their name).
+  std::string baseline_name;
 };
 
 // Block-level choices of the block kernels: the defaults are the semantics; the others are the

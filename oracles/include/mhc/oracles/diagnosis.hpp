@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mhc/oracles/error_model.hpp"
@@ -33,5 +34,12 @@ extern const char* const kWithinWorstCase;  // the diagnosis line for it
 
 // One line for people: "matches the oracle with X" / "... with X or Y" / "no catalogued ...".
 std::string describe_diagnosis(const std::vector<std::string>& names);
+
+// What a catalogued deviation's name (Semantics::name, BlockSemantics::name: "col_eps_after",
+// "comb_transposed_at_ffn") means, in one plain-English sentence; "" for a name not catalogued.
+std::string diagnosis_sentence(const std::string& name);
+// The catalogued names that a diagnosis line or a list of names ("a|b", "... with a or b")
+// holds as whole words, each once, in the order they appear, with their sentences.
+std::vector<std::pair<std::string, std::string>> diagnosis_sentences(const std::string& text);
 
 }  // namespace mhc::oracles

@@ -22,6 +22,12 @@ struct Meta {
   std::string tool = "mhc-verify", version, git_commit, command, subcommand;
   std::string compiler, build_type, fp_flags, host, device;
   unsigned threads = 0;  // as asked (0: one per core); results do not depend on it
+  // A shard of a campaign (runner/shard.hpp): index of count, and where the index came from.
+  int shard = 0, shards = 1;
+  std::string shard_source;
+  // The command line without its report paths and --threads (which change no result): what the
+  // shards of one campaign share.
+  std::string campaign;
   // Timing: the only fields that differ between two runs of the same command.
   std::string started, finished;
   double wall_s = 0;
@@ -31,6 +37,7 @@ Meta make_meta(int argc, const char* const* argv);
 
 // The Sinkhorn of one token: max over rows and columns of |line sum - 1| after each step of the
 // double reference (softmax, column, row, column, ...), and the same residual of the kernel's comb.
+inline constexpr std::size_t kSinkhornCurves = 4;  // an entry keeps at most this many
 struct SinkhornCurve {
   std::string label;  // "case 3 token 0"
   std::vector<double> residual;
@@ -44,6 +51,7 @@ struct CaseRecord {
   oracles::Verdict verdict;
   std::string diagnosis, repro, saved;
   std::string nondeterministic;  // two runs of the kernel differed: where (Outcome)
+  double seconds = 0;  // wall time of its judgement (a timing field: differs between runs)
 };
 
 // A stage over all cases of an entry.
@@ -75,6 +83,9 @@ struct Entry {
 
   // Records a case: its stages' samples and histograms move into the aggregates.
   void add_case(CaseRecord c);
+  // Takes in the same entry of another shard of the campaign (disjoint cases): the result is
+  // what one run of all the cases records.
+  void join(Entry other);
   int count(oracles::State s) const;  // cases in that state
   // True when the cases meet the expectation (expect pass: none failed; expect fail: one did)
   // and there is no problem.

@@ -34,6 +34,7 @@ struct CheckSpec {
   bool isolate = false;        // our kernels in a worker process too (plug-ins always are)
   double kernel_seconds = 60;  // a worker's time limit per case
   Limits limits;
+  Shard shard;  // this run judges the cases i that shard takes
 };
 
 // Case i of the spec (seed + i).

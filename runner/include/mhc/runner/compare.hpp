@@ -20,6 +20,7 @@ struct CompareSpec {
   unsigned threads = 0, read_timeout = 60;
   bool diagnose = true;
   Limits limits;
+  Shard shard;  // this run takes the files i (in the order given) it takes
 };
 
 // One entry per file; prints a line per file (and FAIL, DIAGNOSIS and REPRO lines for a failing

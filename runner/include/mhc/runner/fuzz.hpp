@@ -17,9 +17,11 @@ struct FuzzSpec {
   double seconds = 0;  // > 0: run this long instead of a case count
   double eps = 1e-6;
   int iters = 20, n = 4, keep = 5, kernel_every = 64;
+  unsigned threads = 1;  // reference evaluations at once (0: one per core); results do not
+                         // depend on it
   std::string save = "mhc-failures";
   std::vector<std::string> kernels{"cpu", "cpu-fused"};
-  int shard = 0, shards = 1;   // this process takes the cases i with i % shards == shard
+  Shard shard;                 // this process takes the cases i that shard takes
   bool isolate = false;        // our kernels in a worker process too (plug-ins always are)
   double kernel_seconds = 60;  // a worker's time limit per case
   Limits limits;

@@ -20,6 +20,7 @@ struct GateSpec {
   bool isolate = true;         // every kernel in a worker process: a crash fails its case
   double kernel_seconds = 60;  // a worker's time limit per case
   Limits limits;
+  Shard shard;  // this run takes the suite's entries i (in the order it lists them) it takes
 };
 
 // The suite and baseline read and checked (std::invalid_argument naming the file, line and what

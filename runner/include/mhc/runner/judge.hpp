@@ -86,6 +86,7 @@ struct Outcome {
   // that change from run to run, as atomics give): where the runs first differ. The first run is
   // the one judged.
   std::string nondeterministic;
+  double seconds = 0;  // wall time of the judgement: the kernel's runs, the oracle, the diagnosis
 };
 
 // Where two runs' outputs first differ bit for bit ("stage[index]: a vs b, k of n elements of

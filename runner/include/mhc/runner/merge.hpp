@@ -11,10 +11,13 @@ namespace mhc::runner {
 
 class MergePlan {
  public:
-  // Reads the reports (throws naming the file that is not one).
+  // Reads the reports (throws naming the file that is not one, or a shard given twice).
   explicit MergePlan(std::vector<std::string> files);
-  // Entries keep their ids (a repeated one gets its file's name). Returns 0 when every entry met
-  // its expectation and every part completed with exit 0, else 1.
+  // Shards of one campaign (the same command line and shard count) are joined: an entry several
+  // of them hold becomes one (Entry::join), and a shard none of the files holds is named
+  // MISSING. Other entries keep their ids (a repeated one gets its file's name). Returns 0 when
+  // every entry met its expectation and every part completed with exit 0, and no shard is
+  // missing; else 1.
   int run(Session& session);
 
  private:

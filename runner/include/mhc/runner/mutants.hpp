@@ -16,6 +16,8 @@ struct MutantsSpec {
   // Instead: the fixed-eps sensitivity report at the production values.
   bool production = false;
   int production_cases = 6;
+  unsigned threads = 1;  // kernels judged at once on a case (0: one per core)
+  Shard shard;           // this run takes the kernels i (in the kill table's order) it takes
 };
 
 // Prints the kill table (or the sensitivity report); returns 0 when the self-test passes, else 1.

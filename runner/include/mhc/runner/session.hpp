@@ -3,9 +3,13 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "mhc/reports/report.hpp"
+#include "mhc/runner/shard.hpp"
 
 namespace mhc::runner {
 
@@ -16,6 +20,8 @@ class Session {
  public:
   explicit Session(const reports::Outputs& out, unsigned threads = 0);
   reports::Report report;
+  // Records the shard this run is in the report, and says it on stderr when there is one.
+  void set_shard(const Shard& shard);
   // After each finished case: the report on disk is brought up to date (throttled).
   void update();
   // True once SIGINT or SIGTERM arrived: stop starting cases, then call finish.
@@ -28,23 +34,36 @@ class Session {
 };
 
 // Progress of a long loop on stderr: a line rewritten in place on a terminal (at most 10 times a
-// second), else a plain line every tenth of the work (and at least every 30 s).
+// second), else a plain line every tenth of the work (and at least every 30 s). While an item
+// takes long (a slow op's first case), a line says which item and what its judging is doing
+// (set_phase), each second on a terminal, else every 10 s.
 class Progress {
  public:
   // total: items to do (0: not known); seconds: a time-bounded run's limit (progress is then the
   // time spent of it).
   Progress(std::string what, long total, double seconds = 0);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   void step(long done, const std::string& status = "");
   void done();
 
  private:
+  void print(long done, const std::string& status);  // with mu_ held
   std::string what_;
-  long total_, last_tenth_ = 0;
+  long total_, last_tenth_ = 0, done_ = 0;
   double seconds_;
   bool tty_;
   std::chrono::steady_clock::time_point start_, last_;
-  bool dirty_ = false;
+  bool dirty_ = false, finished_ = false;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::thread beat_;
 };
+
+// What the judging of a case is doing now ("running the kernel", "evaluating the oracle"): a
+// static string, shown by a Progress whose item takes long.
+void set_phase(const char* phase);
 
 // A run's summary word: "INTERRUPTED by SIGINT" (or SIGTERM) when a signal stopped it, whatever the
 // finished cases said, else PASS or FAIL.
