@@ -1,5 +1,6 @@
 #include "mhc/runner/session.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 #include <atomic>
 #include <csignal>
@@ -59,7 +60,21 @@ int Session::finish(int code) {
 }
 
 namespace {
+
 std::atomic<const char*> g_phase{"starting"};
+
+// Held by a heartbeat while it is awake (allocating, printing). fork() waits for it: a child
+// forked while another thread holds the allocator's or stderr's lock would deadlock on its first
+// allocation or message (the fixture reader's and the workers' children allocate and print).
+std::mutex g_awake;
+
+void guard_forks() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork([] { g_awake.lock(); }, [] { g_awake.unlock(); }, [] { g_awake.unlock(); });
+  });
+}
+
 }  // namespace
 
 void set_phase(const char* phase) {
@@ -73,18 +88,26 @@ Progress::Progress(std::string what, long total, double seconds)
       tty_(isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()),
       last_(start_) {
+  guard_forks();
   beat_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
+    started_ = true;
+    wake_.notify_all();
     const auto quiet = std::chrono::seconds(tty_ ? 1 : 10);
     while (!wake_.wait_for(lock, std::chrono::milliseconds(250), [this] { return finished_; })) {
       const auto now = std::chrono::steady_clock::now();
       if (now - start_ < std::chrono::seconds(2) || now - last_ < quiet) continue;
+      std::lock_guard<std::mutex> awake(g_awake);
       std::string status = g_phase.load(std::memory_order_relaxed);
       if (total_ > 0 && done_ < total_)
         status = "item " + std::to_string(done_ + 1) + ": " + status;
       print(done_, status);
     }
   });
+  // Until the thread runs its own code, its start-up may hold the allocator's lock: a fork then
+  // would leave the child a lock nobody releases.
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait(lock, [this] { return started_; });
 }
 
 Progress::~Progress() {

@@ -55,7 +55,7 @@ class Progress {
   double seconds_;
   bool tty_;
   std::chrono::steady_clock::time_point start_, last_;
-  bool dirty_ = false, finished_ = false;
+  bool dirty_ = false, finished_ = false, started_ = false;
   std::mutex mu_;
   std::condition_variable wake_;
   std::thread beat_;
