@@ -70,6 +70,7 @@ Run add_mutants(CLI::App& app);
 Run add_compare(CLI::App& app);
 Run add_capture(CLI::App& app);
 Run add_fuzz(CLI::App& app);
+Run add_sinkhorn(CLI::App& app);
 Run add_gate(CLI::App& app);
 Run add_merge(CLI::App& app);
 

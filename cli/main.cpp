@@ -53,6 +53,13 @@ int main(int argc, char** argv) {
       "fuzz sinkhorn: search comb logits for the largest distance from doubly stochastic after\n"
       "K rounds, and for fp32 kernels outside their bounds (shardable).");
   runs[fuzz] = mhc::cli::add_fuzz(*fuzz);
+  auto* sinkhorn = app.add_subcommand(
+      "sinkhorn",
+      "The comb's Sinkhorn against its theory: a convergence map over logit structures, scales,\n"
+      "hc_eps and rounds (map); per layer and site of a capture, the distance from doubly\n"
+      "stochastic and the rounds needed (captured); the gain of the product of the combs over\n"
+      "depth (gain).");
+  runs[sinkhorn] = mhc::cli::add_sinkhorn(*sinkhorn);
   auto* gate = app.add_subcommand(
       "gate",
       "The CI gate: run a configured suite (kernels x ops x settings), fail on any failed verdict\n"

@@ -12,6 +12,7 @@
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/scalars.hpp"
+#include "mhc/oracles/sinkhorn_theory.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/properties/generators.hpp"
 #include "mhc/runner/judge.hpp"
@@ -94,6 +95,103 @@ TEST_CASE("properties of the Sinkhorn of the comb", "[property][sinkhorn]") {
     for (double r : tr.steps.back().row_sums) res = std::max(res, std::fabs(r - 1));
     const double bound = std::expm1(std::pow(kappa, 2.0 * (c.iters - 1)) * d1);
     RC_ASSERT(res <= bound + 64 * c.n * u64);
+  });
+}
+
+TEST_CASE("properties of the Sinkhorn theory", "[property][sinkhorn_theory]") {
+  print_params();
+  // docs/semantics.md, "Sinkhorn convergence": the observed ratio of successive distances from
+  // the limit tends to an eigenvalue of the round's Jacobian (the slowest the start excites);
+  // where it has settled it is within the theory's own error, and within 1e-3 of the gap.
+  rc::prop("the observed rate is the predicted one on random positive starts", [] {
+    const int n = *rc::gen::inRange(2, 7);
+    const double eps = *rc::gen::element(0.0, 1e-6, 1e-3);
+    const auto L = *props::logits(n);
+    ref::Config c;
+    c.n = n;
+    c.hc_eps = eps;
+    c.iters = 1;
+    std::vector<double> C(L.size());
+    ref::SinkhornTrace<double> tr;
+    ref::sinkhorn(c, L.data(), C.data(), &tr);
+    const auto& A = tr.steps[0].matrix;
+    const auto th = oracles::sinkhorn_theory(A, n, eps);
+    RC_ASSERT(th.ok);
+    const auto ob = oracles::observe_rate(A, n, eps, th, 20000);
+    RC_TAG(ob.settled ? "settled" : "not settled");
+    RC_ASSERT(!ob.disagrees());
+    if (ob.settled) {
+      const double lambda = th.modes[std::size_t(ob.mode)];
+      RC_ASSERT(std::fabs(ob.ratio - lambda) <= 1e-3 * (1 - lambda));
+    }
+  });
+  // Dyadic weights on permutation matrices: exactly doubly stochastic combs. A product of doubly
+  // stochastic matrices is doubly stochastic; in 50 digits the products round far below double's
+  // resolution, so the gains round to exactly 1.
+  rc::prop("the gain of a product of exactly doubly stochastic combs is 1 in MPFR", [] {
+    const int n = *rc::gen::inRange(2, 6);
+    const int depth = *rc::gen::inRange(1, 65);
+    std::vector<std::vector<double>> combs(std::size_t(depth),
+                                           std::vector<double>(std::size_t(n * n), 0.0));
+    for (auto& C : combs) {
+      double used = 0;
+      for (int w = 0; w < 3; ++w) {  // three random permutations, weight 0..3/16 each
+        const double weight = *rc::gen::inRange(0, 4) / 16.0;
+        std::vector<int> perm(static_cast<std::size_t>(n));
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int j = n - 1; j > 0; --j)
+          std::swap(perm[std::size_t(j)], perm[std::size_t(*rc::gen::inRange(0, j + 1))]);
+        for (int j = 0; j < n; ++j) C[std::size_t(j * n + perm[std::size_t(j)])] += weight;
+        used += weight;
+      }
+      for (int j = 0; j < n; ++j) C[std::size_t(j * n + j)] += 1 - used;  // and the identity
+    }
+    std::vector<const double*> order;
+    for (const auto& C : combs) order.push_back(C.data());
+    for (const auto& g : oracles::composite_gains(order, n, true)) {
+      RC_ASSERT(g.forward == 1.0);
+      RC_ASSERT(g.backward == 1.0);
+      RC_ASSERT(std::fabs(g.spectral - 1) <= 4 * u64);  // JacobiSVD's own convergence test
+    }
+  });
+  // Permuting the logits' rows and columns permutes every iterate: the distance from doubly
+  // stochastic after K rounds is the same up to the summation order of the line sums. Each of the
+  // 2K - 1 divisions and the softmax rounds an entry by at most (n + 1) u relative and a line sum
+  // adds n u: two runs differ by at most 2 (2K (n + 1) + n) u (entries and sums at most ~1). The
+  // theory's rate is a function of P's singular values, which the permutation keeps.
+  rc::prop("the convergence map and the rate are invariant under permutations", [] {
+    auto c = *props::config();
+    c.d = 1;
+    const int n = c.n;
+    if (n < 2) return;
+    const auto L = *props::logits(n);
+    std::vector<int> rows(static_cast<std::size_t>(n)), cols(static_cast<std::size_t>(n));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::iota(cols.begin(), cols.end(), 0);
+    std::reverse(rows.begin(), rows.end());
+    std::rotate(cols.begin(), cols.begin() + *rc::gen::inRange(0, n), cols.end());
+    std::vector<double> Lp(L.size()), C(L.size()), Cp(L.size());
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k)
+        Lp[std::size_t(j * n + k)] =
+            L[std::size_t(rows[std::size_t(j)] * n + cols[std::size_t(k)])];
+    ref::SinkhornTrace<double> tr, trp;
+    ref::sinkhorn(c, L.data(), C.data(), &tr);
+    ref::sinkhorn(c, Lp.data(), Cp.data(), &trp);
+    auto distance = [n](const ref::SinkhornTrace<double>::Entry& e) {
+      double d = 0;
+      for (int j = 0; j < n; ++j)
+        d = std::max({d, std::fabs(e.row_sums[std::size_t(j)] - 1),
+                      std::fabs(e.col_sums[std::size_t(j)] - 1)});
+      return d;
+    };
+    const double tol = 2 * (2 * c.iters * (n + 1) + n) * u64;
+    RC_ASSERT(std::fabs(distance(tr.steps.back()) - distance(trp.steps.back())) <= tol);
+    const auto th = oracles::sinkhorn_theory(tr.steps[0].matrix, n, c.hc_eps);
+    const auto thp = oracles::sinkhorn_theory(trp.steps[0].matrix, n, c.hc_eps);
+    RC_ASSERT(th.ok == thp.ok);
+    // P to 64 u in its line sums moves the singular values by about n 64 u (Weyl).
+    if (th.ok) RC_ASSERT(std::fabs(th.rate - thp.rate) <= 4 * n * 64 * u64);
   });
 }
 

@@ -136,6 +136,28 @@ Report read_report(const std::string& path) {
         c.kernel_residual = num(jc.at("kernel_residual"));
         e.sinkhorn.push_back(std::move(c));
       }
+      if (je.contains("map"))  // both absent where a run recorded none
+        for (const json& jm : je.at("map")) {
+          MapCell c;
+          c.family = jm.at("family");
+          c.scale = num(jm.at("scale"));
+          c.eps = num(jm.at("eps"));
+          c.rounds = jm.at("rounds");
+          c.cases = jm.at("cases");
+          c.above_1e3 = jm.at("above_1e3");
+          c.above_1e6 = jm.at("above_1e6");
+          c.max_residual = num(jm.at("max_residual"));
+          e.map.push_back(std::move(c));
+        }
+      if (je.contains("gains"))
+        for (const json& jg : je.at("gains")) {
+          GainCurve g;
+          g.label = jg.at("label");
+          for (const json& x : jg.at("forward")) g.forward.push_back(num(x));
+          for (const json& x : jg.at("backward")) g.backward.push_back(num(x));
+          for (const json& x : jg.at("spectral")) g.spectral.push_back(num(x));
+          e.gains.push_back(std::move(g));
+        }
       for (const json& jc : je.at("cases")) {
         CaseRecord c;
         c.index = jc.at("index");

@@ -1,10 +1,11 @@
 // A self-contained HTML page of the report model: inline CSS and SVG, no script, no network.
 // First an overview, one linked line per entry, those not as expected first; then per entry
 // (anchored): the stage table, observed error against bound per stage (log-log, the diagonal is
-// the bound), ulp histograms, the Sinkhorn residual against step, worst elements and failures
-// with their diagnosis in words. A plot is drawn only where it shows something the table does
-// not: no plot of an exact stage, points that fall on the same pixel drawn once, and a stack's
-// layers as one plot per stage kind against the layer.
+// the bound), ulp histograms, the Sinkhorn residual against step, a convergence map's heatmaps,
+// the composite gain against depth, worst elements and failures with their diagnosis in words. A
+// plot is drawn only where it shows something the table does not: no plot of an exact stage, points
+// that fall on the same pixel drawn once, and a stack's layers as one plot per stage kind against
+// the layer.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -231,6 +232,137 @@ void layer_plot(std::ostringstream& o, const std::string& kind,
     << "\" class=\"k r\">max (dots), median</text>" << close;
 }
 
+// A fraction of cases as a colour: white (0) to dark red (1, #8b0000).
+std::string heat_colour(double f) {
+  f = std::clamp(f, 0.0, 1.0);
+  char buf[8];
+  const long gb = std::lround(255 * (1 - f));
+  std::snprintf(buf, sizeof buf, "#%02lx%02lx%02lx", std::lround(255 - f * (255 - 139)), gb, gb);
+  return buf;
+}
+
+void heat_cell(std::ostringstream& o, long above, long cases, const std::string& title) {
+  if (cases == 0) {
+    o << "<td class=\"h none\" title=\"" << esc(title) << "\">&ndash;</td>";
+    return;
+  }
+  const double f = double(above) / double(cases);
+  o << "<td class=\"h\" style=\"background:" << heat_colour(f) << (f > 0.5 ? ";color:#fff" : "")
+    << "\" title=\"" << esc(title) << "\">" << fmt_g(100 * f) << "%</td>";
+}
+
+// The convergence map as heatmaps: per hc_eps and threshold, rows (family, logit scale) against
+// the rounds, each cell coloured by the fraction of its cases off by more than the threshold.
+void map_heatmaps(std::ostringstream& o, const std::vector<MapCell>& map) {
+  std::vector<double> epses;
+  std::vector<std::pair<std::string, double>> rows;
+  std::set<int> rounds;
+  for (const auto& c : map) {
+    if (std::find(epses.begin(), epses.end(), c.eps) == epses.end()) epses.push_back(c.eps);
+    if (std::find(rows.begin(), rows.end(), std::pair{c.family, c.scale}) == rows.end())
+      rows.emplace_back(c.family, c.scale);
+    rounds.insert(c.rounds);
+  }
+  const std::pair<long MapCell::*, const char*> thresholds[] = {{&MapCell::above_1e3, "1e-3"},
+                                                                {&MapCell::above_1e6, "1e-6"}};
+  auto cell = [&](const std::pair<std::string, double>& row, double eps, int n) {
+    const auto it = std::find_if(map.begin(), map.end(), [&](const MapCell& m) {
+      return m.family == row.first && m.scale == row.second && m.eps == eps && m.rounds == n;
+    });
+    return it == map.end() ? nullptr : &*it;
+  };
+  for (const double eps : epses) {
+    o << "<div class=\"plots\">";
+    for (const auto& [above, threshold] : thresholds) {
+      o << "<table class=\"heat\"><caption>hc_eps " << fmt_g(eps)
+        << ": cases with a line sum off from 1 by &gt; " << threshold
+        << "</caption><tr><th rowspan=\"2\">family</th><th rowspan=\"2\">logit scale</th>"
+        << "<th colspan=\"" << rounds.size() << "\">rounds</th></tr><tr>";
+      for (const int n : rounds) o << "<th>" << n << "</th>";
+      o << "</tr>\n";
+      for (const auto& row : rows) {
+        o << "<tr><td>" << esc(row.first) << "</td><td>" << fmt_g(row.second) << "</td>";
+        for (const int n : rounds) {
+          const MapCell* c = cell(row, eps, n);
+          if (!c) {
+            o << "<td class=\"h none\" title=\"not run\"></td>";
+            continue;
+          }
+          const long n_above = c->*above;
+          heat_cell(o, n_above, c->cases,
+                    std::to_string(n_above) + " of " + std::to_string(c->cases) + " cases above " +
+                        threshold + "; max residual " + fmt_g(c->max_residual));
+        }
+        o << "</tr>\n";
+      }
+      o << "</table>";
+    }
+    o << "</div>\n";
+  }
+  o << "<table class=\"heat\"><tr><td>cases above the threshold</td>";
+  for (const int pct : {0, 25, 50, 75, 100}) heat_cell(o, pct, 100, std::to_string(pct) + "%");
+  o << "<td class=\"h none\">no cases</td></tr></table>\n";
+}
+
+// The gain of the composite mapping against depth (log), a line per label and norm; 1, the gain
+// of doubly stochastic combs, dashed. The legend beside it, in HTML.
+void gain_plot(std::ostringstream& o, const std::vector<GainCurve>& gains) {
+  static const char* const colours[] = {"#2b6cb0", "#d97706", "#2f855a", "#6b46c1", "#b83280"};
+  static const char* const dashes[] = {"", "5 3", "1.5 2"};  // forward, backward, spectral
+  static const char* const norms[] = {"forward", "backward", "spectral"};
+  std::vector<double> all{1.0};
+  std::size_t n = 1;
+  for (const auto& g : gains)
+    for (const auto* v : {&g.forward, &g.backward, &g.spectral}) {
+      all.insert(all.end(), v->begin(), v->end());
+      n = std::max(n, v->size());
+    }
+  const auto [lo, hi] = decades(all);
+  o << "<div class=\"plots\">";
+  const std::string close = axes(o, "composite gain", "depth", "gain");
+  decade_ticks(o, lo, hi, false);
+  auto px = [&](std::size_t depth) {
+    return L + (n > 1 ? double(depth - 1) / double(n - 1) : 0.5) * (W - L - R);
+  };
+  auto py = [&, lo = lo, hi = hi](double v) {
+    const double f =
+        v > 0 && std::isfinite(v) ? (std::log10(v) - lo) / (hi - lo) : (v > 0 ? 1.0 : 0.0);
+    return H - B - std::clamp(f, 0.0, 1.0) * (H - T - B);
+  };
+  o << "<line x1=\"" << L << "\" y1=\"" << fmt_g(py(1), 5) << "\" x2=\"" << W - R << "\" y2=\""
+    << fmt_g(py(1), 5) << "\" class=\"one\"/><text x=\"" << L << "\" y=\"" << H - B + 12
+    << "\" class=\"k\">1</text><text x=\"" << W - R << "\" y=\"" << H - B + 12
+    << "\" class=\"k r\">" << n << "</text>";
+  std::string legend;
+  for (std::size_t k = 0; k < gains.size(); ++k) {
+    const char* colour = colours[k % std::size(colours)];
+    const std::vector<double>* curves[] = {&gains[k].forward, &gains[k].backward,
+                                           &gains[k].spectral};
+    for (std::size_t m = 0; m < 3; ++m) {
+      if (curves[m]->empty()) continue;
+      // One point per pixel column, the largest value in it: a deep curve stays small.
+      std::map<long, double> columns;
+      for (std::size_t d = 0; d < curves[m]->size(); ++d) {
+        const auto [it, fresh] = columns.emplace(std::lround(px(d + 1)), (*curves[m])[d]);
+        if (!fresh) it->second = std::fmax(it->second, (*curves[m])[d]);
+      }
+      const std::string stroke =
+          std::string(" stroke=\"") + colour + "\"" +
+          (*dashes[m] ? std::string(" stroke-dasharray=\"") + dashes[m] + "\"" : std::string());
+      o << "<polyline class=\"gain\"" << stroke << " points=\"";
+      for (const auto& [x, v] : columns) o << x << "," << fmt_g(py(v), 4) << " ";
+      o << "\"/>";
+      legend +=
+          "<li><svg class=\"key\" viewBox=\"0 0 24 8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
+          "y2=\"4\" class=\"gain\"" +
+          stroke + "/></svg>" + esc(gains[k].label) + " " + norms[m] + "</li>";
+    }
+  }
+  o << close << "<ul class=\"legend\">" << legend
+    << "<li><svg class=\"key\" viewBox=\"0 0 24 8\"><line x1=\"0\" y1=\"4\" x2=\"24\" "
+       "y2=\"4\" class=\"one\"/></svg>1: doubly stochastic</li></ul></div>\n";
+}
+
 const char* kStyle = R"(<style>
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d232a;max-width:1400px}
 h1{font-size:22px;margin:0 0 6px} h2{font-size:17px;margin:18px 0 6px}
@@ -256,6 +388,12 @@ svg .bar{fill:#2b6cb0} svg .bar.bad{fill:#b3261e} svg .curve{fill:none;stroke:#2
 svg .curve.med{stroke:#8fb3d9;stroke-dasharray:3 2} svg .kern{stroke:#b3261e;stroke-dasharray:3 2}
 .fail{margin:6px 0;padding:6px 8px;background:#fdf3f2;border-left:3px solid #b3261e}
 ul.why{margin:2px 0 2px 18px;padding:0;font-size:12.5px;color:#333}
+table.heat caption{text-align:left;font-weight:600;padding:2px 0} table.heat th{text-align:center}
+td.h{text-align:center;min-width:38px}
+td.h.none{background:#e4e7eb;color:#777}
+svg .gain{fill:none;stroke-width:1.4} svg .one{stroke:#555;stroke-dasharray:4 3}
+ul.legend{list-style:none;margin:0;padding:0;font-size:12px;align-self:center}
+svg.key{width:24px;height:8px;margin-right:5px;vertical-align:middle}
 </style>)";
 
 // Fragment ids for the entries: a slug of the id ("check cpu-fused boundary fp32" ->
@@ -490,6 +628,8 @@ std::string to_html(const Report& r) {
       }
       o << "</table>\n";
     }
+    if (!e.map.empty()) map_heatmaps(o, e.map);
+    if (!e.gains.empty()) gain_plot(o, e.gains);
     std::size_t failures = 0;
     for (const auto& c : e.cases) {
       if (c.verdict.state != oracles::State::fail) continue;

@@ -181,21 +181,50 @@ std::string to_json(const Report& r) {
                     {"seconds", num(c.seconds)},
                     {"stages", st}});
     }
-    entries.push_back({{"id", e.id},
-                       {"kind", e.kind},
-                       {"kernel", e.kernel},
-                       {"op", e.op},
-                       {"precision", e.precision},
-                       {"error_model", e.error_model},
-                       {"settings", pairs(e.settings)},
-                       {"expect", e.expect},
-                       {"ok", e.ok()},
-                       {"problem", e.problem},
-                       {"counts", counts},
-                       {"stages", stages},
-                       {"sinkhorn", curves},
-                       {"facts", pairs(e.facts)},
-                       {"cases", cs}});
+    json je = {{"id", e.id},
+               {"kind", e.kind},
+               {"kernel", e.kernel},
+               {"op", e.op},
+               {"precision", e.precision},
+               {"error_model", e.error_model},
+               {"settings", pairs(e.settings)},
+               {"expect", e.expect},
+               {"ok", e.ok()},
+               {"problem", e.problem},
+               {"counts", counts},
+               {"stages", stages},
+               {"sinkhorn", curves}};
+    // Only where a run recorded them: the reports of every other command keep their bytes.
+    if (!e.map.empty()) {
+      json cells = json::array();
+      for (const auto& c : e.map)
+        cells.push_back({{"family", c.family},
+                         {"scale", num(c.scale)},
+                         {"eps", num(c.eps)},
+                         {"rounds", c.rounds},
+                         {"cases", c.cases},
+                         {"above_1e3", c.above_1e3},
+                         {"above_1e6", c.above_1e6},
+                         {"max_residual", num(c.max_residual)}});
+      je["map"] = cells;
+    }
+    if (!e.gains.empty()) {
+      auto nums = [](const std::vector<double>& v) {
+        json a = json::array();
+        for (double x : v) a.push_back(num(x));
+        return a;
+      };
+      json gains = json::array();
+      for (const auto& g : e.gains)
+        gains.push_back({{"label", g.label},
+                         {"forward", nums(g.forward)},
+                         {"backward", nums(g.backward)},
+                         {"spectral", nums(g.spectral)}});
+      je["gains"] = gains;
+    }
+    je["facts"] = pairs(e.facts);
+    je["cases"] = cs;
+    entries.push_back(std::move(je));
   }
   out["entries"] = entries;
   clean_strings(out);

@@ -1,4 +1,5 @@
 // Markdown summary and JUnit XML of the report model.
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -44,6 +45,53 @@ std::string md_explained(const std::string& text, std::set<std::string>& seen, c
   for (const auto& [name, sentence] : oracles::diagnosis_sentences(text))
     if (seen.insert(name).second) o += indent + ("- `" + name + "`: " + sentence + "\n");
   return o;
+}
+
+// n of the cases as a percentage with the count, "12.5% (25)"; "-" without cases.
+std::string share(long n, long cases) {
+  return cases ? fmt_g(100.0 * double(n) / double(cases)) + "% (" + std::to_string(n) + ")" : "-";
+}
+
+// The depths (1..n) a gain table shows: every one of a short curve; of a long one 1, 2, 4, ...
+// (1, 4, 16, ... when that keeps it to about 12 rows) and the last.
+std::vector<std::size_t> shown_depths(std::size_t n) {
+  std::vector<std::size_t> d;
+  if (n <= 16) {
+    for (std::size_t i = 1; i <= n; ++i) d.push_back(i);
+    return d;
+  }
+  int bits = 0;  // floor(log2 n)
+  while (n >> (bits + 1)) ++bits;
+  const int k = (bits + 11) / 12;
+  for (std::size_t x = 1; x < n; x <<= k) d.push_back(x);
+  d.push_back(n);
+  return d;
+}
+
+void md_map(std::ostringstream& o, const std::vector<MapCell>& map) {
+  o << "| family | logit scale | hc_eps | rounds | cases | > 1e-3 | > 1e-6 | max residual |\n";
+  o << "|---|--:|--:|--:|--:|--:|--:|--:|\n";
+  for (const auto& c : map)
+    o << "| " << md_cell(c.family) << " | " << fmt_g(c.scale) << " | " << fmt_g(c.eps) << " | "
+      << c.rounds << " | " << c.cases << " | " << share(c.above_1e3, c.cases) << " | "
+      << share(c.above_1e6, c.cases) << " | " << fmt_g(c.max_residual) << " |\n";
+  o << "\n";
+}
+
+void md_gains(std::ostringstream& o, const std::vector<GainCurve>& gains) {
+  for (const auto& g : gains) {
+    const std::size_t n = std::max({g.forward.size(), g.backward.size(), g.spectral.size()});
+    auto at = [](const std::vector<double>& v, std::size_t depth) {
+      return depth <= v.size() ? fmt_g(v[depth - 1], 4) : std::string("-");
+    };
+    o << "Gain of the composite mapping against depth, " << md_cell(g.label)
+      << " (1: doubly stochastic):\n\n| depth | forward | backward | spectral |\n"
+      << "|--:|--:|--:|--:|\n";
+    for (const std::size_t d : shown_depths(n))
+      o << "| " << d << " | " << at(g.forward, d) << " | " << at(g.backward, d) << " | "
+        << at(g.spectral, d) << " |\n";
+    o << "\n";
+  }
 }
 
 }  // namespace
@@ -94,6 +142,8 @@ std::string to_markdown(const Report& r) {
       o << "- " << md_cell(k) << ": " << md_cell(v) << "\n"
         << (k == "diagnosis" ? md_explained(v, seen, "  ") : "");
     if (!e.facts.empty() || !e.problem.empty()) o << "\n";
+    if (!e.map.empty()) md_map(o, e.map);
+    if (!e.gains.empty()) md_gains(o, e.gains);
     if (!e.stages.empty()) {
       o << "| stage | pass | fail | undec | mistr | max ratio | p99 ratio | median ratio | max ulp "
            "| worst |\n";

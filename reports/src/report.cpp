@@ -181,6 +181,39 @@ void Entry::join(Entry other) {
       sinkhorn.begin(), sinkhorn.end(),
       [&](const SinkhornCurve& a, const SinkhornCurve& b) { return case_of(a) < case_of(b); });
   if (sinkhorn.size() > kSinkhornCurves) sinkhorn.resize(kSinkhornCurves);
+  // A NaN wins: the larger of two values whatever order the shards come in.
+  auto larger = [](double a, double b) { return std::isnan(a) || a >= b ? a : b; };
+  // Map cells: one key's cases add; a cell only the other shard has comes after ours.
+  for (auto& c : other.map) {
+    auto it = std::find_if(map.begin(), map.end(), [&](const MapCell& m) {
+      return m.family == c.family && m.scale == c.scale && m.eps == c.eps && m.rounds == c.rounds;
+    });
+    if (it == map.end()) {
+      map.push_back(std::move(c));
+      continue;
+    }
+    it->cases += c.cases;
+    it->above_1e3 += c.above_1e3;
+    it->above_1e6 += c.above_1e6;
+    it->max_residual = larger(it->max_residual, c.max_residual);
+  }
+  // Gain curves: one label's take the larger value at each depth, over the longer curve.
+  auto take_larger = [&](std::vector<double>& mine, const std::vector<double>& theirs) {
+    const std::size_t n = std::min(mine.size(), theirs.size());
+    for (std::size_t d = 0; d < n; ++d) mine[d] = larger(mine[d], theirs[d]);
+    mine.insert(mine.end(), theirs.begin() + std::ptrdiff_t(n), theirs.end());
+  };
+  for (auto& g : other.gains) {
+    auto it = std::find_if(gains.begin(), gains.end(),
+                           [&](const GainCurve& x) { return x.label == g.label; });
+    if (it == gains.end()) {
+      gains.push_back(std::move(g));
+      continue;
+    }
+    take_larger(it->forward, g.forward);
+    take_larger(it->backward, g.backward);
+    take_larger(it->spectral, g.spectral);
+  }
   if (facts.empty()) facts = std::move(other.facts);
   if (problem.empty()) problem = std::move(other.problem);
 }

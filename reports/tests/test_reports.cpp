@@ -357,3 +357,229 @@ TEST_CASE("reports: JUnit has times and names a problem's test by its entry", "[
   CHECK(reports::to_junit(r).find("skipped=\"0\" time=\"0.75\">\n  <testsuite") !=
         std::string::npos);
 }
+
+namespace {
+
+reports::MapCell map_cell(const std::string& family, double scale, double eps, int rounds,
+                          long cases, long above_1e3, long above_1e6, double max_residual) {
+  reports::MapCell c;
+  c.family = family;
+  c.scale = scale;
+  c.eps = eps;
+  c.rounds = rounds;
+  c.cases = cases;
+  c.above_1e3 = above_1e3;
+  c.above_1e6 = above_1e6;
+  c.max_residual = max_residual;
+  return c;
+}
+
+// Equal, NaN equal to NaN (a value that went through JSON as "nan").
+bool same(double a, double b) {
+  return a == b || (std::isnan(a) && std::isnan(b));
+}
+bool same(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) { return same(x, y); });
+}
+void check_cells(const std::vector<reports::MapCell>& got,
+                 const std::vector<reports::MapCell>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("cell " << i);
+    CHECK(got[i].family == want[i].family);
+    CHECK(got[i].scale == want[i].scale);
+    CHECK(got[i].eps == want[i].eps);
+    CHECK(got[i].rounds == want[i].rounds);
+    CHECK(got[i].cases == want[i].cases);
+    CHECK(got[i].above_1e3 == want[i].above_1e3);
+    CHECK(got[i].above_1e6 == want[i].above_1e6);
+    CHECK(same(got[i].max_residual, want[i].max_residual));
+  }
+}
+void check_gains(const std::vector<reports::GainCurve>& got,
+                 const std::vector<reports::GainCurve>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("curve " << want[i].label);
+    CHECK(got[i].label == want[i].label);
+    CHECK(same(got[i].forward, want[i].forward));
+    CHECK(same(got[i].backward, want[i].backward));
+    CHECK(same(got[i].spectral, want[i].spectral));
+  }
+}
+
+// Two shards of a `sinkhorn map` campaign (with a case each, so that the rest of the join runs).
+std::pair<reports::Entry, reports::Entry> map_shards() {
+  reports::Entry a, b;
+  a.id = b.id = "sinkhorn map";
+  a.add_case(make_case(0, State::pass, 0.5));
+  b.add_case(make_case(1, State::fail, 2.0));
+  a.map = {map_cell("random", 1, 1e-6, 20, 100, 10, 40, 2e-3),
+           map_cell("random", 1, 1e-6, 40, 100, 2, 30, 5e-4)};  // differs in the rounds only
+  b.map = {map_cell("random", 1, 1e-6, 20, 60, 5, 20, 3e-3),    // a's first: adds
+           map_cell("random", 1, 1e-2, 20, 50, 0, 1, 2e-6)};    // differs in hc_eps only: new
+  a.gains = {{"oracle", {1, 2, 4}, {1, 1.5, 3}, {1, 1.25, 2}}};
+  b.gains = {{"oracle", {1, 3}, {1, 1, 5, 9}, {0.5, 1.5, 1.75}},
+             {"kernel cpu", {1, 8}, {1, 8}, {1, 8}}};
+  return {a, b};
+}
+
+}  // namespace
+
+TEST_CASE("reports: joined shards' map cells add and gain curves take the larger value",
+          "[reports][map]") {
+  auto [a, b] = map_shards();
+  a.join(b);
+  // By hand: the cells of one key add their counts and keep the larger residual.
+  check_cells(a.map, {map_cell("random", 1, 1e-6, 20, 160, 15, 60, 3e-3),
+                      map_cell("random", 1, 1e-6, 40, 100, 2, 30, 5e-4),
+                      map_cell("random", 1, 1e-2, 20, 50, 0, 1, 2e-6)});
+  check_gains(a.gains, {{"oracle", {1, 3, 4}, {1, 1.5, 5, 9}, {1, 1.5, 2}},
+                        {"kernel cpu", {1, 8}, {1, 8}, {1, 8}}});
+  // The rest of the join is untouched: the cases and their stages.
+  REQUIRE(a.cases.size() == 2);
+  CHECK(a.stages.at(1).states.at("pass") == 1);
+  CHECK(a.stages.at(1).states.at("fail") == 1);
+  // The other order: the same values, its cells first.
+  auto [a2, b2] = map_shards();
+  b2.join(a2);
+  CHECK(b2.map.at(0).cases == 160);
+  CHECK(b2.map.at(2).rounds == 40);
+  check_gains({b2.gains.at(0)}, {{"oracle", {1, 3, 4}, {1, 1.5, 5, 9}, {1, 1.5, 2}}});
+  // A NaN residual or gain (a run that blew up) survives a join in either order.
+  auto [c, d] = map_shards();
+  d.map[0].max_residual = std::nan("");
+  d.gains[0].forward[1] = std::nan("");
+  reports::Entry c2 = c, d2 = d;
+  c.join(d);
+  CHECK(std::isnan(c.map[0].max_residual));
+  CHECK(std::isnan(c.gains[0].forward[1]));
+  d2.join(c2);
+  CHECK(std::isnan(d2.map[0].max_residual));
+  CHECK(std::isnan(d2.gains[0].forward[1]));
+}
+
+TEST_CASE("reports: a map and gain curves round-trip through JSON, and absent they stay absent",
+          "[reports][map]") {
+  reports::Report r;
+  auto& e = r.entry("sinkhorn map");
+  e.map = {map_cell("random", 0.1, 1.0 / 3, 20, 7, 1, 2, 0.30000000000000004),
+           map_cell("near-identity", 1e-300, 5e-324, 0, 0, 0, 0, HUGE_VAL)};
+  e.gains = {{"oracle", {1, 1.0 / 3, 2.5e300}, {}, {HUGE_VAL, std::nan("")}}};
+  r.entry("check cpu pre fp32").add_case(make_case(0, State::pass, 0.5));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mhc-map-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "r.json").string();
+  const std::string text = reports::to_json(r);
+  reports::write_atomic(path, text);
+  const reports::Report back = reports::read_report(path);
+  std::filesystem::remove_all(dir);
+  REQUIRE(back.entries.size() == 2);
+  check_cells(back.entries[0].map, r.entries[0].map);
+  check_gains(back.entries[0].gains, r.entries[0].gains);
+  CHECK(back.entries[1].map.empty());
+  CHECK(back.entries[1].gains.empty());
+  CHECK(reports::to_json(back) == text);  // written again, the same bytes
+  // Keys: the map and the gains after the Sinkhorn curves; an entry without them has neither,
+  // so that the reports of every other command keep their bytes.
+  const auto j = nlohmann::ordered_json::parse(text);
+  std::vector<std::string> keys, plain_keys;
+  for (const auto& [k, v] : j["entries"][0].items()) keys.push_back(k);
+  for (const auto& [k, v] : j["entries"][1].items()) plain_keys.push_back(k);
+  const std::vector<std::string> want = {
+      "id", "kind",    "kernel", "op",     "precision", "error_model", "settings", "expect",
+      "ok", "problem", "counts", "stages", "sinkhorn",  "facts",       "cases"};
+  CHECK(plain_keys == want);
+  std::vector<std::string> with = want;
+  with.insert(with.begin() + 13, {"map", "gains"});
+  CHECK(keys == with);
+  CHECK(j["entries"][0]["map"][1]["max_residual"] == "inf");
+  CHECK(j["entries"][0]["gains"][0]["spectral"][1] == "nan");
+  CHECK(j["entries"][0]["map"][0]["above_1e6"] == 2);
+}
+
+TEST_CASE("reports: the Markdown shows a map's fractions and a long gain curve's depths",
+          "[reports][map]") {
+  reports::Report r;
+  auto& e = r.entry("sinkhorn map");
+  e.map = {map_cell("random", 1, 1e-6, 20, 200, 25, 40, 0.0023),
+           map_cell("random", 4, 1e-6, 20, 0, 0, 0, 0)};
+  reports::GainCurve g{"oracle", {}, {}, {}};
+  for (int d = 1; d <= 40; ++d) {
+    g.forward.push_back(d);
+    g.backward.push_back(2 * d);
+    g.spectral.push_back(0.5 * d);
+  }
+  e.gains = {g, {"kernel cpu", {1.5, 2.5}, {1, 1}, {1, 1}}};
+  const std::string md = reports::to_markdown(r);
+  CHECK(md.find("| family | logit scale | hc_eps | rounds | cases | > 1e-3 | > 1e-6 | max residual "
+                "|\n") != std::string::npos);
+  // 25 and 40 of 200: 12.5% and 20%.
+  CHECK(md.find("| random | 1 | 1e-06 | 20 | 200 | 12.5% (25) | 20% (40) | 0.0023 |\n") !=
+        std::string::npos);
+  CHECK(md.find("| random | 4 | 1e-06 | 20 | 0 | - | - | 0 |\n") != std::string::npos);
+  // 40 depths: 1, 2, 4, 8, 16, 32 and the last; the short curve every depth.
+  const std::size_t oracle = md.find("depth, oracle"), kernel = md.find("depth, kernel cpu");
+  REQUIRE(oracle != std::string::npos);
+  REQUIRE(kernel != std::string::npos);
+  const std::string long_table = md.substr(oracle, kernel - oracle);
+  for (int d : {1, 2, 4, 8, 16, 32})
+    CHECK(long_table.find("\n| " + std::to_string(d) + " | " + std::to_string(d) + " | " +
+                          std::to_string(2 * d) + " | ") != std::string::npos);
+  CHECK(long_table.find("\n| 40 | 40 | 80 | 20 |\n") != std::string::npos);
+  CHECK(long_table.find("\n| 3 |") == std::string::npos);
+  CHECK(long_table.find("\n| 33 |") == std::string::npos);
+  CHECK(md.find("\n| 1 | 1.5 | 1 | 1 |\n| 2 | 2.5 | 1 | 1 |\n") != std::string::npos);
+  // Without them, neither table.
+  reports::Report bare;
+  bare.entry("check cpu pre fp32").add_case(make_case(0, State::pass, 0.5));
+  const std::string plain = reports::to_markdown(bare);
+  CHECK(plain.find("logit scale") == std::string::npos);
+  CHECK(plain.find("composite mapping") == std::string::npos);
+}
+
+TEST_CASE("reports: the HTML draws a map as heatmaps and the gains as a plot", "[reports][map]") {
+  reports::Report r;
+  auto& e = r.entry("sinkhorn map");
+  e.map = {map_cell("random", 1, 1e-6, 20, 200, 25, 40, 0.0023),
+           map_cell("random", 1, 1e-6, 40, 0, 0, 0, 0),
+           map_cell("random", 1, 1e-2, 20, 10, 10, 10, 0.5)};
+  e.gains = {{"oracle", {1, 2, 4}, {1, 2, 4}, {1, 2, 3}}, {"kernel cpu", {1, 2}, {}, {}}};
+  const std::string h = reports::to_html(r);
+  // A grid per hc_eps and threshold.
+  std::size_t grids = 0;
+  for (std::size_t p = h.find("<table class=\"heat\"><caption>"); p != std::string::npos;
+       p = h.find("<table class=\"heat\"><caption>", p + 1))
+    ++grids;
+  CHECK(grids == 4);
+  // 25 of 200 above 1e-3: 12.5%, white towards dark red by 1/8 (#ff -> #8b: 241; #ff -> 0: 223).
+  CHECK(h.find("<td class=\"h\" style=\"background:#f1dfdf\" title=\"25 of 200 cases above 1e-3; "
+               "max residual 0.0023\">12.5%</td>") != std::string::npos);
+  CHECK(h.find("title=\"40 of 200 cases above 1e-6; max residual 0.0023\">20%</td>") !=
+        std::string::npos);
+  CHECK(h.find("background:#8b0000;color:#fff\" title=\"10 of 10 cases above 1e-3; "
+               "max residual 0.5\">100%</td>") != std::string::npos);
+  CHECK(h.find("<td class=\"h none\" title=\"0 of 0 cases above 1e-3; max residual 0\">") !=
+        std::string::npos);
+  CHECK(h.find("<td class=\"h none\" title=\"not run\"></td>") != std::string::npos);  // eps 1e-2
+  // The gains: a plot, one line per label and norm with values, the ideal dashed, a legend.
+  const std::size_t svg = h.find("<svg class=\"plot\"");
+  REQUIRE(svg != std::string::npos);
+  CHECK(h.find(">composite gain</text>", svg) != std::string::npos);
+  std::size_t lines = 0;
+  for (std::size_t p = h.find("<polyline class=\"gain\""); p != std::string::npos;
+       p = h.find("<polyline class=\"gain\"", p + 1))
+    ++lines;
+  CHECK(lines == 4);
+  CHECK(h.find("class=\"one\"/>", svg) != std::string::npos);
+  CHECK(h.find("</svg>kernel cpu forward</li>") != std::string::npos);
+  CHECK(h.find("</svg>kernel cpu backward</li>") == std::string::npos);  // none recorded
+  // Without them, neither.
+  reports::Report bare;
+  bare.entry("check cpu pre fp32").add_case(make_case(0, State::pass, 0.5));
+  const std::string plain = reports::to_html(bare);
+  CHECK(plain.find("<table class=\"heat\"") == std::string::npos);
+  CHECK(plain.find("composite gain") == std::string::npos);
+}

@@ -20,10 +20,13 @@
 #include "mhc/oracles/parallel.hpp"
 #include "mhc/oracles/random.hpp"
 #include "mhc/oracles/reverse.hpp"
+#include "mhc/oracles/sinkhorn_theory.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/reports/curves.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
+
+#include "logit_families.hpp"
 
 namespace mhc::runner {
 namespace {
@@ -97,46 +100,126 @@ Gains backward_gains(const ref::Config& c, const std::vector<double>& L) {
   return {gain(L, true), gain(P, false)};
 }
 
-// A cheap bell-shaped variate (triangular: two uniforms, mean 0, variance 1): the search needs
-// spread, not an exact Gaussian, and the logarithms and cosines of Box-Muller cost more than the
-// Sinkhorn itself.
-double bell(oracles::Rng& rng) {
-  return (rng.uniform() + rng.uniform() - 1.0) * 2.449489742783178;
+// The Sinkhorn's start (the softmax's output, eps added) of these logits.
+std::vector<double> start_of(const ref::Config& c, const std::vector<double>& L) {
+  ref::SinkhornTrace<double> tr;
+  std::vector<double> C(L.size());
+  ref::sinkhorn(c, L.data(), C.data(), &tr);
+  return tr.steps.front().matrix;
 }
 
-// Logits of case i: bell-shaped of scale 0.01..100, near-permutation patterns (one large entry
-// per row), two-block structure, or row-plus-column (rank-one) structure with noise.
-void logits_of(oracles::Rng& rng, int n, std::vector<double>& L) {
-  const double pick = rng.uniform();
-  const double scale = std::pow(10.0, rng.uniform(-2, 2));
-  // The noise: one 64-bit draw gives two triangular variates from four 16-bit uniforms.
-  for (std::size_t i = 0; i < L.size(); i += 2) {
-    const std::uint64_t bits = rng.next();
-    auto u = [&](int k) { return double((bits >> (16 * k)) & 0xFFFFu) * (1.0 / 65536.0); };
-    L[i] = scale * (u(0) + u(1) - 1.0) * 2.449489742783178;
-    if (i + 1 < L.size()) L[i + 1] = scale * (u(2) + u(3) - 1.0) * 2.449489742783178;
+// The theory's rate against the observed one, on the cases the kernels are checked on (in double,
+// observed over at most 500 rounds: what settles by then is compared).
+struct Checked {
+  oracles::SinkhornTheory th;
+  oracles::RateObservation ob;
+};
+Checked check_theory(const ref::Config& c, const std::vector<double>& L) {
+  Checked k;
+  const auto A = start_of(c, L);
+  k.th = oracles::sinkhorn_theory(A, c.n, c.hc_eps);
+  k.ob = oracles::observe_rate(A, c.n, c.hc_eps, k.th, 500);
+  return k;
+}
+struct TheoryTally {
+  long checked = 0, settled = 0, unexcited = 0, disagreements = 0, failed = 0;
+  double largest = 0;  // max |observed - its eigenvalue| / (1 - that eigenvalue), settled cases
+  void add(const Checked& k, std::uint64_t i, Progress& progress) {
+    ++checked;
+    if (!k.th.ok) {
+      ++failed;
+      return;
+    }
+    if (k.ob.settled && k.ob.mode >= 0) {
+      ++settled;
+      const double lambda = k.th.modes[std::size_t(k.ob.mode)];
+      largest = std::max(largest, std::fabs(k.ob.ratio - lambda) / (1 - lambda));
+    }
+    unexcited += k.ob.settled && k.ob.mode > 0;
+    if (!k.ob.disagrees()) return;
+    if (disagreements++ < 10) {
+      progress.done();
+      std::printf(
+          "THEORY: case %llu: observed rate %.9g at round %d, no eigenvalue of the "
+          "round's Jacobian within %.3g of it (the slowest: %.9g)\n",
+          static_cast<unsigned long long>(i), k.ob.ratio, k.ob.round, k.ob.error, k.th.rate);
+    }
   }
-  if (pick < 0.3) {  // near-permutation
-    const double big = rng.uniform(5, 80);
-    int perm[64];
-    for (int j = 0; j < n; ++j) perm[j] = j;
-    for (int j = n - 1; j > 0; --j) std::swap(perm[j], perm[rng.integer(0, j)]);
-    for (int j = 0; j < n; ++j) L[std::size_t(j * n + perm[j])] += big;
-  } else if (pick < 0.5) {  // two blocks
-    const int split = rng.integer(1, std::max(1, n - 1));
-    const double gap = rng.uniform(5, 60);
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k)
-        if ((j < split) != (k < split)) L[std::size_t(j * n + k)] -= gap;
-  } else if (pick < 0.6) {  // rank one plus noise
-    std::vector<double> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
-    for (auto& v : a) v = bell(rng) * 20;
-    for (auto& v : b) v = bell(rng) * 20;
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k)
-        L[std::size_t(j * n + k)] =
-            a[std::size_t(j)] + b[std::size_t(k)] + 0.1 * L[std::size_t(j * n + k)];
+};
+
+// The theory of the reported cases, in double and certified in MPFR: rates, the distance from the
+// limit after K rounds against its prediction from round K/2, and the rounds needed for 1e-3 and
+// 1e-6, predicted from round K and counted by iterating (up to 10^6 rounds).
+template <class F>
+void report_theory(const ref::Config& c, const std::vector<F>& cases, reports::Entry& entry) {
+  if (cases.empty() || c.n < 2) return;
+  std::printf(
+      "\ntheory of those cases (docs/semantics.md, \"Sinkhorn convergence\"): Knight's rate "
+      "sigma_2(P)^2, the rate with eps, the observed one; dist: max |line sum - (1 - eps)|\n"
+      "%4s %12s %12s %22s %6s %10s %10s %17s %17s\n",
+      "case", "knight", "rate", "observed", "mpfr", "dist K", "pred K", "rounds 1e-3",
+      "rounds 1e-6");
+  const double eps = c.hc_eps;
+  const double tols[2] = {1e-3, 1e-6};
+  for (std::size_t w = 0; w < cases.size(); ++w) {
+    const auto A = start_of(c, cases[w].logits);
+    const auto th = oracles::sinkhorn_theory(A, c.n, eps);
+    const auto mp = oracles::sinkhorn_theory(A, c.n, eps, true);
+    if (!th.ok || !mp.ok) {
+      std::printf("%4llu  no theory: %s\n", static_cast<unsigned long long>(cases[w].index),
+                  (th.ok ? mp : th).why.c_str());
+      continue;
+    }
+    const bool certified = std::fabs(th.rate - mp.rate) <= 1e-3 * (1 - mp.rate);
+    const auto ob = oracles::observe_rate(A, c.n, eps, mp);
+    // The distance from the limit after each round, iterated on to 10^6 rounds.
+    oracles::SinkhornRounds it(c, A);
+    double at_half = 0, at_k = 0;
+    long counted[2] = {-1, -1};
+    for (; it.done <= 1000000; it.next()) {
+      const double d = oracles::line_distance(it.C.data(), c.n, 1 - eps);
+      if (it.done == c.iters / 2) at_half = d;
+      if (it.done == c.iters) at_k = d;
+      for (int t = 0; t < 2; ++t)
+        if (counted[t] < 0 && d <= tols[t]) counted[t] = it.done;
+      if (it.done >= c.iters && counted[1] >= 0) break;
+    }
+    const int half = std::max(1, c.iters / 2);
+    if (c.iters / 2 < 1) at_half = at_k;
+    const double predicted = at_half * std::pow(mp.rate, c.iters - half);
+    char obs[48], rounds[2][40];
+    std::snprintf(obs, sizeof obs, "%.9f+-%.1g%s", ob.ratio, ob.error,
+                  ob.disagrees() ? "!"
+                  : !ob.settled  ? "?"
+                  : ob.mode > 0  ? "*"
+                                 : "");
+    for (int t = 0; t < 2; ++t) {
+      const long p = oracles::rounds_needed(at_k, c.iters, tols[t], mp.rate);
+      std::snprintf(rounds[t], sizeof rounds[t], "%ld/%s", p,
+                    counted[t] < 0 ? ">1e6" : std::to_string(counted[t]).c_str());
+    }
+    std::printf("%4llu %12.9f %12.9f %22s %6s %10.4g %10.4g %17s %17s\n",
+                static_cast<unsigned long long>(cases[w].index), mp.knight, mp.rate, obs,
+                certified ? "yes" : "NO", at_k, predicted, rounds[0], rounds[1]);
+    char b[768];
+    std::snprintf(b, sizeof b,
+                  "case %llu: knight %.17g, rate %.17g (double %.17g, certified %s), observed "
+                  "%.17g +- %.3g at round %d%s, distance after %d rounds %.6g (predicted from "
+                  "round %d: %.6g), rounds for 1e-3 %s, for 1e-6 %s (predicted/counted)",
+                  static_cast<unsigned long long>(cases[w].index), mp.knight, mp.rate, th.rate,
+                  certified ? "yes" : "no", ob.ratio, ob.error, ob.round,
+                  ob.disagrees() ? " DISAGREES"
+                  : ob.mode > 0  ? " (a faster mode: the start's symmetry keeps the slowest out)"
+                                 : "",
+                  c.iters, at_k, half, predicted, rounds[0], rounds[1]);
+    entry.facts.push_back({"theory_" + std::to_string(w + 1), b});
   }
+  std::printf(
+      "observed: the ratio of successive distances, +- the theory's own error at that round (*: "
+      "it is a faster mode's, the start's symmetry keeping the slowest out; !: no mode's; ?: not "
+      "settled); "
+      "mpfr: the double theory within 1e-3 of the gap 1 - rate of MPFR's; pred K: the distance "
+      "after K rounds predicted from round K/2; rounds: predicted from round K / counted\n");
 }
 
 // Keep the simplest logits that still give >= 90% of the residual: whole numbers, then zeros.
@@ -228,6 +311,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   std::uint64_t tried = 0, kernel_cases = 0;
+  TheoryTally tally;
   int disagreements = 0;
   double last_report = 0;
   // kW cases at a time through the reference in lanes::Lanes (one case a lane), a group of kW
@@ -240,6 +324,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
     std::vector<std::vector<double>> Ls;
     std::vector<lanes::Lanes<kW>> L4, C4;
     std::vector<Outcome> judged[kW];  // per kernel, on the lanes whose case the kernels run
+    Checked theory[kW];               // on the same lanes
   };
   const unsigned threads =
       st->threads ? st->threads : std::max(1u, std::thread::hardware_concurrency());
@@ -273,13 +358,15 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
       Group& g = groups[at];
       for (int l = 0; l < kW; ++l) {
         oracles::Rng rng(st->seed * 0x9E3779B97F4A7C15ull ^ (g.idx[l] * 0xD1B54A32D192ED03ull + 1));
-        logits_of(rng, c.n, g.Ls[std::size_t(l)]);
+        draw_logits(rng, c.n, g.Ls[std::size_t(l)]);
         for (std::size_t e = 0; e < nn; ++e) g.L4[e].set(l, g.Ls[std::size_t(l)][e]);
       }
       ref::sinkhorn(c, g.L4.data(), g.C4.data());
       for (int l = 0; l < g.used; ++l) {
         g.judged[l].clear();
-        if (!judge_ahead || g.idx[l] % std::uint64_t(st->kernel_every) != 0) continue;
+        if (g.idx[l] % std::uint64_t(st->kernel_every) != 0) continue;
+        g.theory[l] = check_theory(c, g.Ls[std::size_t(l)]);
+        if (!judge_ahead) continue;
         const auto oc = split_case(c, g.Ls[std::size_t(l)], st->seed + g.idx[l]);
         for (const auto& k : st->kernels)
           g.judged[l].push_back(judge(*impl::find_backend(k), oc, judging));
@@ -311,6 +398,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
           keep_worst(worst_col, Finding{i, lane_logits, e.row, e.col}, false);
         if (i % std::uint64_t(st->kernel_every) == 0) {  // the same cases however it is sharded
           ++kernel_cases;
+          tally.add(g.theory[l], i, progress);
           const auto oc = split_case(c, lane_logits, st->seed + i);
           for (std::size_t k = 0; k < st->kernels.size(); ++k) {
             const impl::Backend* b = impl::find_backend(st->kernels[k]);
@@ -435,6 +523,22 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
                   gain.normalisations);
     entry.facts.push_back({"worst_row_" + std::to_string(w + 1), b + logits + "]"});
   }
+  report_theory(c, worst_row, entry);
+  entry.facts.push_back({"theory_checked", std::to_string(tally.checked)});
+  entry.facts.push_back({"theory_settled", std::to_string(tally.settled)});
+  entry.facts.push_back({"theory_faster_mode", std::to_string(tally.unexcited)});
+  entry.facts.push_back({"theory_disagreements", std::to_string(tally.disagreements)});
+  entry.facts.push_back({"theory_failed", std::to_string(tally.failed)});
+  char largest[32];
+  std::snprintf(largest, sizeof largest, "%.3g", tally.largest);
+  entry.facts.push_back({"theory_largest_rate_difference", largest});
+  std::printf(
+      "\ntheory on the %ld kernel-checked cases: %ld observed rates settled within 500 rounds on "
+      "an eigenvalue of the round's Jacobian, largest |observed - eigenvalue| / (1 - eigenvalue) "
+      "%.3g; %ld on a faster mode than the slowest (a symmetric start); %ld disagreements beyond "
+      "the theory's own error%s\n",
+      tally.checked, tally.settled, tally.largest, tally.unexcited, tally.disagreements,
+      tally.failed ? (", " + std::to_string(tally.failed) + " without a limit").c_str() : "");
   if (!worst_row.empty()) {
     const auto [kappa, tr] = kappa_of(worst_row.front().logits);
     entry.sinkhorn.push_back(

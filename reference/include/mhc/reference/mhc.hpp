@@ -209,6 +209,14 @@ void sinkhorn(const Config& c, const S* logits, S* C, SinkhornTrace<S>* trace = 
   }
 }
 
+// The comb's logits L[j*n + k] = mix[2n + j*n + k] * hc_scale[2] + hc_base[2n + j*n + k].
+template <class S, class P>
+void comb_logits(const Config& c, const S* mix, const P* hc_scale, const P* hc_base, S* logits) {
+  const int n = c.n;
+  const S s2 = S(hc_scale[2]);
+  for (int i = 0; i < n * n; ++i) logits[i] = mix[2 * n + i] * s2 + S(hc_base[2 * n + i]);
+}
+
 // hc_split_sinkhorn: reading weights pre (+eps after the sigmoid), writing weights post (factor 2,
 // no eps), and the doubly stochastic comb.
 template <class S, class P>
@@ -219,7 +227,6 @@ void split_sinkhorn(const Config& c, const S* mix, const P* hc_scale, const P* h
   const double eps = hc_eps(c);
   const S s0 = S(hc_scale[sem.scales_swapped ? 1 : 0]),
           s1 = S(hc_scale[sem.scales_swapped ? 0 : 1]);
-  const S s2 = S(hc_scale[2]);
   for (int j = 0; j < n; ++j) {
     pre[j] = sigmoid(S(mix[j] * s0 + S(hc_base[j])));
     if (sem.pre_eps) pre[j] = pre[j] + S(eps);
@@ -230,7 +237,7 @@ void split_sinkhorn(const Config& c, const S* mix, const P* hc_scale, const P* h
     if (sem.post_eps) post[j] = post[j] + S(eps);
   }
   std::vector<S> logits(std::size_t(n) * n);
-  for (int i = 0; i < n * n; ++i) logits[i] = mix[2 * n + i] * s2 + S(hc_base[2 * n + i]);
+  comb_logits(c, mix, hc_scale, hc_base, logits.data());
   sinkhorn(c, logits.data(), comb, trace);
 }
 

@@ -44,6 +44,26 @@ struct SinkhornCurve {
   double kernel_residual = 0;
 };
 
+// A cell of a convergence map (mhc-verify sinkhorn map): the cases of one structure family, logit
+// scale, hc_eps and number of rounds, and how many ended with a line sum off from 1 by more than
+// 1e-3 and by more than 1e-6. The cells of shards add.
+struct MapCell {
+  std::string family;
+  double scale = 0, eps = 0;
+  int rounds = 0;
+  long cases = 0, above_1e3 = 0, above_1e6 = 0;
+  double max_residual = 0;
+};
+
+// The gain of the composite residual mapping (the product of the combs over depth) against
+// depth: at each depth the largest, over tokens, of its largest absolute row sum (forward
+// signal), column sum (backward gradient) and spectral norm. Curves of one label from two shards
+// take the larger value at each depth.
+struct GainCurve {
+  std::string label;  // whose combs: "oracle", "kernel cpu-fused"
+  std::vector<double> forward, backward, spectral;
+};
+
 struct CaseRecord {
   std::size_t index = 0;
   std::uint64_t seed = 0;
@@ -77,6 +97,8 @@ struct Entry {
   std::vector<CaseRecord> cases;
   std::vector<StageAggregate> stages;  // in the order first seen
   std::vector<SinkhornCurve> sinkhorn;
+  std::vector<MapCell> map;      // a convergence map, in the order first seen
+  std::vector<GainCurve> gains;  // composite gain against depth
   std::vector<std::pair<std::string, std::string>> facts;  // results that are not verdicts
   std::string problem;       // what is wrong beyond the verdicts (a wrong diagnosis); "" if none
   bool keep_passing = true;  // false: a passing case keeps its state, not its stage details
