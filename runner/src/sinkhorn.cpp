@@ -388,6 +388,12 @@ int run_gain(const GainSpec& spec, Session& session) {
     for (const auto& [name, ks] : kernels)
       if (!ks.empty() && !ks[0].kernel.empty())
         entry.gains.push_back(gain_curve(ks, &Site::kernel, name));
+    for (const auto& g : entry.gains) {
+      char b[160];
+      std::snprintf(b, sizeof b, "forward %.9g, backward %.9g, spectral %.9g", g.forward.back(),
+                    g.backward.back(), g.spectral.back());
+      entry.facts.push_back({g.label + " at depth " + std::to_string(sites.size()), b});
+    }
     std::printf("%s: %zu sites, %zu tokens; the gain of the product of the combs at each depth\n",
                 reports::clean_text(id).c_str(), sites.size(), c.tokens);
     std::printf("%6s", "depth");
