@@ -77,8 +77,9 @@ Run add_sinkhorn(CLI::App& app) {
   add_shard_option(app, st->shards, "map: case indices; captured: files");
   app.footer(
       "map: for each structure family (bell noise, near-permutation, two blocks, rank one),\n"
-      "logit scale, hc_eps and K, the share of cases whose comb has a line sum off from 1 by\n"
-      "more than 1e-3 and 1e-6 after K rounds (--n streams).\n"
+      "logit scale, hc_eps and K, the share of cases whose comb has a line sum off from its\n"
+      "limit 1 - hc_eps by more than 1e-3 and 1e-6 after K rounds (--n streams). From doubly\n"
+      "stochastic the comb is off by up to hc_eps more: the limit's own distance.\n"
       "captured: per site of a model's capture, the comb's distance from doubly stochastic after\n"
       "the file's rounds, the rounds each token needs for 1e-3 and 1e-6, the share of tokens\n"
       "near a permutation.\n"

@@ -275,7 +275,7 @@ void map_heatmaps(std::ostringstream& o, const std::vector<MapCell>& map) {
     o << "<div class=\"plots\">";
     for (const auto& [above, threshold] : thresholds) {
       o << "<table class=\"heat\"><caption>hc_eps " << fmt_g(eps)
-        << ": cases with a line sum off from 1 by &gt; " << threshold
+        << ": cases with a line sum off from its limit 1 - hc_eps by &gt; " << threshold
         << "</caption><tr><th rowspan=\"2\">family</th><th rowspan=\"2\">logit scale</th>"
         << "<th colspan=\"" << rounds.size() << "\">rounds</th></tr><tr>";
       for (const int n : rounds) o << "<th>" << n << "</th>";

@@ -146,7 +146,11 @@ reports::GainCurve gain_curve(const std::vector<Site>& sites, const std::vector<
 
 }  // namespace
 
-int run_map(const MapSpec& spec, Session& session) {
+int run_map(const MapSpec& given, Session& session) {
+  MapSpec spec = given;  // rounds ascending: each case's iteration passes them in order
+  std::sort(spec.rounds.begin(), spec.rounds.end());
+  spec.rounds.erase(std::unique(spec.rounds.begin(), spec.rounds.end()), spec.rounds.end());
+  if (spec.n > 64) throw std::invalid_argument("sinkhorn map: n must be <= 64");
   const auto& families = all_families();
   const std::size_t nf = families.size(), ns = spec.scales.size(), ne = spec.eps.size(),
                     nr = spec.rounds.size();
@@ -192,7 +196,7 @@ int run_map(const MapSpec& spec, Session& session) {
         oracles::SinkhornRounds it(cfgs[e], L.data());
         for (std::size_t r = 0; r < nr; ++r) {
           while (it.done < spec.rounds[r]) it.next();
-          const double d = oracles::line_distance(it.C.data(), spec.n, 1);
+          const double d = oracles::line_distance(it.C.data(), spec.n, 1 - cfgs[e].hc_eps);
           auto& cell = local[e * nr + r];
           ++cell.cases;
           cell.above_1e3 += d > 1e-3;
@@ -221,8 +225,9 @@ int run_map(const MapSpec& spec, Session& session) {
   entry.map = cells;
   entry.facts = {{"cases_per_cell", std::to_string(mine.size())}};
   std::printf(
-      "sinkhorn map: n=%d, %zu cases per family and scale (%s), max |line sum - 1| after K "
-      "rounds; each cell: %% above 1e-3 / %% above 1e-6\n",
+      "sinkhorn map: n=%d, %zu cases per family and scale (%s), the distance from the limit "
+      "max |line sum - (1 - hc_eps)| after K rounds (from doubly stochastic: up to hc_eps more); "
+      "each cell: %% above 1e-3 / %% above 1e-6\n",
       spec.n, mine.size(), spec.shard.count > 1 ? spec.shard.text().c_str() : "whole campaign");
   for (std::size_t e = 0; e < ne; ++e) {
     std::printf("\nhc_eps = %.9g\n%-18s %7s", cfgs[e].hc_eps, "family", "scale");
@@ -385,8 +390,9 @@ int run_gain(const GainSpec& spec, Session& session) {
                       {"layers", std::to_string(c.block.layers)},
                       {"tokens", std::to_string(c.tokens)}};
     entry.gains.push_back(gain_curve(sites, &Site::comb, "oracle"));
-    for (const auto& [name, ks] : kernels)
-      if (!ks.empty() && !ks[0].kernel.empty())
+    for (const auto& [name, ks] : kernels)  // combs at every site, or no curve
+      if (!ks.empty() &&
+          std::all_of(ks.begin(), ks.end(), [](const Site& s) { return !s.kernel.empty(); }))
         entry.gains.push_back(gain_curve(ks, &Site::kernel, name));
     for (const auto& g : entry.gains) {
       char b[160];

@@ -45,7 +45,8 @@ struct SinkhornCurve {
 };
 
 // A cell of a convergence map (mhc-verify sinkhorn map): the cases of one structure family, logit
-// scale, hc_eps and number of rounds, and how many ended with a line sum off from 1 by more than
+// scale, hc_eps and number of rounds, and how many ended with a line sum off from the limit's
+// 1 - hc_eps (docs/semantics.md, "Sinkhorn convergence") by more than
 // 1e-3 and by more than 1e-6. The cells of shards add.
 struct MapCell {
   std::string family;

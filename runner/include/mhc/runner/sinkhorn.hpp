@@ -1,6 +1,7 @@
 // mhc-verify sinkhorn: how far the comb's Sinkhorn is from doubly stochastic, and whether it
 // matters (docs/semantics.md, "Sinkhorn convergence"):
-//   map       the residual after K rounds over logit structure x scale x hc_eps x K;
+//   map       the distance from the limit after K rounds over logit structure x scale x
+//             hc_eps x K;
 //   captured  per layer and site of a model's capture, the comb's distance from doubly
 //             stochastic, the rounds it needs and the share of tokens near a permutation;
 //   gain      the product of the combs over depth (a generated stack, or captured stacks): its
