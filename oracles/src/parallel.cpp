@@ -17,11 +17,18 @@ namespace mhc::par {
 
 namespace {
 
+thread_local bool t_in_job = false;        // this thread is running a pool job
+thread_local bool t_fork_blocked = false;  // this thread's fork holds the pool idle
+
 class Pool {
  public:
   unsigned helpers() {  // started here on first use
     std::call_once(started_, [this] {
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      {
+        const std::lock_guard<std::mutex> lock(m_);
+        busy_ += cores - 1;  // until each has started and waits
+      }
       for (unsigned w = 0; w + 1 < cores; ++w) std::thread([this] { serve(); }).detach();
       count_ = cores - 1;
     });
@@ -34,35 +41,65 @@ class Pool {
     }
     cv_.notify_one();
   }
+  // fork(): a helper that is starting, or freeing a finished job's state, may hold the
+  // allocator's lock (AddressSanitizer's is not fork-safe), and the child then waits for it
+  // forever. So fork waits until every helper is idle and keeps them so (m_ held) until it
+  // returns. A fork from inside a job does not wait (the pool may be waiting for that job).
+  void before_fork() {
+    std::unique_lock<std::mutex> lock(m_);
+    idle_.wait(lock, [this] { return busy_ == 0; });
+    lock.release();
+  }
+  void after_fork() { m_.unlock(); }
 
  private:
   void serve() {
+    std::unique_lock<std::mutex> lock(m_);
+    --busy_;
+    idle_.notify_all();
     for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(m_);
-        cv_.wait(lock, [this] { return !queue_.empty(); });
-        job = std::move(queue_.front());
-        queue_.pop_front();
-      }
+      cv_.wait(lock, [this] { return !queue_.empty(); });
+      std::function<void()> job = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      lock.unlock();
+      t_in_job = true;
       job();
+      job = nullptr;
       num::release_thread_caches();  // as a thread of its own would at its end
+      t_in_job = false;
+      lock.lock();
+      --busy_;
+      idle_.notify_all();
     }
   }
   std::once_flag started_;
-  unsigned count_ = 0;
+  unsigned count_ = 0, busy_ = 0;
   std::mutex m_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> queue_;
 };
 
 // Never destroyed: its threads outlive static destruction. A forked child gets a new one (the
-// parent's threads are not in the child, and its mutex may be held by one of them).
+// parent's threads are not in the child, and its mutex is held by the fork).
 Pool* the_pool = nullptr;
 Pool& pool() {
   static const bool registered = [] {
     the_pool = new Pool;
-    pthread_atfork(nullptr, nullptr, [] { the_pool = new Pool; });
+    pthread_atfork(
+        [] {
+          if (t_in_job) return;
+          the_pool->before_fork();
+          t_fork_blocked = true;
+        },
+        [] {
+          if (t_fork_blocked) the_pool->after_fork();
+          t_fork_blocked = false;
+        },
+        [] {
+          t_fork_blocked = false;
+          the_pool = new Pool;
+        });
     return true;
   }();
   (void)registered;

@@ -246,7 +246,7 @@ RateObservation observe_rate(const std::vector<double>& A, int n, double eps,
     return at;
   };
   const double u = std::numeric_limits<double>::epsilon() / 2;
-  double e_prev = deviation(), q_prev = NAN;
+  double e_prev = deviation(), q_prev = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> changes;  // |q_j - q_(j-1)|, j = 3 .. K
   for (int k = 2; k <= max_rounds; ++k) {
     it.next();

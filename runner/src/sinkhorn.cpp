@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 
 #include "logit_families.hpp"
@@ -22,7 +23,7 @@ std::string number(double v) {
 }
 
 double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return NAN;
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, std::size_t(q * double(v.size() - 1) + 0.5))];
 }
