@@ -196,6 +196,13 @@ bool RateObservation::disagrees() const {
   return settled && nearest == 0 && mode < 0;
 }
 
+std::vector<double> sinkhorn_start(const ref::Config& c, const double* logits) {
+  ref::SinkhornTrace<double> tr;
+  std::vector<double> C(std::size_t(c.n * c.n));
+  ref::sinkhorn(c, logits, C.data(), &tr);
+  return tr.steps.front().matrix;
+}
+
 SinkhornRounds::SinkhornRounds(const ref::Config& cfg, const double* logits)
     : c(cfg), C(std::size_t(cfg.n * cfg.n)), col(std::size_t(cfg.n)) {
   ref::Config one = c;

@@ -100,14 +100,6 @@ Gains backward_gains(const ref::Config& c, const std::vector<double>& L) {
   return {gain(L, true), gain(P, false)};
 }
 
-// The Sinkhorn's start (the softmax's output, eps added) of these logits.
-std::vector<double> start_of(const ref::Config& c, const std::vector<double>& L) {
-  ref::SinkhornTrace<double> tr;
-  std::vector<double> C(L.size());
-  ref::sinkhorn(c, L.data(), C.data(), &tr);
-  return tr.steps.front().matrix;
-}
-
 // The theory's rate against the observed one, on the cases the kernels are checked on (in double,
 // observed over at most 500 rounds: what settles by then is compared).
 struct Checked {
@@ -116,7 +108,7 @@ struct Checked {
 };
 Checked check_theory(const ref::Config& c, const std::vector<double>& L) {
   Checked k;
-  const auto A = start_of(c, L);
+  const auto A = oracles::sinkhorn_start(c, L.data());
   k.th = oracles::sinkhorn_theory(A, c.n, c.hc_eps);
   k.ob = oracles::observe_rate(A, c.n, c.hc_eps, k.th, 500);
   return k;
@@ -162,7 +154,7 @@ void report_theory(const ref::Config& c, const std::vector<F>& cases, reports::E
   const double eps = c.hc_eps;
   const double tols[2] = {1e-3, 1e-6};
   for (std::size_t w = 0; w < cases.size(); ++w) {
-    const auto A = start_of(c, cases[w].logits);
+    const auto A = oracles::sinkhorn_start(c, cases[w].logits.data());
     const auto th = oracles::sinkhorn_theory(A, c.n, eps);
     const auto mp = oracles::sinkhorn_theory(A, c.n, eps, true);
     if (!th.ok || !mp.ok) {

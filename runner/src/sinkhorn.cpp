@@ -16,12 +16,6 @@
 namespace mhc::runner {
 namespace {
 
-std::string number(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::sort(v.begin(), v.end());
@@ -297,10 +291,8 @@ int run_captured(const CapturedSpec& spec, Session& session) {
                     if (need[k] < 0 && d <= tols[k]) need[k] = it.done;
                   if (need[1] >= 0) break;
                   if (it.done >= spec.max_rounds) {
-                    ref::SinkhornTrace<double> tr;
-                    std::vector<double> tmp(nn);
-                    ref::sinkhorn(s.cfg, &s.logits[t * nn], tmp.data(), &tr);
-                    const auto th = oracles::sinkhorn_theory(tr.steps.front().matrix, n, eps);
+                    const auto th = oracles::sinkhorn_theory(
+                        oracles::sinkhorn_start(s.cfg, &s.logits[t * nn]), n, eps);
                     ++beyond;
                     if (!th.ok) ++no_limit;
                     for (int k = 0; k < 2; ++k)
@@ -322,34 +314,34 @@ int run_captured(const CapturedSpec& spec, Session& session) {
               entry.op = oracles::op_name(fx.c.op);
               entry.settings = {{"n", std::to_string(n)},
                                 {"iters", std::to_string(s.cfg.iters)},
-                                {"hc_eps", number(eps)},
+                                {"hc_eps", reports::fmt_g(eps, 9)},
                                 {"tokens", std::to_string(s.tokens)}};
               const double T = double(s.tokens);
               entry.facts = {
-                  {"distance_median", number(quantile(dist, 0.5))},
-                  {"distance_p90", number(quantile(dist, 0.9))},
-                  {"distance_p99", number(quantile(dist, 0.99))},
-                  {"distance_max", number(quantile(dist, 1))},
+                  {"distance_median", reports::fmt_g(quantile(dist, 0.5), 9)},
+                  {"distance_p90", reports::fmt_g(quantile(dist, 0.9), 9)},
+                  {"distance_p99", reports::fmt_g(quantile(dist, 0.99), 9)},
+                  {"distance_max", reports::fmt_g(quantile(dist, 1), 9)},
                   {"above_1e3", std::to_string(std::count_if(dist.begin(), dist.end(),
                                                              [](double d) { return d > 1e-3; }))},
                   {"above_1e6", std::to_string(std::count_if(dist.begin(), dist.end(),
                                                              [](double d) { return d > 1e-6; }))},
-                  {"rounds_1e3_median", number(quantile(need3, 0.5))},
-                  {"rounds_1e3_max", number(quantile(need3, 1))},
-                  {"rounds_1e6_median", number(quantile(need6, 0.5))},
-                  {"rounds_1e6_p99", number(quantile(need6, 0.99))},
-                  {"rounds_1e6_max", number(quantile(need6, 1))},
+                  {"rounds_1e3_median", reports::fmt_g(quantile(need3, 0.5), 9)},
+                  {"rounds_1e3_max", reports::fmt_g(quantile(need3, 1), 9)},
+                  {"rounds_1e6_median", reports::fmt_g(quantile(need6, 0.5), 9)},
+                  {"rounds_1e6_p99", reports::fmt_g(quantile(need6, 0.99), 9)},
+                  {"rounds_1e6_max", reports::fmt_g(quantile(need6, 1), 9)},
                   {"rounds_predicted_tokens", std::to_string(beyond)},
-                  {"near_permutation_share", number(double(near) / T)}};
+                  {"near_permutation_share", reports::fmt_g(double(near) / T, 9)}};
               if (no_limit)
                 entry.facts.push_back({"tokens_without_limit", std::to_string(no_limit)});
               if (!s.kernel.empty())
-                entry.facts.push_back({"kernel_distance_max", number(kernel_worst)});
+                entry.facts.push_back({"kernel_distance_max", reports::fmt_g(kernel_worst, 9)});
               std::printf("%-44s %7zu %10.3g %10.3g %10.3g %8.0f %8.0f %9ld %8.1f%% %8s\n",
                           reports::clean_text(where).c_str(), s.tokens, quantile(dist, 0.5),
                           quantile(dist, 0.99), quantile(dist, 1), quantile(need3, 1),
                           quantile(need6, 1), beyond, 100.0 * double(near) / T,
-                          s.kernel.empty() ? "-" : number(kernel_worst).c_str());
+                          s.kernel.empty() ? "-" : reports::fmt_g(kernel_worst, 9).c_str());
               session.update();
             }
           },
@@ -387,7 +379,7 @@ int run_gain(const GainSpec& spec, Session& session) {
     entry.op = oracles::op_name(c.op);
     entry.settings = {{"n", std::to_string(c.cfg.n)},
                       {"iters", std::to_string(c.cfg.iters)},
-                      {"hc_eps", number(ref::hc_eps(c.cfg))},
+                      {"hc_eps", reports::fmt_g(ref::hc_eps(c.cfg), 9)},
                       {"layers", std::to_string(c.block.layers)},
                       {"tokens", std::to_string(c.tokens)}};
     entry.gains.push_back(gain_curve(sites, &Site::comb, "oracle"));
@@ -434,7 +426,7 @@ int run_gain(const GainSpec& spec, Session& session) {
         std::printf("SKIPPED: %s: %s\n", k.c_str(), r.verdict.stages.at(0).reason.c_str());
     }
     one("generated stack seed " + std::to_string(spec.seed) + " comb scale " +
-            number(spec.comb_scale),
+            reports::fmt_g(spec.comb_scale, 9),
         c, comb_sites(c, nullptr, spec.judging.threads), kernels);
     return 0;
   }

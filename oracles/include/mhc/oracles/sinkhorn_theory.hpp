@@ -71,6 +71,9 @@ double line_distance(const T* C, int n, double target = 1) {
   return d;
 }
 
+// The start A of the comb's Sinkhorn from its logits: the softmax's output, eps added.
+std::vector<double> sinkhorn_start(const ref::Config& c, const double* logits);
+
 // The comb's Sinkhorn (c's hc_eps and placements) in double, a round at a time, as ref::sinkhorn
 // runs it: round 1 is the softmax and the first column division, each later round a row and a
 // column division.
