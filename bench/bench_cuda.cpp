@@ -1,9 +1,13 @@
-// The fused boundary kernel on the GPU against the four-launch baseline and the device-to-device
-// copy bandwidth, at n=4, d=5120, and the sweep of the fused kernel's configurations, each checked
-// to give the shipped one's bits (exit 1 if one does not). Usage: mhc-bench-cuda [repeats]
+// The fused boundary kernel on the GPU, n=4, d=5120, from a decode step's token counts to 65536:
+// against its floor max(launch latency, bytes / copy bandwidth), the copy bandwidth, the kernel
+// unsplit and with hc_fn repacked in every call, and the four-launch baseline; then the sweep of
+// the fused kernel's configurations, each checked to give the shipped one's bits at the same
+// split of the columns (exit 1 if one does not). Usage: mhc-bench-cuda [repeats [table]]; with
+// `table`, the first table alone.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "cuda_boundary_timing.hpp"
@@ -22,36 +26,46 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf(
-      "device %s; boundary n=4 d=5120; CUDA events, median of %d after a warm-up; "
-      "bytes (2n+2)*d per token\n",
+      "device %s; boundary n=4 d=5120; CUDA events, median of %d after a warm-up, inputs and "
+      "packed hc_fn rotated past L2\n"
+      "fused: shipped (columns split over blocks at small token counts); unsplit: one block a 32 "
+      "tokens; repack: unsplit, hc_fn packed in the call (the kernel before the split);\n"
+      "floor: max(empty kernel, all bytes / copy bandwidth); fraction: (2n+2)*d stream elements "
+      "a token / time / copy bandwidth\n",
       cuda_device_name().c_str(), repeats);
-  std::printf("%-6s %7s %10s %10s %10s %10s %9s %8s\n", "dtype", "tokens", "fused ms", "base ms",
-              "fused GB/s", "copy GB/s", "fraction", "speedup");
+  std::printf("%-6s %7s %9s %9s %9s %9s %9s %9s %7s %9s %9s\n", "dtype", "tokens", "fused ms",
+              "unsplit", "repack", "base ms", "floor ms", "launch", "/floor", "fraction",
+              "copy GB/s");
   std::map<std::pair<bool, std::size_t>, BoundaryTiming> runs;
   for (bool bf16 : {false, true})
-    for (std::size_t T : {4096u, 16384u, 65536u}) {
+    for (std::size_t T : {1u, 8u, 64u, 256u, 1024u, 4096u, 16384u, 65536u}) {
       const auto r = runs[{bf16, T}] = cuda_bench_boundary(T, bf16, repeats);
       const double gbps = r.bytes_per_token * double(T) / (r.fused_ms * 1e-3) / 1e9;
-      std::printf("%-6s %7zu %10.4f %10.4f %10.1f %10.1f %9.2f %8.2f\n", bf16 ? "bf16" : "fp32", T,
-                  r.fused_ms, r.baseline_ms, gbps, r.copy_gbps, gbps / r.copy_gbps,
-                  r.baseline_ms / r.fused_ms);
+      std::printf("%-6s %7zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %9.2f %9.1f\n",
+                  bf16 ? "bf16" : "fp32", T, r.fused_ms, r.unsplit_ms, r.repack_ms, r.baseline_ms,
+                  r.floor_ms(), r.launch_ms, r.fused_ms / r.floor_ms(), gbps / r.copy_gbps,
+                  r.copy_gbps);
+      std::fflush(stdout);
     }
+  if (argc > 2 && std::string(argv[2]) == "table") return 0;
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
-  // the table above), the shipped one first.
+  // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 256 tokens
+  // with the columns of every configuration in the same 8 splits.
   std::printf(
       "\nconfigurations of the fused kernel (tb: tokens a block, cw: columns a chunk, s: stages, "
       "L2: cp.async's L2 prefetch size), random inputs; same: outputs bit-identical to the "
       "first\n");
-  std::printf("%-6s %7s %-30s %10s %9s %5s\n", "dtype", "tokens", "config", "ms", "fraction",
-              "same");
+  std::printf("%-6s %7s %6s %-30s %10s %9s %5s\n", "dtype", "tokens", "splits", "config", "ms",
+              "fraction", "same");
   int differing = 0;
   for (bool bf16 : {false, true})
-    for (std::size_t T : {16384u, 65536u}) {
+    for (auto [T, splits] : {std::pair<std::size_t, int>{256, 8}, {16384, 0}, {65536, 0}}) {
       const auto& r = runs[{bf16, T}];
-      for (const auto& v : cuda_bench_boundary_sweep(T, bf16, repeats)) {
+      for (const auto& v : cuda_bench_boundary_sweep(T, bf16, repeats, splits)) {
         const double gbps = r.bytes_per_token * double(T) / (v.ms * 1e-3) / 1e9;
-        std::printf("%-6s %7zu %-30s %10.4f %9.2f %5s\n", bf16 ? "bf16" : "fp32", T, v.name.c_str(),
-                    v.ms, gbps / r.copy_gbps, v.same_bits ? "yes" : "NO");
+        std::printf("%-6s %7zu %6s %-30s %10.4f %9.2f %5s\n", bf16 ? "bf16" : "fp32", T,
+                    splits ? std::to_string(splits).c_str() : "auto", v.name.c_str(), v.ms,
+                    gbps / r.copy_gbps, v.same_bits ? "yes" : "NO");
         differing += v.same_bits ? 0 : 1;
       }
     }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -44,8 +45,8 @@ __global__ void fill_uniform(E* p, std::size_t count, std::uint32_t seed, float 
   st(p, i, lo + (hi - lo) * (float(v >> 8) * (1.0f / 16777216.0f)));
 }
 
-// The boundary's device data at n = 4, d = 5120 for T tokens: the stream tensors in enough
-// copies that every repetition reads data past the 60 MB L2, the rest once.
+// The boundary's device data at n = 4, d = 5120 for T tokens: the stream tensors and packed
+// hc_fn in enough copies that every repetition reads data past the 60 MB L2, the rest once.
 struct BenchData {
   static constexpr std::size_t n = 4, d = 5120, M = 24;
   const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
@@ -90,16 +91,33 @@ struct BenchData {
     fill(W.p, W.n, -0.01f, 0.01f);
     fill(s.p, s.n, 0.5f, 1.5f);
     fill(b.p, b.n, -1, 1);
+    for (int i = 0; i < std::min(copies, 128); ++i) packed.emplace_back(new TcWeights(c, W.p));
     sync();
   }
-  // The boundary on copy k of the streams.
-  template <class S, class Launch>
-  void run(Launch launch, int k) {
+  std::vector<std::unique_ptr<TcWeights>> packed;
+  // Every byte a call reads and writes: the streams, the coefficients in and out, hc_fn.
+  double bytes() const {
+    return double(T) * double((2 * n + 2) * d * es + (2 * n + 2 * n * n + 2 * n + M) * 4) +
+           double(M * n * d * 4);
+  }
+  // cuda-fused's boundary on copy k of the streams and hc_fn.
+  template <class S>
+  void run(TcLaunch<S> launch, int k, int splits = 0) {
     const std::size_t off = std::size_t(k);
     launch(c, T, reinterpret_cast<S*>(f.p) + off * T * d,
-           reinterpret_cast<S*>(R.p) + off * T * n * d, post.p, comb.p, pm.p, W.p, s.p, b.p,
+           reinterpret_cast<S*>(R.p) + off * T * n * d, post.p, comb.p, pm.p,
+           *packed[std::size_t(k) % packed.size()], s.p, b.p,
            reinterpret_cast<S*>(x.p) + off * T * n * d, reinterpret_cast<S*>(y.p) + off * T * d,
-           mixes.p, pre.p, po.p, co.p);
+           mixes.p, pre.p, po.p, co.p, splits);
+  }
+  // The four-launch baseline (hc_fn as it comes).
+  template <class S>
+  void run_baseline(int k) {
+    const std::size_t off = std::size_t(k);
+    boundary_four_launches<S>(c, T, reinterpret_cast<S*>(f.p) + off * T * d,
+                              reinterpret_cast<S*>(R.p) + off * T * n * d, post.p, comb.p, pm.p,
+                              W.p, s.p, b.p, reinterpret_cast<S*>(x.p) + off * T * n * d,
+                              reinterpret_cast<S*>(y.p) + off * T * d, mixes.p, pre.p, po.p, co.p);
   }
   // Every output of copy 0, as bytes.
   std::vector<std::uint8_t> outputs() const {
@@ -174,7 +192,7 @@ std::vector<Timed<S>> tc_configs() {
 }
 
 template <class S>
-std::vector<TcTiming> sweep(std::size_t T, int repeats) {
+std::vector<TcTiming> sweep(std::size_t T, int repeats, int splits) {
   BenchData data(T, !std::is_same<S, float>::value);
   std::vector<TcTiming> out;
   std::vector<std::uint8_t> shipped;
@@ -182,38 +200,53 @@ std::vector<TcTiming> sweep(std::size_t T, int repeats) {
     for (auto* v : {&data.x, &data.y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
     for (auto* v : {&data.mixes, &data.pre, &data.po, &data.co})
       MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
-    data.run<S>(cfg.launch, 0);
+    data.run<S>(cfg.launch, 0, splits);
     sync();
     const auto got = data.outputs();
     if (shipped.empty()) shipped = got;
     TcTiming t;
     t.name = cfg.name;
     t.same_bits = got == shipped;
-    t.ms = median_ms(repeats, data.copies, [&](int k) { data.run<S>(cfg.launch, k); });
+    t.ms = median_ms(repeats, data.copies, [&](int k) { data.run<S>(cfg.launch, k, splits); });
     out.push_back(t);
   }
   return out;
 }
+
+__global__ void empty_kernel() {}
+
 }  // namespace
 
-BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
+BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats, bool baseline) {
   need_device("cuda_bench_boundary", repeats);
   BoundaryTiming r;
   r.tokens = T;
   r.bf16 = use_bf16;
   BenchData data(T, use_bf16);
   r.bytes_per_token = double((2 * data.n + 2) * data.d * data.es);
-  // cuda-fused's launch at d = 5120, and the baseline's four.
-  auto time = [&](TcLaunch<float> f32, TcLaunch<bf16> b16) {
-    return median_ms(repeats, data.copies, [&](int k) {
-      if (use_bf16)
-        data.run<bf16>(b16, k);
-      else
-        data.run<float>(f32, k);
-    });
+  r.bytes = data.bytes();
+  auto time = [&](auto&& f32, auto&& b16) {
+    return median_ms(repeats, data.copies, [&](int k) { use_bf16 ? b16(k) : f32(k); });
   };
-  r.fused_ms = time(shipped_tc<float, 5120>(), shipped_tc<bf16, 5120>());
-  r.baseline_ms = time(boundary_four_launches<float>, boundary_four_launches<bf16>);
+  // cuda-fused's launch at d = 5120: split as shipped, unsplit, and unsplit with hc_fn repacked
+  // in the call; and the baseline's four launches.
+  const auto f32 = shipped_tc<float, 5120>();
+  const auto b16 = shipped_tc<bf16, 5120>();
+  r.fused_ms =
+      time([&](int k) { data.run<float>(f32, k); }, [&](int k) { data.run<bf16>(b16, k); });
+  r.unsplit_ms =
+      time([&](int k) { data.run<float>(f32, k, 1); }, [&](int k) { data.run<bf16>(b16, k, 1); });
+  auto repack = [&](int k) { data.packed[std::size_t(k) % data.packed.size()]->pack(data.W.p); };
+  r.repack_ms = time([&](int k) { repack(k), data.run<float>(f32, k, 1); },
+                     [&](int k) { repack(k), data.run<bf16>(b16, k, 1); });
+  r.pack_ms = median_ms(repeats, data.copies, repack);
+  if (baseline)
+    r.baseline_ms = time([&](int k) { data.run_baseline<float>(k); },
+                         [&](int k) { data.run_baseline<bf16>(k); });
+  r.launch_ms = median_ms(repeats, 1, [](int) {
+    empty_kernel<<<1, 32>>>();
+    MHC_CUDA_LAUNCHED();
+  });
   // Device-to-device copy of 1 GiB: bytes read + written per second.
   const std::size_t bytes = std::size_t(1) << 30;
   Dev<std::uint8_t> a(bytes), bb(bytes);
@@ -224,9 +257,10 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   return r;
 }
 
-std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats) {
+std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats,
+                                                int splits) {
   need_device("cuda_bench_boundary_sweep", repeats);
-  return use_bf16 ? sweep<bf16>(T, repeats) : sweep<float>(T, repeats);
+  return use_bf16 ? sweep<bf16>(T, repeats, splits) : sweep<float>(T, repeats, splits);
 }
 
 }  // namespace mhc::bench

@@ -9,24 +9,39 @@
 
 namespace mhc::bench {
 
-// cuda-fused's single pass against the four-launch baseline, and the copy bandwidth.
+// cuda-fused's single pass against the four-launch baseline, the copy bandwidth and the launch
+// latency. hc_fn is packed once, outside the timed calls (a weight), and rotated over copies like
+// the streams, so that small batches read it from DRAM as a model's layers would. fused_ms splits
+// the columns at small token counts (the shipped choice); unsplit_ms is one block per 32 tokens,
+// and repack_ms the same with hc_fn repacked in every call (the kernel before the split).
 struct BoundaryTiming {
   std::size_t tokens = 0;
   bool bf16 = false;
-  double fused_ms = 0, baseline_ms = 0, copy_gbps = 0;  // copy: device-to-device, read + write
-  double bytes_per_token = 0;                           // (2n + 2) d elements
+  double fused_ms = 0, unsplit_ms = 0, repack_ms = 0, baseline_ms = 0;
+  double pack_ms = 0;          // packing hc_fn once
+  double launch_ms = 0;        // an empty kernel, timed the same way
+  double copy_gbps = 0;        // device-to-device copy, read + write
+  double bytes_per_token = 0;  // (2n + 2) d stream elements
+  double bytes = 0;            // every byte read and written: streams, coefficients, hc_fn
+  // The least time a call can take: max(launch latency, bytes / copy bandwidth).
+  double floor_ms() const {
+    return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
+  }
 };
-BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
+// baseline: also time the four-launch baseline (slow to warm up at large token counts).
+BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats,
+                                   bool baseline = true);
 
 // The fused kernel's configurations (tokens a block, columns a chunk, pipeline stages, L2
-// prefetch size), the shipped one first, timed the same way on random inputs; same_bits: every
-// output equals the shipped configuration's, bit for bit (the arithmetic of a token does not
-// depend on the configuration).
+// prefetch size), the shipped one first, timed the same way on random inputs, all with `splits`
+// splits of the columns (0: each its own choice); same_bits: every output equals the shipped
+// configuration's, bit for bit (the arithmetic of a token depends on the split alone).
 struct TcTiming {
   std::string name;
   double ms = 0;
   bool same_bits = false;
 };
-std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats);
+std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats,
+                                                int splits = 0);
 
 }  // namespace mhc::bench

@@ -1,40 +1,49 @@
 #!/usr/bin/env python3
-"""The sublayer boundary in PyTorch eager, from the seeds' formulas: float64 on the CPU (against
-the oracle's throughput) or fp32/bf16 streams on a GPU (against the CUDA kernels).
-Usage: torch_boundary.py TOKENS REPEATS THREADS [DEVICE [DTYPE]]. Prints one line:
-'torch-<dtype>-<device> <median seconds> <tokens/s>'."""
+"""The sublayer boundary in PyTorch from the seeds' formulas: float64 on the CPU (against the
+oracle's throughput) or fp32/bf16 streams on a GPU (against the CUDA kernels), eager and/or
+torch.compile (default mode, dynamic shapes: one compilation serves every token count).
+Usage: torch_boundary.py TOKENS[,TOKENS...] REPEATS THREADS [DEVICE [DTYPE [eager|compile|both]]].
+Prints a line per mode and token count: 'torch-<mode>-<dtype>-<device> <tokens> <median seconds>
+<tokens/s>'; GPU times are CUDA events around one call, after a warm-up."""
 import sys
 import time
 
 import torch
 
-T, repeats, threads = (int(a) for a in sys.argv[1:4])
+sizes = [int(t) for t in sys.argv[1].split(",")]
+repeats, threads = int(sys.argv[2]), int(sys.argv[3])
 device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 dtype_name = sys.argv[5] if len(sys.argv) > 5 else "float64"
+modes = {"eager": ["eager"], "compile": ["compile"], "both": ["eager", "compile"]}[
+    sys.argv[6] if len(sys.argv) > 6 else "eager"]
 torch.set_num_threads(threads)
 n, d, iters, eps, norm_eps = 4, 5120, 20, 1e-6, 1e-20
 M = (2 + n) * n
-g = torch.Generator().manual_seed(1)
 stream = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
 coef = torch.float64 if stream == torch.float64 else torch.float32
-f = torch.randn(T, d, generator=g).to(device, stream)
-residual = torch.randn(T, n, d, generator=g).to(device, stream)
-post = (2 * torch.sigmoid(torch.randn(T, n, generator=g))).to(device, coef)
-comb = torch.softmax(torch.randn(T, n, n, generator=g), -1).to(device, coef)
-pre_mix = (torch.sigmoid(torch.randn(T, n, generator=g)) + eps).to(device, coef)
-hc_fn = (torch.randn(M, n * d, generator=g) / (n * d) ** 0.5).to(device, coef)
-hc_scale = (torch.rand(3, generator=g) + 0.5).to(device, coef)
-hc_base = torch.randn(M, generator=g).to(device, coef)
 
 
-def boundary():
+def inputs(T):
+    g = torch.Generator().manual_seed(1)
+    f = torch.randn(T, d, generator=g).to(device, stream)
+    residual = torch.randn(T, n, d, generator=g).to(device, stream)
+    post = (2 * torch.sigmoid(torch.randn(T, n, generator=g))).to(device, coef)
+    comb = torch.softmax(torch.randn(T, n, n, generator=g), -1).to(device, coef)
+    pre_mix = (torch.sigmoid(torch.randn(T, n, generator=g)) + eps).to(device, coef)
+    hc_fn = (torch.randn(M, n * d, generator=g) / (n * d) ** 0.5).to(device, coef)
+    hc_scale = (torch.rand(3, generator=g) + 0.5).to(device, coef)
+    hc_base = torch.randn(M, generator=g).to(device, coef)
+    return f, residual, post, comb, pre_mix, hc_fn, hc_scale, hc_base
+
+
+def boundary(f, residual, post, comb, pre_mix, hc_fn, hc_scale, hc_base):
     x = (post.unsqueeze(-1) * f.to(coef).unsqueeze(-2)
          + torch.sum(comb.unsqueeze(-1) * residual.to(coef).unsqueeze(-2), dim=1)).to(stream)
     flat = x.flatten(1).to(coef)
     mixes = torch.nn.functional.linear(flat, hc_fn) * torch.rsqrt(flat.square().mean(-1, keepdim=True) + norm_eps)
     pre = torch.sigmoid(mixes[:, :n] * hc_scale[0] + hc_base[:n]) + eps
     post_ = 2 * torch.sigmoid(mixes[:, n:2 * n] * hc_scale[1] + hc_base[n:2 * n])
-    c = (mixes[:, 2 * n:] * hc_scale[2] + hc_base[2 * n:]).view(T, n, n)
+    c = (mixes[:, 2 * n:] * hc_scale[2] + hc_base[2 * n:]).view(-1, n, n)
     c = c.softmax(-1) + eps
     c = c / (c.sum(-2, keepdim=True) + eps)
     for _ in range(iters - 1):
@@ -44,20 +53,27 @@ def boundary():
     return x, y, mixes, pre, post_, c
 
 
-boundary()  # warm-up
-times = []
-for _ in range(repeats):
-    if device == "cpu":
-        t0 = time.perf_counter()
-        boundary()
-        times.append(time.perf_counter() - t0)
-    else:
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        boundary()
-        e1.record()
-        torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1) / 1e3)
-times.sort()
-med = times[len(times) // 2]
-print(f"torch-{dtype_name}-{device} {med:.6f} {T / med:.0f}")
+for mode in modes:
+    if mode == "compile" and not hasattr(torch, "compile"):
+        print(f"torch-compile-{dtype_name}-{device} unavailable (PyTorch {torch.__version__})")
+        continue
+    fn = boundary if mode == "eager" else torch.compile(boundary, dynamic=True)
+    for T in sizes:
+        args = inputs(T)
+        fn(*args)  # warm-up (and, compiled, the compilation)
+        times = []
+        for _ in range(repeats):
+            if device == "cpu":
+                t0 = time.perf_counter()
+                fn(*args)
+                times.append(time.perf_counter() - t0)
+            else:
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                fn(*args)
+                e1.record()
+                torch.cuda.synchronize()
+                times.append(e0.elapsed_time(e1) / 1e3)
+        times.sort()
+        med = times[len(times) // 2]
+        print(f"torch-{mode}-{dtype_name}-{device} {T} {med:.7f} {T / med:.0f}", flush=True)

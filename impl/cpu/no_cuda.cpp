@@ -56,6 +56,7 @@ const Backend& cuda_fused() {
 void cuda_mma_tf32(const float*, const float*, const float*, float*) {
   absent();
 }
+void cuda_fused_splits(int) {}
 Sublayers cuda_sublayers() {
   Sublayers s;
   s.attention = [](const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t,

@@ -1,18 +1,21 @@
 // cuda-fused's boundary in one pass (boundary_tc), with the projection on the tensor cores, and
-// its launch in a configuration (launch_tc, shipped_tc). A header because the benchmark's sweep
-// (bench/cuda_boundary_timing.cu) instantiates other configurations of the same kernel.
-// Everything here has internal linkage: each .cu that launches it has its own instantiations and
-// its own packed copy of hc_fn.
+// its launch in a configuration (launch_tc, shipped_tc) with hc_fn packed once (TcWeights). A
+// header because the benchmark's sweep (bench/cuda_boundary_timing.cu) instantiates other
+// configurations of the same kernel. Everything here has internal linkage: each .cu that launches
+// it has its own instantiations and its own workspace.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <type_traits>
 
+#include "buffers.cuh"
 #include "check.cuh"
 #include "device.cuh"
 
@@ -101,8 +104,10 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
 // The split products and the tensor cores' accumulation (each 32 columns summed from zero, then
 // fp32 adds) stay within the fp32 model's bound of the projection: the derivation, and what
 // test_cuda checks of the tensor cores, in docs/semantics.md, "The tensor-core projection".
-// The arithmetic of a token does not depend on TB, CW, STAGES or PF: every configuration gives
-// the same bits (mhc-bench-cuda's sweep checks it).
+// At small token counts a token range's columns are split over S blocks (the grid's y), whose
+// sums are added in split order (tc_epilogue). The arithmetic of a token depends on S alone, not
+// on TB, CW, STAGES or PF: every configuration gives the same bits at the same S
+// (mhc-bench-cuda's sweep checks it).
 template <class T, int TB_, int CW_>
 struct TcLayout {
   static constexpr int N = 4, M = 24, TB = TB_, CW = CW_, CO = N + N * N + N;
@@ -131,16 +136,20 @@ struct TcLayout {
 template <int TB, int CO, int N, int NT>
 __device__ __forceinline__ void tc_coefficients(float* coef, const float* post, const float* comb,
                                                 const float* pre_mix, std::size_t t0, int nt) {
-  for (int e = int(threadIdx.x); e < TB * CO; e += NT) {
-    const int tb = e / CO, i = e % CO;
+  static_assert(TB * CO % NT == 0, "whole rounds");
+  float v[TB * CO / NT];  // every load issued before the first store: one round trip
+#pragma unroll
+  for (int r = 0; r < TB * CO / NT; ++r) {
+    const int e = int(threadIdx.x) + NT * r, tb = e / CO, i = e % CO;
     const std::size_t t = t0 + std::size_t(tb);
-    float v = 0;
+    v[r] = 0;
     if (tb < nt)
-      v = i < N           ? post[t * N + std::size_t(i)]
-          : i < N + N * N ? comb[t * N * N + std::size_t(i - N)]
-                          : pre_mix[t * N + std::size_t(i - N - N * N)];
-    coef[e] = v;
+      v[r] = i < N           ? __ldg(post + t * N + std::size_t(i))
+             : i < N + N * N ? __ldg(comb + t * N * N + std::size_t(i - N))
+                             : __ldg(pre_mix + t * N + std::size_t(i - N - N * N));
   }
+#pragma unroll
+  for (int r = 0; r < TB * CO / NT; ++r) coef[int(threadIdx.x) + NT * r] = v[r];
 }
 
 // The copies of the block's chunks into the stages. Completion is tracked by commit groups, so
@@ -198,7 +207,8 @@ struct TcPipeline {
   }
 
   // Chunk `ch` into stage `st`: the rows of f and R (zero past the last token and column), and
-  // hc_fn's packed chunk (contiguous, always whole). One commit group per call, empty past the end.
+  // hc_fn's packed chunk (contiguous, always whole). One commit group per call, empty from chunk
+  // `chunks` on (the end of the block's range).
   __device__ __forceinline__ void fetch(std::size_t ch, int st) const {
     if (ch < chunks) {
       const std::size_t c0 = ch * CW;
@@ -380,17 +390,77 @@ __device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&
   }
 }
 
-// After the last chunk (the stages no longer in use): the sums of squares over each half warp,
-// the four streams' partial products through shared memory (reusing the stages), then a thread
-// per token: the mixes, normalised, and split_sinkhorn.
-template <class T, int TB, int CW>
+// The block's tokens finished from red ([token][M + 1]: the projection, streams summed, and the
+// sum of squares): the mixes normalised, and split_sinkhorn with 16 lanes a token, lane 4j + k
+// holding comb[j, k]. Each lane does the operations split_token does for its element, in the same
+// order; the row and column sums gather their four terms by shuffles and add them in index order.
+// One thread a token took ~22 us on the H200 (its 16 divisions a step serialise on their
+// slow-path checks); the lanes take each step's one division in parallel.
+template <int N, int M, int NT>
+__device__ __forceinline__ void tc_finish(const Dims& c, const float* red, std::size_t t0, int nt,
+                                          std::size_t d, const float* scale, const float* base,
+                                          float* mixes, float* pre, float* postout,
+                                          float* combout) {
+  static_assert(N * N == 16 && M == 2 * N + 16, "two tokens a warp");
+  constexpr unsigned all = 0xffffffffu;
+  const int l = int(threadIdx.x) % 16, j = l / N, k = l % N;
+  const float eps = c.hc_eps;
+  auto row_sum = [&](float v) {  // sum over k of row j, in order
+    float r = __shfl_sync(all, v, N * j, 16);
+    for (int q = 1; q < N; ++q) r += __shfl_sync(all, v, N * j + q, 16);
+    return r;
+  };
+  auto col_sum = [&](float v) {  // sum over j of column k, in order
+    float r = __shfl_sync(all, v, k, 16);
+    for (int q = 1; q < N; ++q) r += __shfl_sync(all, v, N * q + k, 16);
+    return r;
+  };
+  for (int tb0 = 0; tb0 < nt; tb0 += NT / 16) {  // the same trip count in every lane
+    const int tb = tb0 + int(threadIdx.x) / 16;
+    const bool on = tb < nt;
+    const float* r = red + (on ? tb : 0) * (M + 1);
+    const std::size_t t = t0 + std::size_t(tb);
+    const float rr = 1.0f / sqrtf(r[M] / float(std::size_t(N) * d) + c.norm_eps);
+    const float mc = r[2 * N + l] * rr;
+    if (on) mixes[t * M + std::size_t(2 * N + l)] = mc;
+    if (l < 2 * N) {
+      const float m = r[l] * rr;
+      if (on) {
+        mixes[t * M + std::size_t(l)] = m;
+        if (l < N)
+          pre[t * N + std::size_t(l)] = sigmoid(m * scale[0] + base[l]) + eps;
+        else
+          postout[t * N + std::size_t(l - N)] = 2.0f * sigmoid(m * scale[1] + base[l]);
+      }
+    }
+    float C = mc * scale[2] + base[2 * N + l];
+    float mx = C;
+    for (int o = 1; o < N; o *= 2) mx = fmaxf(mx, __shfl_xor_sync(all, mx, o, 16));
+    C = expf(C - mx);
+    C = C / row_sum(C) + eps;
+    for (int it = 0; it < c.iters; ++it) {
+      if (it > 0) C = C / (row_sum(C) + eps);
+      C = C / (col_sum(C) + eps);
+    }
+    if (on) combout[t * N * N + std::size_t(l)] = C;
+  }
+}
+
+// After the block's last chunk (the stages no longer in use): the sums of squares over each half
+// warp, the four streams' partial products through shared memory (reusing the stages), summed
+// per token ((k0 + k1) + k2) + k3. Unsplit, the block finishes its tokens (tc_finish). Split, it
+// stores its sums in `partial` ([S][T][M + 1]), and the block of the token range that arrives last
+// (counted in `arrived`, which it resets) adds the S splits' sums in split order and finishes: the
+// same bits whichever block is last.
+template <class T, int TB, int CW, bool SPLIT>
 __device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, float* sumsq,
                                             const float (&ss)[4], const float (&acc)[2][3][4],
-                                            std::size_t t0, int nt, std::size_t d,
-                                            const float* scale, const float* base, float* mixes,
+                                            std::size_t tokens, std::size_t t0, int nt,
+                                            std::size_t d, const float* scale, const float* base,
+                                            float* partial, unsigned* arrived, float* mixes,
                                             float* pre, float* postout, float* combout) {
   using L = TcLayout<T, TB, CW>;
-  constexpr int N = L::N, M = L::M, NW = L::NW;
+  constexpr int N = L::N, M = L::M, NW = L::NW, NT = L::kThreads;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, tq = lane % 4, h = lane / 16;
   const int k = warp % N, grp = warp / N;
@@ -403,6 +473,7 @@ __device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, 
   __syncthreads();  // every warp is done with the stages
   // [stream][token][row]; fragment r: token g (+8 for r >= 2), row 2 tq (+1 for odd r)
   float* part = reinterpret_cast<float*>(smem);
+  float* red = part + N * TB * M;  // [token][M + 1]
 #pragma unroll
   for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -412,34 +483,72 @@ __device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, 
         part[(k * TB + 32 * grp + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] =
             acc[a][b][r];
   __syncthreads();
-  if (int(threadIdx.x) < nt) {
-    const int tb = int(threadIdx.x);
-    const std::size_t t = t0 + std::size_t(tb);
-    const float rr = 1.0f / sqrtf(sumsq[tb] / float(std::size_t(N) * d) + c.norm_eps);
-    float m[M];
-    for (int a = 0; a < M; ++a) {
-      const float p = ((part[(0 * TB + tb) * M + a] + part[(1 * TB + tb) * M + a]) +
-                       part[(2 * TB + tb) * M + a]) +
-                      part[(3 * TB + tb) * M + a];
-      mixes[t * M + std::size_t(a)] = m[a] = p * rr;
-    }
-    split_token<N>(c, m, scale, base, pre + t * N, postout + t * N, combout + t * N * N);
+  const int count = nt * (M + 1);
+  float* mine = SPLIT ? partial + (std::size_t(blockIdx.y) * tokens + t0) * (M + 1) : red;
+  for (int e = int(threadIdx.x); e < count; e += NT) {
+    const int tb = e / (M + 1), a = e % (M + 1);
+    mine[e] = a == M ? sumsq[tb]
+                     : ((part[(0 * TB + tb) * M + a] + part[(1 * TB + tb) * M + a]) +
+                        part[(2 * TB + tb) * M + a]) +
+                           part[(3 * TB + tb) * M + a];
   }
+  if (SPLIT) {
+    // The last block of the token range: every split's stores are visible to it (threadfence
+    // before the count, the count before the loads).
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(arrived + blockIdx.x, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Each of the range's sums over the S splits, in split order; a thread's loads for 8 splits
+    // are in flight together (8 round trips to L2 a thread for S = 40, not 40 per sum).
+    constexpr int R = (TB * (M + 1) + NT - 1) / NT;
+    const int S = int(gridDim.y);
+    const float* src = partial + t0 * (M + 1);
+    const std::size_t stride = tokens * (M + 1);
+    float v[R];
+    for (int s = 0; s < S; s += 8) {
+      float q[8][R];
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int e = int(threadIdx.x) + NT * r;
+          q[jj][r] =
+              s + jj < S && e < count ? __ldcg(src + std::size_t(s + jj) * stride + e) : 0.0f;
+        }
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (s + jj < S) v[r] = s + jj == 0 ? q[jj][r] : v[r] + q[jj][r];
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int e = int(threadIdx.x) + NT * r;
+      if (e < count) red[e] = v[r];
+    }
+    if (threadIdx.x == 0) arrived[blockIdx.x] = 0;  // for the next launch
+  }
+  __syncthreads();
+  tc_finish<N, M, NT>(c, red, t0, nt, d, scale, base, mixes, pre, postout, combout);
 }
 
-template <class T, int D, int STAGES, int TB, int CW, int PF>
+template <class T, int D, int STAGES, int TB, int CW, int PF, bool SPLIT>
 __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
                                   TcLayout<T, TB, CW>::blocks(STAGES))
     boundary_tc(Dims c, std::size_t tokens, const T* f, const T* R, const float* post,
                 const float* comb, const float* pre_mix, const float* Wp, const float* scale,
                 const float* base, T* x, T* y, float* mixes, float* pre, float* postout,
-                float* combout) {
+                float* combout, float* partial, unsigned* arrived) {
   using L = TcLayout<T, TB, CW>;
   using Pipe = TcPipeline<T, D, STAGES, TB, CW, PF>;
   // A fixed width stores pairs unchecked (store_pair), so it must be whole chunks.
   static_assert(D == 0 || (Pipe::kAsync && D % 2 == 0), "a fixed width is a multiple of CW");
-  static_assert(L::N * TB * L::M * 4 <= STAGES * L::kStageBytes,
-                "the partial products reuse the stages");
+  static_assert((L::N * TB * L::M + TB * (L::M + 1)) * 4 <= STAGES * L::kStageBytes,
+                "the partial products and their sums reuse the stages");
   static_assert(L::CO % 4 == 0, "coefficients are read as float4");
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(16) float coef[TB * L::CO];  // post, comb, pre_mix per token
@@ -447,18 +556,26 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
-  const std::size_t chunks = (d + CW - 1) / CW;
-  tc_coefficients<TB, L::CO, L::N, L::kThreads>(coef, post, comb, pre_mix, t0, nt);
-  const Pipe pipe(smem, f, R, Wp, t0, nt, d, chunks);
+  // Split blockIdx.y of gridDim.y takes chunks [ch0, ch1): its share of the 128-column groups,
+  // so that where the splits cut does not depend on CW. Unsplit (a kernel of its own, whose main
+  // loop has constant bounds): every chunk.
+  const std::size_t chunks = (d + CW - 1) / CW, groups = (d + 127) / 128;
+  const std::size_t ch0 = SPLIT ? min(chunks, groups * blockIdx.y / gridDim.y * (128 / CW)) : 0;
+  const std::size_t ch1 = !SPLIT || blockIdx.y + 1 == gridDim.y
+                              ? chunks
+                              : min(chunks, groups * (blockIdx.y + 1) / gridDim.y * (128 / CW));
+  const Pipe pipe(smem, f, R, Wp, t0, nt, d, ch1);
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) pipe.fetch(std::size_t(st), st);
+  for (int st = 0; st < STAGES - 1; ++st) pipe.fetch(ch0 + std::size_t(st), st);
+  // After the first copies are asked for, so that their latencies overlap.
+  tc_coefficients<TB, L::CO, L::N, L::kThreads>(coef, post, comb, pre_mix, t0, nt);
   float acc[2][3][4] = {};  // [m-tile][n-tile][fragment]: the running sums, fp32 adds
   float ss[4] = {0, 0, 0, 0};
-  for (std::size_t ch = 0; ch < chunks; ++ch) {
-    const int st = int(ch % STAGES);
+  for (std::size_t ch = ch0; ch < ch1; ++ch) {
+    const int st = int((ch - ch0) % STAGES);
     Pipe::wait();     // chunk ch has landed
     __syncthreads();  // ... for every thread; and the stage refilled next is no longer read
-    pipe.fetch(ch + STAGES - 1, int((ch + STAGES - 1) % STAGES));
+    pipe.fetch(ch + STAGES - 1, int((ch - ch0 + STAGES - 1) % STAGES));
     tc_phase_a<T, D, TB, CW>(pipe.streams(st), coef, x, y, t0, nt, ch, d, ss);
     __syncthreads();  // the chunk's new streams are in the stage
     tc_phase_b<T, TB, CW>(pipe.streams(st), pipe.w(st), acc);
@@ -467,51 +584,101 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
     asm volatile("" ::: "memory");
   }
   Pipe::drain();
-  tc_epilogue<T, TB, CW>(c, smem, sumsq, ss, acc, t0, nt, d, scale, base, mixes, pre, postout,
-                         combout);
+  tc_epilogue<T, TB, CW, SPLIT>(c, smem, sumsq, ss, acc, tokens, t0, nt, d, scale, base, partial,
+                                arrived, mixes, pre, postout, combout);
 }
 
-// The single pass in one configuration: hc_fn packed for it (into a buffer kept for the process,
-// under a lock held until the launch so that concurrent callers do not repack it in between),
-// then boundary_tc.
+// hc_fn packed for boundary_tc (pack_hc_fn_mma), padded to whole 128 columns so that every
+// configuration (32, 64 or 128 columns a chunk) reads whole chunks. A weight: packed once, when
+// hc_fn is on the device, and passed to every launch.
+struct TcWeights {
+  int n, d;
+  std::size_t chunks32;
+  Dev<float> packed;
+  TcWeights(const Dims& c, const float* W)  // W [M, n*d] on the device
+      : n(c.n),
+        d(c.d),
+        chunks32((std::size_t(c.d) + 127) / 128 * 4),
+        packed(std::size_t(c.n) * chunks32 * 768) {
+    pack(W);
+  }
+  void pack(const float* W) {  // one launch
+    pack_hc_fn_mma<<<blocks_for(packed.n, kThreads), kThreads>>>(std::size_t(n), std::size_t(d),
+                                                                 chunks32, W, packed.p);
+    MHC_CUDA_LAUNCHED();
+  }
+};
+
+// The split over d's workspace, kept for the process and grown as needed: each split's sums
+// ([S][T][M + 1]) and each token range's arrival count (zero between launches).
+struct TcWork {
+  float* partial = nullptr;
+  unsigned* arrived = nullptr;
+  std::size_t partials = 0, ranges = 0;
+  void reserve(std::size_t p, std::size_t r) {
+    if (p > partials) {
+      if (partial) MHC_CUDA_CHECK(cudaFree(partial));
+      partial = nullptr;
+      partials = 0;
+      MHC_CUDA_CHECK(cudaMalloc(&partial, p * sizeof(float)));
+      partials = p;
+    }
+    if (r > ranges) {
+      if (arrived) MHC_CUDA_CHECK(cudaFree(arrived));
+      arrived = nullptr;
+      ranges = 0;
+      MHC_CUDA_CHECK(cudaMalloc(&arrived, r * sizeof(unsigned)));
+      MHC_CUDA_CHECK(cudaMemset(arrived, 0, r * sizeof(unsigned)));
+      ranges = r;
+    }
+  }
+};
+
+// The single pass in one configuration on T tokens, in `splits` blocks per token range (0: as
+// many as fill the multiprocessors once at this configuration's occupancy, with at least 128
+// columns a split; 1 once the token ranges alone fill them). The workspace is shared, so the lock
+// is held until the launch, on the one (default) stream.
 template <class S, int D, int STAGES, int TB, int CW, int PF>
 void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
-               const float* comb, const float* pre_mix, const float* W, const float* scale,
+               const float* comb, const float* pre_mix, const TcWeights& w, const float* scale,
                const float* base, S* x, S* y, float* mixes, float* pre, float* postout,
-               float* combout) {
+               float* combout, int splits) {
   using L = TcLayout<S, TB, CW>;
-  static std::mutex mu;
-  static float* packed = nullptr;
-  static std::size_t capacity = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  const std::size_t chunks32 = (std::size_t(c.d) + CW - 1) / CW * (CW / 32);  // whole stages
-  const std::size_t count = std::size_t(c.n) * chunks32 * 768;
-  if (count > capacity) {
-    if (packed) MHC_CUDA_CHECK(cudaFree(packed));
-    packed = nullptr;
-    capacity = 0;
-    MHC_CUDA_CHECK(cudaMalloc(&packed, count * sizeof(float)));
-    capacity = count;
-  }
-  pack_hc_fn_mma<<<blocks_for(count, kThreads), kThreads>>>(std::size_t(c.n), std::size_t(c.d),
-                                                            chunks32, W, packed);
-  MHC_CUDA_LAUNCHED();
+  static_assert(128 % CW == 0, "TcWeights pads hc_fn to whole chunks of this width");
+  if (w.n != c.n || w.d != c.d)
+    throw std::invalid_argument("launch_tc: hc_fn packed for another shape");
   constexpr int bytes = STAGES * L::kStageBytes;
-  static const bool shared_set = [] {  // once: the stages exceed the default 48 KB
-    MHC_CUDA_CHECK(cudaFuncSetAttribute(boundary_tc<S, D, STAGES, TB, CW, PF>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
+  const auto whole = boundary_tc<S, D, STAGES, TB, CW, PF, false>;
+  const auto split = boundary_tc<S, D, STAGES, TB, CW, PF, true>;
+  static const int slots = [&] {  // once: the stages exceed the default 48 KB
+    for (auto k : {whole, split})
+      MHC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    int sms = 0, per_sm = 0, dev = 0;
+    MHC_CUDA_CHECK(cudaGetDevice(&dev));
+    MHC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    MHC_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, whole, L::kThreads, bytes));
+    return std::max(1, sms * per_sm);
   }();
-  (void)shared_set;
-  boundary_tc<S, D, STAGES, TB, CW, PF><<<blocks_for(T, TB), L::kThreads, bytes>>>(
-      c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre, postout, combout);
+  const std::size_t ranges = (T + TB - 1) / TB;
+  std::size_t S_ = splits > 0 ? std::size_t(splits)
+                              : std::min(std::max<std::size_t>(1, std::size_t(slots) / ranges),
+                                         std::max<std::size_t>(1, std::size_t(c.d) / 128));
+  S_ = std::min(S_, (std::size_t(c.d) + 127) / 128);  // every split has columns
+  static std::mutex mu;
+  static TcWork work;
+  std::lock_guard<std::mutex> lock(mu);
+  if (S_ > 1) work.reserve(S_ * T * std::size_t(L::M + 1), ranges);
+  (S_ > 1 ? split : whole)<<<dim3(unsigned(ranges), unsigned(S_)), L::kThreads, bytes>>>(
+      c, T, f, R, post, comb, pre_mix, w.packed.p, scale, base, x, y, mixes, pre, postout, combout,
+      work.partial, work.arrived);
   MHC_CUDA_LAUNCHED();
 }
 
 template <class S>
 using TcLaunch = void (*)(const Dims&, std::size_t, const S*, const S*, const float*, const float*,
-                          const float*, const float*, const float*, const float*, S*, S*, float*,
-                          float*, float*, float*);
+                          const float*, const TcWeights&, const float*, const float*, S*, S*,
+                          float*, float*, float*, float*, int);
 
 // A configuration of boundary_tc: tokens a block, columns a chunk, pipeline stages, L2 prefetch
 // size in bytes (0: none).

@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
+#include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
 
 using namespace mhc;
@@ -108,6 +110,38 @@ int main() {
                       oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
+  // cuda-fused's boundary with its columns split over blocks (cuda_fused_splits): every split
+  // against the oracle, from one block per token range to one per 128 columns (more are clamped),
+  // and the same bits in two runs at the device's own choice (the last block of a range sums the
+  // splits in split order, whichever block arrives last). 72 tokens: 3 ranges, one partial.
+  for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
+    for (int d : {5120, 130}) {
+      ref::Config cfg;
+      cfg.d = d;
+      const auto c = oracles::generate_case(oracles::Op::boundary, cfg, 72, 11, prec);
+      for (int splits : {1, 2, 3, 17, 40, 1000}) {
+        impl::cuda_fused_splits(splits);
+        const auto v = runner::judge(impl::cuda_fused(), c, runner::Judging{}).verdict;
+        ++runs;
+        const bool ok = v.state != oracles::State::fail;
+        failures += ok ? 0 : 1;
+        std::printf("%-4s cuda-fused boundary %-5s d=%-5d splits=%-4d %s %s\n", ok ? "ok" : "FAIL",
+                    oracles::precision_name(prec).c_str(), d, splits,
+                    oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
+      }
+      impl::cuda_fused_splits(0);
+      const auto a = runner::run_kernel(impl::cuda_fused(), c, 0);
+      const auto b = runner::run_kernel(impl::cuda_fused(), c, 0);
+      bool same = a.size() == b.size();
+      for (std::size_t i = 0; same && i < a.size(); ++i)
+        same = a[i].values.size() == b[i].values.size() &&
+               std::memcmp(a[i].values.data(), b[i].values.data(),
+                           a[i].values.size() * sizeof(float)) == 0;
+      ++runs;
+      failures += same ? 0 : 1;
+      std::printf("%-4s cuda-fused boundary %-5s d=%-5d the same bits twice\n",
+                  same ? "ok" : "FAIL", oracles::precision_name(prec).c_str(), d);
+    }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.
   for (const auto* b : impl::gpu_backends())

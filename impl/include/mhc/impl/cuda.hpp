@@ -33,6 +33,11 @@ void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes);
 const Backend& cuda();        // one kernel per piece; the boundary as four launches (baseline)
 const Backend& cuda_fused();  // the boundary in one pass over the streams
 
+// cuda-fused's boundary splits each token range's columns over this many blocks (clamped to one
+// per 128 columns); 0, the default: as many as fill the device once at small token counts, 1 at
+// large ones. A token's bits depend on the split alone; the tests judge several.
+void cuda_fused_splits(int splits);
+
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
 // fragment layout): a [16 x 8] and c, d [16 x 8] row-major, b [8 x 8] with b[k * 8 + j]. The
 // values of a and b should be tf32 values (low 13 bits zero). For the tests of the arithmetic

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""One table of the boundary on the GPU from scripts/gpu-run's outputs: mhc-bench-cuda's rows
+(bench.txt), PyTorch eager and torch.compile (torch.txt, bench/torch_boundary.py's lines) and the
+differential campaigns' verdicts (campaign-*.txt), from one or more output folders (parts run
+separately). Usage: gpu_table.py OUT_DIR..."""
+import glob
+import os
+import sys
+
+outs = sys.argv[1:]
+
+
+def lines(name):
+    found = []
+    for out in outs:
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            found += open(path, errors="replace").read().splitlines()
+    return found
+
+
+ours = {}  # (dtype, tokens) -> columns of mhc-bench-cuda's first table
+for line in lines("bench.txt"):
+    f = line.split()
+    if len(f) != 11 or f[0] not in ("fp32", "bf16") or not f[1].isdigit():
+        continue
+    try:  # the first table's rows; the sweep's rows have words among their fields
+        values = [float(v) for v in f[2:]]
+    except ValueError:
+        continue
+    ours[(f[0], int(f[1]))] = dict(zip(
+        ["fused", "unsplit", "repack", "base", "floor", "launch", "over", "fraction", "copy"], values))
+torch = {}  # (mode, dtype, tokens) -> ms
+for line in lines("torch.txt"):
+    f = line.split()
+    if len(f) == 4 and f[0].startswith("torch-"):
+        _, mode, dt, _ = f[0].split("-")
+        torch[(mode, {"float32": "fp32", "bfloat16": "bf16"}.get(dt, dt), int(f[1]))] = float(f[2]) * 1e3
+
+print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
+      "bytes / copy bandwidth); copy: fraction of copy bandwidth at (2n+2)d stream elements a token)")
+head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "unsplit", "repacked",
+        "eager", "compile", "x eager", "x compile")
+print("%-5s %7s %9s %9s %7s %6s %9s %9s %9s %9s %8s %9s" % head)
+
+
+def ms(v):
+    return "%9.4f" % v if v is not None else "%9s" % "-"
+
+
+def ratio(a, b):
+    return "%.1fx" % (a / b) if a is not None and b else "-"
+
+
+for dt in ("fp32", "bf16"):
+    for T in sorted({k[1] for k in ours if k[0] == dt}):
+        r = ours[(dt, T)]
+        e, c = torch.get(("eager", dt, T)), torch.get(("compile", dt, T))
+        print("%-5s %7d %s %s %7.2f %6.2f %s %s %s %s %8s %9s" % (
+            dt, T, ms(r["fused"]), ms(r["floor"]), r["over"], r["fraction"], ms(r["unsplit"]),
+            ms(r["repack"]), ms(e), ms(c), ratio(e, r["fused"]), ratio(c, r["fused"])))
+if not torch:
+    print("(PyTorch: not run, or no CUDA device for it)")
+for path in sorted(p for out in outs for p in glob.glob(os.path.join(out, "campaign-*.txt"))):
+    verdict = [l for l in open(path, errors="replace").read().splitlines() if l.startswith("check:")]
+    print("campaign %-28s %s" % (os.path.basename(path)[9:-4], verdict[-1] if verdict else "no verdict"))
