@@ -217,7 +217,7 @@ __global__ void empty_kernel() {}
 
 }  // namespace
 
-BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats, bool baseline) {
+BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   need_device("cuda_bench_boundary", repeats);
   BoundaryTiming r;
   r.tokens = T;
@@ -239,10 +239,8 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats, bo
   auto repack = [&](int k) { data.packed[std::size_t(k) % data.packed.size()]->pack(data.W.p); };
   r.repack_ms = time([&](int k) { repack(k), data.run<float>(f32, k, 1); },
                      [&](int k) { repack(k), data.run<bf16>(b16, k, 1); });
-  r.pack_ms = median_ms(repeats, data.copies, repack);
-  if (baseline)
-    r.baseline_ms = time([&](int k) { data.run_baseline<float>(k); },
-                         [&](int k) { data.run_baseline<bf16>(k); });
+  r.baseline_ms =
+      time([&](int k) { data.run_baseline<float>(k); }, [&](int k) { data.run_baseline<bf16>(k); });
   r.launch_ms = median_ms(repeats, 1, [](int) {
     empty_kernel<<<1, 32>>>();
     MHC_CUDA_LAUNCHED();

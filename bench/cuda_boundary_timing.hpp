@@ -13,12 +13,11 @@ namespace mhc::bench {
 // latency. hc_fn is packed once, outside the timed calls (a weight), and rotated over copies like
 // the streams, so that small batches read it from DRAM as a model's layers would. fused_ms splits
 // the columns at small token counts (the shipped choice); unsplit_ms is one block per 32 tokens,
-// and repack_ms the same with hc_fn repacked in every call (the kernel before the split).
+// and repack_ms the same with hc_fn repacked in every call (the call as it was before the split).
 struct BoundaryTiming {
   std::size_t tokens = 0;
   bool bf16 = false;
   double fused_ms = 0, unsplit_ms = 0, repack_ms = 0, baseline_ms = 0;
-  double pack_ms = 0;          // packing hc_fn once
   double launch_ms = 0;        // an empty kernel, timed the same way
   double copy_gbps = 0;        // device-to-device copy, read + write
   double bytes_per_token = 0;  // (2n + 2) d stream elements
@@ -28,9 +27,7 @@ struct BoundaryTiming {
     return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
   }
 };
-// baseline: also time the four-launch baseline (slow to warm up at large token counts).
-BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats,
-                                   bool baseline = true);
+BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 
 // The fused kernel's configurations (tokens a block, columns a chunk, pipeline stages, L2
 // prefetch size), the shipped one first, timed the same way on random inputs, all with `splits`
