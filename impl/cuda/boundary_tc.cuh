@@ -394,8 +394,8 @@ __device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&
 // sum of squares): the mixes normalised, and split_sinkhorn with 16 lanes a token, lane 4j + k
 // holding comb[j, k]. Each lane does the operations split_token does for its element, in the same
 // order; the row and column sums gather their four terms by shuffles and add them in index order.
-// One thread a token took ~22 us on the H200 (its 16 divisions a step serialise on their
-// slow-path checks); the lanes take each step's one division in parallel.
+// One thread a token serialises its 16 divisions a step (bench/README.md, "From a decode
+// step").
 template <int N, int M, int NT>
 __device__ __forceinline__ void tc_finish(const Dims& c, const float* red, std::size_t t0, int nt,
                                           std::size_t d, const float* scale, const float* base,
