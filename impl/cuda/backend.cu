@@ -15,6 +15,7 @@
 #include <new>
 #include <string>
 
+#include "backward.cuh"
 #include "boundary_tc.cuh"
 #include "buffers.cuh"
 #include "check.cuh"
@@ -131,6 +132,12 @@ Backend make(bool fused) {
     k.streams == Format::bf16 ? run_boundary<bf16>(k, T, in, out, fused)
                               : run_boundary<float>(k, T, in, out, fused);
   };
+  // The parameters' gradients: summed in token order (cuda) or by atomic adds (cuda-fused).
+  b.backward = cuda_backward(fused, [](const KernelConfig& k) {
+    need_device(k);
+    if (k.streams != Format::fp32)
+      throw NotCompiled("the CUDA backward kernels take fp32 streams only");
+  });
   return b;
 }
 

@@ -89,4 +89,25 @@ __device__ void split_token(const Dims& c, const float* m, const float* s, const
   for (int i = 0; i < n * n; ++i) comb[i] = C[i];
 }
 
+// Sum of `count` values per thread over the block; result in out[0..count) of thread 0.
+template <int COUNT>
+__device__ void block_sum(float* v, float* shared /* [COUNT][32] */) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  constexpr int count = COUNT;
+#pragma unroll
+  for (int i = 0; i < count; ++i) {
+    float x = v[i];
+    for (int o = 16; o > 0; o /= 2) x += __shfl_down_sync(0xffffffffu, x, o);
+    if (lane == 0) shared[i * 32 + warp] = x;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 0; i < count; ++i) {
+      float x = 0;
+      for (int w = 0; w < warps; ++w) x += shared[i * 32 + w];
+      v[i] = x;
+    }
+  __syncthreads();
+}
+
 }  // namespace mhc::impl::cuda_detail

@@ -21,27 +21,6 @@ __global__ void split_kernel(Dims c, std::size_t T, const float* mixes, const fl
   split_token(c, mixes + t * std::size_t(c.M()), s, b, pre + t * n, post + t * n, comb + t * n * n);
 }
 
-// Sum of `count` values per thread over the block; result in out[0..count) of thread 0.
-template <int COUNT>
-__device__ void block_sum(float* v, float* shared /* [COUNT][32] */) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  constexpr int count = COUNT;
-#pragma unroll
-  for (int i = 0; i < count; ++i) {
-    float x = v[i];
-    for (int o = 16; o > 0; o /= 2) x += __shfl_down_sync(0xffffffffu, x, o);
-    if (lane == 0) shared[i * 32 + warp] = x;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int i = 0; i < count; ++i) {
-      float x = 0;
-      for (int w = 0; w < warps; ++w) x += shared[i * 32 + w];
-      v[i] = x;
-    }
-  __syncthreads();
-}
-
 // mixes: one block per token; each thread a strided share of the n*d values, all M rows.
 template <class T>
 __global__ void mixes_kernel(Dims c, const T* x, const float* W, float* out) {

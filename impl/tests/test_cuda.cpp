@@ -1,6 +1,7 @@
-// The CUDA backends against the oracle: every op, the whole Block and a stack, fp32 and bf16
-// streams, with outputs poisoned on the device; and the tensor cores' arithmetic that the bound
-// of cuda-fused's projection assumes. Without a device: exit 77 (CTest: skipped).
+// The CUDA backends against the oracle: every op, the pieces' backward, the whole Block and a
+// stack, fp32 and bf16 streams, with outputs poisoned on the device; and the tensor cores'
+// arithmetic that the bound of cuda-fused's projection assumes. Without a device: exit 77 (CTest:
+// skipped).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -110,6 +111,27 @@ int main() {
                       oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
+  // The backward kernels (fp32): cuda sums the parameters' gradients over tokens in token order,
+  // cuda-fused with atomic adds; the boundary's backward is composed from the pieces'.
+  for (const auto* b : impl::gpu_backends())
+    for (oracles::Op op : oracles::backward_ops())
+      for (int d : {5120, 130}) {
+        ref::Config cfg;
+        cfg.d = d;
+        const auto c =
+            oracles::generate_case(op, cfg, 33, 17 + std::uint64_t(d), oracles::Precision::fp32());
+        const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
+        ++runs;
+        const bool ok = v.state != oracles::State::fail;
+        failures += ok ? 0 : 1;
+        std::printf("%-4s %-10s %-23s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
+                    oracles::op_name(op).c_str(), d, oracles::state_name(v.state).c_str(),
+                    v.first_divergent.c_str());
+        if (!ok)
+          for (const auto& st : v.stages)
+            if (st.state == oracles::State::fail)
+              std::printf("     %s: %s\n", st.stage.c_str(), st.reason.c_str());
+      }
   // cuda-fused's boundary with its columns split over blocks (cuda_fused_splits): every split
   // against the oracle, from one block per token range to one per 128 columns (more are clamped),
   // and the same bits in two runs at the device's own choice (the last block of a range sums the

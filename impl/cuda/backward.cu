@@ -1,0 +1,371 @@
+// The CUDA backends' backward kernels of the pieces (docs/semantics.md, "The backward pass"),
+// fp32: the closed forms of impl/cpu/backward.cpp, one block a token for the reductions over d
+// (and one thread a token for the Sinkhorn's unrolled backward). The parameters' gradients are
+// sums over tokens, formed either in token order by a separate pass over every parameter
+// (deterministic: the same bits in every run) or with atomic adds as each token is done (the order
+// the device happens to run in, as a training kernel's atomics give).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "backward.cuh"
+#include "buffers.cuh"
+#include "check.cuh"
+#include "device.cuh"
+
+namespace mhc::impl::cuda_detail {
+namespace {
+
+// out[i] = sum over t in order of per_token[t * count + i] (the deterministic sums over tokens).
+__global__ void sum_tokens(std::size_t T, std::size_t count, const float* per_token, float* out) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float acc = 0;
+  for (std::size_t t = 0; t < T; ++t) acc += per_token[t * count + i];
+  out[i] = acc;
+}
+
+// y_c = sum_j p_j x_jc: d_x_jc = p_j g_c, d_p_j = sum_c g_c x_jc. A block a token.
+__global__ void pre_backward_kernel(Dims c, const float* x, const float* p, const float* g,
+                                    float* dx, float* dp) {
+  __shared__ float shared[kMaxN * 32];
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), t = blockIdx.x;
+  float acc[kMaxN] = {};
+  for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
+    const float gv = g[t * d + cc];
+    for (std::size_t j = 0; j < n; ++j) {
+      dx[(t * n + j) * d + cc] = p[t * n + j] * gv;
+      acc[j] += gv * x[(t * n + j) * d + cc];
+    }
+  }
+  block_sum<kMaxN>(acc, shared);
+  if (threadIdx.x == 0)
+    for (std::size_t j = 0; j < n; ++j) dp[t * n + j] = acc[j];
+}
+
+// y_kc = post_k f_c + sum_j comb_jk R_jc: d_f_c = sum_k post_k g_kc, d_R_jc = sum_k comb_jk g_kc,
+// d_post_k = sum_c g_kc f_c, d_comb_jk = sum_c g_kc R_jc. A block a token.
+__global__ void post_backward_kernel(Dims c, const float* f, const float* R, const float* post,
+                                     const float* comb, const float* g, float* df, float* dR,
+                                     float* dpost, float* dcomb) {
+  constexpr int kSums = kMaxN + kMaxN * kMaxN;
+  __shared__ float shared[kSums * 32];
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), t = blockIdx.x;
+  const float* gt = g + t * n * d;
+  float acc[kSums] = {};  // d_post[k], then d_comb[j n + k]
+  for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
+    float gk[kMaxN];
+    float v = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      gk[k] = gt[k * d + cc];
+      v += post[t * n + k] * gk[k];
+    }
+    df[t * d + cc] = v;
+    const float fv = f[t * d + cc];
+    for (std::size_t k = 0; k < n; ++k) acc[k] += gk[k] * fv;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float rv = R[(t * n + j) * d + cc];
+      float w = 0;
+      for (std::size_t k = 0; k < n; ++k) {
+        w += comb[(t * n + j) * n + k] * gk[k];
+        acc[kMaxN + j * n + k] += gk[k] * rv;
+      }
+      dR[(t * n + j) * d + cc] = w;
+    }
+  }
+  block_sum<kSums>(acc, shared);
+  if (threadIdx.x == 0) {
+    for (std::size_t k = 0; k < n; ++k) dpost[t * n + k] = acc[k];
+    for (std::size_t i = 0; i < n * n; ++i) dcomb[t * n * n + i] = acc[kMaxN + i];
+  }
+}
+
+// y_i = w_i x_i r: d_x_i = r w_i g_i - (r^3 / d) x_i sum_j g_j w_j x_j; the token's share of
+// d_w_i, g_i x_i r, added atomically or stored per token (dw_tok [T, d]). A block a token.
+__global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, const float* g,
+                                        float* dx, float* dw, float* dw_tok) {
+  __shared__ float shared[2 * 32];
+  __shared__ float r, gwx;
+  const std::size_t d = std::size_t(c.d), t = blockIdx.x;
+  const float* xt = x + t * d;
+  const float* gt = g + t * d;
+  float acc[2] = {0, 0};
+  for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) {
+    acc[0] += xt[i] * xt[i];
+    acc[1] += gt[i] * w[i] * xt[i];
+  }
+  block_sum<2>(acc, shared);
+  if (threadIdx.x == 0) {
+    r = 1.0f / sqrtf(acc[0] / float(d) + c.norm_eps);
+    gwx = acc[1];
+  }
+  __syncthreads();
+  for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) {
+    dx[t * d + i] = r * w[i] * gt[i] - r * r * r / float(d) * xt[i] * gwx;
+    const float share = gt[i] * xt[i] * r;
+    if (dw_tok)
+      dw_tok[t * d + i] = share;
+    else
+      atomicAdd(dw + i, share);
+  }
+}
+
+// mixes = r hc_fn x, r = (sum x^2 / nd + eps)^-1/2: d_x_i = r sum_a g_a hc_fn[a, i]
+// - (r^3 / nd) x_i sum_a g_a dot_a, and the token's r (for d_hc_fn[a, i] = sum_t g_ta r_t x_ti).
+// A block a token; with atomics, the token's share of d_hc_fn is added here.
+__global__ void mixes_backward_kernel(Dims c, const float* x, const float* W, const float* g,
+                                      float* dx, float* r_tok, float* dW) {
+  __shared__ float shared[(kMaxM + 1) * 32];
+  __shared__ float r, gdot;
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t t = blockIdx.x;
+  const float* xt = x + t * nd;
+  const float* gt = g + t * M;
+  float acc[kMaxM + 1] = {};  // dot_a, then the sum of squares
+  for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
+    const float v = xt[i];
+    acc[kMaxM] += v * v;
+    for (std::size_t a = 0; a < M; ++a) acc[a] += W[a * nd + i] * v;
+  }
+  block_sum<kMaxM + 1>(acc, shared);
+  if (threadIdx.x == 0) {
+    r = 1.0f / sqrtf(acc[kMaxM] / float(nd) + c.norm_eps);
+    float s = 0;
+    for (std::size_t a = 0; a < M; ++a) s += gt[a] * acc[a];
+    gdot = s;
+    r_tok[t] = r;
+  }
+  __syncthreads();
+  for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
+    float v = 0;
+    for (std::size_t a = 0; a < M; ++a) v += gt[a] * W[a * nd + i];
+    dx[t * nd + i] = r * v - r * r * r / float(nd) * xt[i] * gdot;
+    if (dW)
+      for (std::size_t a = 0; a < M; ++a) atomicAdd(dW + a * nd + i, gt[a] * r * xt[i]);
+  }
+}
+
+// d_hc_fn[a, i] = sum over t in order of g_ta r_t x_ti: a thread a parameter.
+__global__ void mixes_weight_grad(Dims c, std::size_t T, const float* x, const float* g,
+                                  const float* r_tok, float* dW) {
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= M * nd) return;
+  const std::size_t a = e / nd, i = e % nd;
+  float acc = 0;
+  for (std::size_t t = 0; t < T; ++t) acc += g[t * M + a] * r_tok[t] * x[t * nd + i];
+  dW[e] = acc;
+}
+
+// One token of the split's backward, a thread a token: the forward recomputed with every
+// Sinkhorn step's output (Y [steps][n n]) and denominators (D [steps][n]) kept in the token's
+// workspace, then each step undone by its closed form; the token's shares of d hc_scale and
+// d hc_base (3 + M) into its row of dp_tok, or added atomically.
+__global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes, const float* s,
+                                      const float* b, const float* g_pre, const float* g_post,
+                                      const float* g_comb, float* dm, float* Y, float* D,
+                                      float* dp_tok, float* ds, float* db) {
+  const std::size_t t = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const int n = c.n, M = c.M(), steps = 2 * c.iters - 1;
+  const float eps = c.hc_eps;
+  const float* m = mixes + t * std::size_t(M);
+  float* dmt = dm + t * std::size_t(M);
+  Y += t * std::size_t(steps * n * n);
+  D += t * std::size_t(steps * n);
+  float dsc[3] = {0, 0, 0};
+  auto param = [&](int i, float v) {  // d hc_base[i]
+    if (dp_tok)
+      dp_tok[t * std::size_t(3 + M) + std::size_t(3 + i)] = v;
+    else
+      atomicAdd(db + i, v);
+  };
+  for (int w = 0; w < 2; ++w)
+    for (int j = 0; j < n; ++j) {
+      const int i = w * n + j;
+      const float sg = 1.0f / (1.0f + expf(-(m[i] * s[w] + b[i])));
+      const float dz = (w ? 2.0f * g_post[t * n + j] : g_pre[t * n + j]) * sg * (1.0f - sg);
+      dmt[i] = dz * s[w];
+      dsc[w] += dz * m[i];
+      param(i, dz);
+    }
+  float P[kMaxN * kMaxN], C[kMaxN * kMaxN], G[kMaxN * kMaxN];
+  for (int j = 0; j < n; ++j) {
+    float* p = P + j * n;
+    for (int k = 0; k < n; ++k) p[k] = m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k];
+    float mx = p[0], rs = 0;
+    for (int k = 1; k < n; ++k) mx = fmaxf(mx, p[k]);
+    for (int k = 0; k < n; ++k) rs += (p[k] = expf(p[k] - mx));
+    for (int k = 0; k < n; ++k) p[k] /= rs;
+  }
+  for (int i = 0; i < n * n; ++i) C[i] = P[i] + eps;
+  for (int st = 0; st < steps; ++st) {  // columns, then (rows, columns) per further round
+    const bool rows = st % 2 == 1;
+    for (int a = 0; a < n; ++a) {
+      float sum = 0;
+      for (int e = 0; e < n; ++e) sum += C[rows ? a * n + e : e * n + a];
+      const float den = sum + eps;
+      D[st * n + a] = den;
+      for (int e = 0; e < n; ++e) {
+        float& v = C[rows ? a * n + e : e * n + a];
+        v = v / den;
+      }
+    }
+    for (int i = 0; i < n * n; ++i) Y[st * n * n + i] = C[i];
+  }
+  for (int i = 0; i < n * n; ++i) G[i] = g_comb[t * std::size_t(n * n) + std::size_t(i)];
+  for (int st = steps; st-- > 0;) {
+    const bool rows = st % 2 == 1;
+    const float* y = Y + st * n * n;
+    for (int a = 0; a < n; ++a) {
+      float gy = 0;
+      for (int e = 0; e < n; ++e) {
+        const int i = rows ? a * n + e : e * n + a;
+        gy += G[i] * y[i];
+      }
+      for (int e = 0; e < n; ++e) {
+        const int i = rows ? a * n + e : e * n + a;
+        G[i] = (G[i] - gy) / D[st * n + a];
+      }
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    float gp = 0;
+    for (int k = 0; k < n; ++k) gp += G[j * n + k] * P[j * n + k];
+    for (int k = 0; k < n; ++k) {
+      const int i = j * n + k, at = 2 * n + i;
+      const float dl = P[i] * (G[i] - gp);
+      dmt[at] = dl * s[2];
+      dsc[2] += dl * m[at];
+      param(at, dl);
+    }
+  }
+  for (int w = 0; w < 3; ++w) {
+    if (dp_tok)
+      dp_tok[t * std::size_t(3 + M) + std::size_t(w)] = dsc[w];
+    else
+      atomicAdd(ds + w, dsc[w]);
+  }
+}
+
+// The deterministic sums over tokens: per-token shares [T, count] summed in token order.
+void sum_over_tokens(std::size_t T, std::size_t count, const float* per_token, float* out) {
+  sum_tokens<<<blocks_for(count, kThreads), kThreads>>>(T, count, per_token, out);
+  MHC_CUDA_LAUNCHED();
+}
+
+// A parameter gradient's device buffer: zeroed for atomics; per-token shares otherwise.
+struct ParamGrad {
+  Dev<float> sum, shares;
+  ParamGrad(std::size_t count, std::size_t T, bool atomics)
+      : sum(count), shares(atomics ? 0 : T * count) {
+    if (atomics && count) MHC_CUDA_CHECK(cudaMemset(sum.p, 0, count * sizeof(float)));
+  }
+};
+
+}  // namespace
+
+Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&)) {
+  Backend::Backward b;
+  b.hc_pre = [need](const KernelConfig& k, std::size_t T, const float* x, const float* p,
+                    const float* g, float* dx, float* dp) {
+    need(k);
+    const Dims c = dims(k);
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+    In<float> ix(x, T * n * d), ip(p, T * n), ig(g, T * d);
+    Out<float> odx(dx, T * n * d), odp(dp, T * n);
+    if (T) pre_backward_kernel<<<unsigned(T), kThreads>>>(c, ix.p, ip.p, ig.p, odx.p, odp.p);
+    MHC_CUDA_LAUNCHED();
+    sync();
+    odx.back();
+    odp.back();
+  };
+  b.hc_post = [need](const KernelConfig& k, std::size_t T, const float* f, const float* R,
+                     const float* post, const float* comb, const float* g, float* df, float* dR,
+                     float* dpost, float* dcomb) {
+    need(k);
+    const Dims c = dims(k);
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+    In<float> i_f(f, T * d), iR(R, T * n * d), ipo(post, T * n), ic(comb, T * n * n),
+        ig(g, T * n * d);
+    Out<float> odf(df, T * d), odR(dR, T * n * d), odp(dpost, T * n), odc(dcomb, T * n * n);
+    if (T)
+      post_backward_kernel<<<unsigned(T), kThreads>>>(c, i_f.p, iR.p, ipo.p, ic.p, ig.p, odf.p,
+                                                      odR.p, odp.p, odc.p);
+    MHC_CUDA_LAUNCHED();
+    sync();
+    odf.back();
+    odR.back();
+    odp.back();
+    odc.back();
+  };
+  b.rmsnorm = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* w,
+                              const float* g, float* dx, float* dw) {
+    need(k);
+    const Dims c = dims(k);
+    const std::size_t d = std::size_t(c.d);
+    In<float> ix(x, T * d), iw(w, d), ig(g, T * d);
+    Out<float> odx(dx, T * d);
+    ParamGrad pw(d, T, atomics);
+    if (T)
+      rmsnorm_backward_kernel<<<unsigned(T), kThreads>>>(c, ix.p, iw.p, ig.p, odx.p, pw.sum.p,
+                                                         pw.shares.p);
+    MHC_CUDA_LAUNCHED();
+    if (!atomics) sum_over_tokens(T, d, pw.shares.p, pw.sum.p);
+    sync();
+    odx.back();
+    down(dw, pw.sum);
+  };
+  b.mixes = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* W,
+                            const float* g, float* dx, float* dW) {
+    need(k);
+    const Dims c = dims(k);
+    const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+    In<float> ix(x, T * nd), iW(W, M * nd), ig(g, T * M);
+    Out<float> odx(dx, T * nd);
+    Dev<float> r(T), dw(M * nd);
+    if (atomics) MHC_CUDA_CHECK(cudaMemset(dw.p, 0, M * nd * sizeof(float)));
+    if (T)
+      mixes_backward_kernel<<<unsigned(T), kThreads>>>(c, ix.p, iW.p, ig.p, odx.p, r.p,
+                                                       atomics ? dw.p : nullptr);
+    MHC_CUDA_LAUNCHED();
+    if (!atomics) {
+      mixes_weight_grad<<<blocks_for(M * nd, kThreads), kThreads>>>(c, T, ix.p, ig.p, r.p, dw.p);
+      MHC_CUDA_LAUNCHED();
+    }
+    sync();
+    odx.back();
+    down(dW, dw);
+  };
+  b.split_sinkhorn = [atomics, need](const KernelConfig& k, std::size_t T, const float* m,
+                                     const float* s, const float* bb, const float* gp,
+                                     const float* gq, const float* gc, float* dm, float* ds,
+                                     float* db) {
+    need(k);
+    const Dims c = dims(k);
+    const std::size_t n = std::size_t(c.n), M = std::size_t(c.M());
+    const std::size_t steps = 2 * std::size_t(c.iters) - 1;
+    In<float> im(m, T * M), is(s, 3), ib(bb, M), igp(gp, T * n), igq(gq, T * n), igc(gc, T * n * n);
+    Out<float> odm(dm, T * M);
+    Dev<float> Y(T * steps * n * n), D(T * steps * n);
+    ParamGrad both(3 + M, T, atomics);  // d hc_scale [3], then d hc_base [M]
+    if (T)
+      split_backward_kernel<<<blocks_for(T, 64), 64>>>(c, T, im.p, is.p, ib.p, igp.p, igq.p, igc.p,
+                                                       odm.p, Y.p, D.p, both.shares.p, both.sum.p,
+                                                       both.sum.p + 3);
+    MHC_CUDA_LAUNCHED();
+    if (!atomics) sum_over_tokens(T, 3 + M, both.shares.p, both.sum.p);
+    sync();
+    odm.back();
+    std::vector<float> h(3 + M);
+    MHC_CUDA_CHECK(
+        cudaMemcpy(h.data(), both.sum.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::copy(h.begin(), h.begin() + 3, ds);
+    std::copy(h.begin() + 3, h.end(), db);
+  };
+  return b;
+}
+
+}  // namespace mhc::impl::cuda_detail
