@@ -47,6 +47,21 @@ int main(int argc, char** argv) {
                   r.copy_gbps);
       std::fflush(stdout);
     }
+  // The backward (fp32, composed from the pieces' kernels), deterministic and with atomics.
+  std::printf(
+      "\nboundary backward (fp32, from saved x and mixes; parameters' gradients summed in token "
+      "order or by atomic adds); floor: max(empty kernel, (3+3n)*d floats a token + hc_fn and "
+      "its gradient / copy bandwidth)\n");
+  std::printf("%-13s %7s %10s %10s %7s %9s\n", "gradients", "tokens", "ms", "floor ms", "/floor",
+              "fraction");
+  for (bool atomics : {false, true})
+    for (std::size_t T : {1u, 64u, 1024u, 16384u, 65536u}) {
+      const auto r = cuda_bench_backward(T, atomics, repeats);
+      std::printf("%-13s %7zu %10.4f %10.4f %7.2f %9.2f\n", atomics ? "atomics" : "deterministic",
+                  T, r.ms, r.floor_ms(), r.ms / r.floor_ms(),
+                  r.bytes / (r.ms * 1e-3) / 1e9 / r.copy_gbps);
+      std::fflush(stdout);
+    }
   if (argc > 2 && std::string(argv[2]) == "table") return 0;
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
   // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 256 tokens

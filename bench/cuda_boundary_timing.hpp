@@ -29,6 +29,21 @@ struct BoundaryTiming {
 };
 BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 
+// The CUDA boundary backward (impl/cuda/backward.cu, composed from the pieces', fp32) on T tokens,
+// from saved x and mixes, its parameters' gradients summed in token order or by atomic adds.
+// floor: max(an empty kernel's launch, the least traffic / copy bandwidth), the least traffic
+// being f, R, the upstream x and y read and d f, d R written ((3 + 3n) d floats a token), hc_fn
+// read and d hc_fn written.
+struct BackwardTiming {
+  std::size_t tokens = 0;
+  bool atomics = false;
+  double ms = 0, launch_ms = 0, copy_gbps = 0, bytes = 0;
+  double floor_ms() const {
+    return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
+  }
+};
+BackwardTiming cuda_bench_backward(std::size_t tokens, bool atomics, int repeats);
+
 // The fused kernel's configurations (tokens a block, columns a chunk, pipeline stages, L2
 // prefetch size), the shipped one first, timed the same way on random inputs, all with `splits`
 // splits of the columns (0: each its own choice); same_bits: every output equals the shipped

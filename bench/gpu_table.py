@@ -30,11 +30,17 @@ for line in lines("bench.txt"):
         continue
     ours[(f[0], int(f[1]))] = dict(zip(
         ["fused", "unsplit", "repack", "base", "floor", "launch", "over", "fraction", "copy"], values))
-torch = {}  # (mode, dtype, tokens) -> ms
+backward = {}  # (gradients, tokens) -> columns of mhc-bench-cuda's backward table
+for line in lines("bench.txt"):
+    f = line.split()
+    if len(f) == 6 and f[0] in ("deterministic", "atomics") and f[1].isdigit():
+        backward[(f[0], int(f[1]))] = dict(zip(["ms", "floor", "over", "fraction"], map(float, f[2:])))
+torch = {}  # (mode, dtype, tokens) -> ms; mode: eager, compile, backward-eager, backward-compile
 for line in lines("torch.txt"):
     f = line.split()
     if len(f) == 4 and f[0].startswith("torch-"):
-        _, mode, dt, _ = f[0].split("-")
+        parts = f[0].split("-")
+        mode, dt = "-".join(parts[1:-2]), parts[-2]
         torch[(mode, {"float32": "fp32", "bfloat16": "bf16"}.get(dt, dt), int(f[1]))] = float(f[2]) * 1e3
 
 print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
@@ -61,6 +67,16 @@ for dt in ("fp32", "bf16"):
             ms(r["repack"]), ms(e), ms(c), ratio(e, r["fused"]), ratio(c, r["fused"])))
 if not torch:
     print("(PyTorch: not run, or no CUDA device for it)")
+if backward:
+    print("== the boundary's backward, fp32 (ms; PyTorch: autograd's backward alone)")
+    print("%-13s %7s %9s %9s %7s %6s %9s %9s %8s %9s" % (
+        "gradients", "tokens", "ms", "floor", "/floor", "copy", "eager", "compile", "x eager",
+        "x compile"))
+    for (kind, T), r in sorted(backward.items()):
+        e, c = torch.get(("backward-eager", "fp32", T)), torch.get(("backward-compile", "fp32", T))
+        print("%-13s %7d %s %s %7.2f %6.2f %s %s %8s %9s" % (
+            kind, T, ms(r["ms"]), ms(r["floor"]), r["over"], r["fraction"], ms(e), ms(c),
+            ratio(e, r["ms"]), ratio(c, r["ms"])))
 for path in sorted(p for out in outs for p in glob.glob(os.path.join(out, "campaign-*.txt"))):
     verdict = [l for l in open(path, errors="replace").read().splitlines() if l.startswith("check:")]
     print("campaign %-28s %s" % (os.path.basename(path)[9:-4], verdict[-1] if verdict else "no verdict"))

@@ -2,7 +2,9 @@
 """The sublayer boundary in PyTorch from the seeds' formulas: float64 on the CPU (against the
 oracle's throughput) or fp32/bf16 streams on a GPU (against the CUDA kernels), eager and/or
 torch.compile (default mode, dynamic shapes: one compilation serves every token count).
-Usage: torch_boundary.py TOKENS[,TOKENS...] REPEATS THREADS [DEVICE [DTYPE [eager|compile|both]]].
+With `backward`, autograd's backward alone (eager, and compiled), from a graph built once and
+upstream gradients for every output, each call retaining the graph.
+Usage: torch_boundary.py TOKENS[,TOKENS...] REPEATS THREADS [DEVICE [DTYPE [eager|compile|both|backward]]].
 Prints a line per mode and token count: 'torch-<mode>-<dtype>-<device> <tokens> <median seconds>
 <tokens/s>'; GPU times are CUDA events around one call, after a warm-up."""
 import sys
@@ -14,7 +16,8 @@ sizes = [int(t) for t in sys.argv[1].split(",")]
 repeats, threads = int(sys.argv[2]), int(sys.argv[3])
 device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 dtype_name = sys.argv[5] if len(sys.argv) > 5 else "float64"
-modes = {"eager": ["eager"], "compile": ["compile"], "both": ["eager", "compile"]}[
+modes = {"eager": ["eager"], "compile": ["compile"], "both": ["eager", "compile"],
+         "backward": ["backward_eager", "backward_compile"]}[
     sys.argv[6] if len(sys.argv) > 6 else "eager"]
 torch.set_num_threads(threads)
 n, d, iters, eps, norm_eps = 4, 5120, 20, 1e-6, 1e-20
@@ -53,27 +56,44 @@ def boundary(f, residual, post, comb, pre_mix, hc_fn, hc_scale, hc_base):
     return x, y, mixes, pre, post_, c
 
 
+def timed(call):
+    times = []
+    for _ in range(repeats):
+        if device == "cpu":
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        else:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            call()
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
 for mode in modes:
-    if mode == "compile" and not hasattr(torch, "compile"):
-        print(f"torch-compile-{dtype_name}-{device} unavailable (PyTorch {torch.__version__})")
+    if "compile" in mode and not hasattr(torch, "compile"):
+        print(f"torch-{mode.replace('_', '-')}-{dtype_name}-{device} unavailable "
+              f"(PyTorch {torch.__version__})")
         continue
-    fn = boundary if mode == "eager" else torch.compile(boundary, dynamic=True)
+    fn = boundary if "eager" in mode else torch.compile(boundary, dynamic=True)
+    if mode.startswith("backward"):
+        for T in sizes:
+            args = [a.detach().requires_grad_() for a in inputs(T)]
+            outs = fn(*args)
+            grads = [torch.randn_like(o) for o in outs]
+            def call():
+                torch.autograd.backward(outs, grads, retain_graph=True)
+            call()  # warm-up (and, compiled, the backward's compilation)
+            med = timed(call)
+            print(f"torch-{mode.replace('_', '-')}-{dtype_name}-{device} {T} {med:.7f} {T / med:.0f}",
+                  flush=True)
+        continue
     for T in sizes:
         args = inputs(T)
         fn(*args)  # warm-up (and, compiled, the compilation)
-        times = []
-        for _ in range(repeats):
-            if device == "cpu":
-                t0 = time.perf_counter()
-                fn(*args)
-                times.append(time.perf_counter() - t0)
-            else:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn(*args)
-                e1.record()
-                torch.cuda.synchronize()
-                times.append(e0.elapsed_time(e1) / 1e3)
-        times.sort()
-        med = times[len(times) // 2]
+        med = timed(lambda: fn(*args))
         print(f"torch-{mode}-{dtype_name}-{device} {T} {med:.7f} {T / med:.0f}", flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_table.sh SOURCE_DIR: bench/gpu_table.py merges scripts/gpu-run's outputs into one table.
 # On a made-up run (two sizes per precision, eager for all, torch.compile for some, one campaign
-# passing and one failing) every row carries our times and the PyTorch ones of the same dtype and
+# passing and one failing, the backward at one size) every row carries our times and the PyTorch ones of the same dtype and
 # size, with the speedups eager / fused and compile / fused computed here by hand.
 set -u
 src=$1
@@ -16,6 +16,10 @@ fp32     16384    1.0000    1.0000    1.0100   12.0000    0.8000    0.0050    1.
 bf16         1    0.0080    0.1100    0.1200    0.1800    0.0050    0.0050    1.60      0.00    4200.0
 bf16     16384    0.5000    0.5000    0.5100   12.0000    0.4000    0.0050    1.25      0.80    4200.0
 
+gradients      tokens         ms   floor ms  /floor  fraction
+deterministic    1024     2.0000     0.5000    4.00      0.25
+atomics          1024     1.0000     0.5000    2.00      0.50
+
 dtype   tokens splits config                                 ms  fraction  same
 fp32     16384   auto shipped (tb32 cw32 s3 L2:256)      1.0000      0.80   yes
 T
@@ -26,6 +30,8 @@ torch-eager-bfloat16-cuda 1 0.0016000 625
 torch-eager-bfloat16-cuda 16384 0.0150000 1092266
 torch-compile-float32-cuda 1 0.0005000 2000
 torch-compile-float32-cuda 16384 0.0025000 6553600
+torch-backward-eager-float32-cuda 1024 0.0100000 102400
+torch-backward-compile-float32-cuda 1024 0.0040000 256000
 T
 printf 'check: PASS (0 of 1000 cases failed)\n' > "$d/campaign-fp32.txt"
 printf 'noise\ncheck: FAIL (2 of 1000 cases failed)\n' > "$d/campaign-bf16.txt"
@@ -43,4 +49,9 @@ row() { grep -E "^$1 +$2 " "$d/table" | tr -s ' '; }
 grep -q "^campaign fp32 .*check: PASS (0 of 1000" "$d/table" || fail "fp32 campaign verdict"
 grep -q "^campaign bf16 .*check: FAIL (2 of 1000" "$d/table" || fail "bf16 campaign verdict"
 [ "$(grep -c -E '^(fp32|bf16) ' "$d/table")" = 4 ] || fail "not one row per dtype and size"
-echo "ok: gpu_table.py merged 4 rows, 6 PyTorch timings and 2 campaign verdicts"
+# the backward: autograd 10 ms / 2 ms = 5x, compiled 4 / 2 = 2x; atomics 10x and 4x
+[ "$(row deterministic 1024)" = "deterministic 1024 2.0000 0.5000 4.00 0.25 10.0000 4.0000 5.0x 2.0x" ] ||
+  fail "backward: $(row deterministic 1024)"
+[ "$(row atomics 1024)" = "atomics 1024 1.0000 0.5000 2.00 0.50 10.0000 4.0000 10.0x 4.0x" ] ||
+  fail "backward atomics: $(row atomics 1024)"
+echo "ok: gpu_table.py merged 4 + 2 rows, 8 PyTorch timings and 2 campaign verdicts"

@@ -113,10 +113,9 @@ __global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, 
 }
 
 // mixes = r hc_fn x, r = (sum x^2 / nd + eps)^-1/2: d_x_i = r sum_a g_a hc_fn[a, i]
-// - (r^3 / nd) x_i sum_a g_a dot_a, and the token's r (for d_hc_fn[a, i] = sum_t g_ta r_t x_ti).
-// A block a token; with atomics, the token's share of d_hc_fn is added here.
+// - (r^3 / nd) x_i sum_a g_a dot_a, and the token's r (for d_hc_fn). A block a token.
 __global__ void mixes_backward_kernel(Dims c, const float* x, const float* W, const float* g,
-                                      float* dx, float* r_tok, float* dW) {
+                                      float* dx, float* r_tok) {
   __shared__ float shared[(kMaxM + 1) * 32];
   __shared__ float r, gdot;
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
@@ -142,21 +141,25 @@ __global__ void mixes_backward_kernel(Dims c, const float* x, const float* W, co
     float v = 0;
     for (std::size_t a = 0; a < M; ++a) v += gt[a] * W[a * nd + i];
     dx[t * nd + i] = r * v - r * r * r / float(nd) * xt[i] * gdot;
-    if (dW)
-      for (std::size_t a = 0; a < M; ++a) atomicAdd(dW + a * nd + i, gt[a] * r * xt[i]);
   }
 }
 
-// d_hc_fn[a, i] = sum over t in order of g_ta r_t x_ti: a thread a parameter.
-__global__ void mixes_weight_grad(Dims c, std::size_t T, const float* x, const float* g,
-                                  const float* r_tok, float* dW) {
+// d_hc_fn[a, i] = sum_t g_ta r_t x_ti, a thread a parameter and a range of `span` tokens (the
+// grid's y) summed in order: one range stores its sum (deterministic); several add theirs
+// atomically (dW zeroed first), in whatever order the ranges finish.
+__global__ void mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const float* x,
+                                  const float* g, const float* r_tok, float* dW) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= M * nd) return;
-  const std::size_t a = e / nd, i = e % nd;
+  const std::size_t a = e / nd, i = e % nd, t0 = std::size_t(blockIdx.y) * span;
+  const std::size_t t1 = t0 + span < T ? t0 + span : T;
   float acc = 0;
-  for (std::size_t t = 0; t < T; ++t) acc += g[t * M + a] * r_tok[t] * x[t * nd + i];
-  dW[e] = acc;
+  for (std::size_t t = t0; t < t1; ++t) acc += g[t * M + a] * r_tok[t] * x[t * nd + i];
+  if (gridDim.y == 1)
+    dW[e] = acc;
+  else
+    atomicAdd(dW + e, acc);
 }
 
 // One token of the split's backward, a thread a token: the forward recomputed with every
@@ -250,22 +253,101 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
   }
 }
 
+// out = a + b (+ c), elementwise: the gradients reaching a tensor from two or three places.
+__global__ void add_kernel(std::size_t count, const float* a, const float* b, const float* c,
+                           float* out) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float v = a[i] + b[i];
+  if (c) v += c[i];
+  out[i] = v;
+}
+
 // The deterministic sums over tokens: per-token shares [T, count] summed in token order.
 void sum_over_tokens(std::size_t T, std::size_t count, const float* per_token, float* out) {
   sum_tokens<<<blocks_for(count, kThreads), kThreads>>>(T, count, per_token, out);
   MHC_CUDA_LAUNCHED();
 }
 
-// A parameter gradient's device buffer: zeroed for atomics; per-token shares otherwise.
-struct ParamGrad {
-  Dev<float> sum, shares;
-  ParamGrad(std::size_t count, std::size_t T, bool atomics)
-      : sum(count), shares(atomics ? 0 : T * count) {
-    if (atomics && count) MHC_CUDA_CHECK(cudaMemset(sum.p, 0, count * sizeof(float)));
-  }
-};
-
 }  // namespace
+
+void pre_backward_dev(const Dims& c, std::size_t T, const float* x, const float* p, const float* g,
+                      float* dx, float* dp) {
+  if (!T) return;
+  pre_backward_kernel<<<unsigned(T), kThreads>>>(c, x, p, g, dx, dp);
+  MHC_CUDA_LAUNCHED();
+}
+
+void post_backward_dev(const Dims& c, std::size_t T, const float* f, const float* R,
+                       const float* post, const float* comb, const float* g, float* df, float* dR,
+                       float* dpost, float* dcomb) {
+  if (!T) return;
+  post_backward_kernel<<<unsigned(T), kThreads>>>(c, f, R, post, comb, g, df, dR, dpost, dcomb);
+  MHC_CUDA_LAUNCHED();
+}
+
+void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const float* w,
+                          const float* g, float* dx, float* dw, bool atomics, BackwardWork& work) {
+  const std::size_t d = std::size_t(c.d);
+  if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dw, 0, d * sizeof(float)));
+  float* shares = atomics ? nullptr : work.get(work.shares, T * d);
+  if (T) rmsnorm_backward_kernel<<<unsigned(T), kThreads>>>(c, x, w, g, dx, dw, shares);
+  MHC_CUDA_LAUNCHED();
+  if (!atomics) sum_over_tokens(T, d, shares, dw);
+}
+
+void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
+                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work) {
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  if (!T) {
+    MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
+    return;
+  }
+  float* r = work.get(work.r, T);
+  mixes_backward_kernel<<<unsigned(T), kThreads>>>(c, x, W, g, dx, r);
+  MHC_CUDA_LAUNCHED();
+  // Atomics: ranges of 16 tokens, each added to d_hc_fn as it finishes.
+  const std::size_t span = atomics ? 16 : T;
+  if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
+  mixes_weight_grad<<<dim3(blocks_for(M * nd, kThreads), unsigned((T + span - 1) / span)),
+                      kThreads>>>(c, T, span, x, g, r, dW);
+  MHC_CUDA_LAUNCHED();
+}
+
+void split_backward_dev(const Dims& c, std::size_t T, const float* m, const float* s,
+                        const float* b, const float* g_pre, const float* g_post,
+                        const float* g_comb, float* dm, float* dparams, bool atomics,
+                        BackwardWork& work) {
+  const std::size_t n = std::size_t(c.n), M = std::size_t(c.M());
+  const std::size_t steps = 2 * std::size_t(c.iters) - 1;
+  float* Y = work.get(work.iterates, T * steps * n * n);
+  float* D = work.get(work.denominators, T * steps * n);
+  float* shares = atomics ? nullptr : work.get(work.shares, T * (3 + M));
+  if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dparams, 0, (3 + M) * sizeof(float)));
+  if (T)
+    split_backward_kernel<<<blocks_for(T, 64), 64>>>(c, T, m, s, b, g_pre, g_post, g_comb, dm, Y, D,
+                                                     shares, dparams, dparams + 3);
+  MHC_CUDA_LAUNCHED();
+  if (!atomics) sum_over_tokens(T, 3 + M, shares, dparams);
+}
+
+void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardDev& a, bool atomics,
+                           BackwardWork& work) {
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.M());
+  float* dm = work.get(work.dm, T * M);
+  float* dx1 = work.get(work.dx1, T * n * d);
+  float* dx2 = work.get(work.dx2, T * n * d);
+  split_backward_dev(c, T, a.mixes, a.hc_scale, a.hc_base, a.g_pre, a.g_post, a.g_comb, dm,
+                     a.d_params, atomics, work);
+  if (T) add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, nullptr, dm);
+  MHC_CUDA_LAUNCHED();
+  mixes_backward_dev(c, T, a.x, a.hc_fn, dm, dx1, a.d_hc_fn, atomics, work);
+  pre_backward_dev(c, T, a.x, a.pre_mix, a.g_y, dx2, a.d_pre_mix);
+  if (T) add_kernel<<<blocks_for(T * n * d, kThreads), kThreads>>>(T * n * d, a.g_x, dx1, dx2, dx1);
+  MHC_CUDA_LAUNCHED();
+  post_backward_dev(c, T, a.f, a.residual, a.post, a.comb, dx1, a.d_f, a.d_residual, a.d_post,
+                    a.d_comb);
+}
 
 Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&)) {
   Backend::Backward b;
@@ -276,8 +358,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
     In<float> ix(x, T * n * d), ip(p, T * n), ig(g, T * d);
     Out<float> odx(dx, T * n * d), odp(dp, T * n);
-    if (T) pre_backward_kernel<<<unsigned(T), kThreads>>>(c, ix.p, ip.p, ig.p, odx.p, odp.p);
-    MHC_CUDA_LAUNCHED();
+    pre_backward_dev(c, T, ix.p, ip.p, ig.p, odx.p, odp.p);
     sync();
     odx.back();
     odp.back();
@@ -291,10 +372,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     In<float> i_f(f, T * d), iR(R, T * n * d), ipo(post, T * n), ic(comb, T * n * n),
         ig(g, T * n * d);
     Out<float> odf(df, T * d), odR(dR, T * n * d), odp(dpost, T * n), odc(dcomb, T * n * n);
-    if (T)
-      post_backward_kernel<<<unsigned(T), kThreads>>>(c, i_f.p, iR.p, ipo.p, ic.p, ig.p, odf.p,
-                                                      odR.p, odp.p, odc.p);
-    MHC_CUDA_LAUNCHED();
+    post_backward_dev(c, T, i_f.p, iR.p, ipo.p, ic.p, ig.p, odf.p, odR.p, odp.p, odc.p);
     sync();
     odf.back();
     odR.back();
@@ -307,16 +385,12 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     const Dims c = dims(k);
     const std::size_t d = std::size_t(c.d);
     In<float> ix(x, T * d), iw(w, d), ig(g, T * d);
-    Out<float> odx(dx, T * d);
-    ParamGrad pw(d, T, atomics);
-    if (T)
-      rmsnorm_backward_kernel<<<unsigned(T), kThreads>>>(c, ix.p, iw.p, ig.p, odx.p, pw.sum.p,
-                                                         pw.shares.p);
-    MHC_CUDA_LAUNCHED();
-    if (!atomics) sum_over_tokens(T, d, pw.shares.p, pw.sum.p);
+    Out<float> odx(dx, T * d), odw(dw, d);
+    BackwardWork work;
+    rmsnorm_backward_dev(c, T, ix.p, iw.p, ig.p, odx.p, odw.p, atomics, work);
     sync();
     odx.back();
-    down(dw, pw.sum);
+    odw.back();
   };
   b.mixes = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* W,
                             const float* g, float* dx, float* dW) {
@@ -324,20 +398,12 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     const Dims c = dims(k);
     const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
     In<float> ix(x, T * nd), iW(W, M * nd), ig(g, T * M);
-    Out<float> odx(dx, T * nd);
-    Dev<float> r(T), dw(M * nd);
-    if (atomics) MHC_CUDA_CHECK(cudaMemset(dw.p, 0, M * nd * sizeof(float)));
-    if (T)
-      mixes_backward_kernel<<<unsigned(T), kThreads>>>(c, ix.p, iW.p, ig.p, odx.p, r.p,
-                                                       atomics ? dw.p : nullptr);
-    MHC_CUDA_LAUNCHED();
-    if (!atomics) {
-      mixes_weight_grad<<<blocks_for(M * nd, kThreads), kThreads>>>(c, T, ix.p, ig.p, r.p, dw.p);
-      MHC_CUDA_LAUNCHED();
-    }
+    Out<float> odx(dx, T * nd), odW(dW, M * nd);
+    BackwardWork work;
+    mixes_backward_dev(c, T, ix.p, iW.p, ig.p, odx.p, odW.p, atomics, work);
     sync();
     odx.back();
-    down(dW, dw);
+    odW.back();
   };
   b.split_sinkhorn = [atomics, need](const KernelConfig& k, std::size_t T, const float* m,
                                      const float* s, const float* bb, const float* gp,
@@ -346,22 +412,16 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     need(k);
     const Dims c = dims(k);
     const std::size_t n = std::size_t(c.n), M = std::size_t(c.M());
-    const std::size_t steps = 2 * std::size_t(c.iters) - 1;
     In<float> im(m, T * M), is(s, 3), ib(bb, M), igp(gp, T * n), igq(gq, T * n), igc(gc, T * n * n);
     Out<float> odm(dm, T * M);
-    Dev<float> Y(T * steps * n * n), D(T * steps * n);
-    ParamGrad both(3 + M, T, atomics);  // d hc_scale [3], then d hc_base [M]
-    if (T)
-      split_backward_kernel<<<blocks_for(T, 64), 64>>>(c, T, im.p, is.p, ib.p, igp.p, igq.p, igc.p,
-                                                       odm.p, Y.p, D.p, both.shares.p, both.sum.p,
-                                                       both.sum.p + 3);
-    MHC_CUDA_LAUNCHED();
-    if (!atomics) sum_over_tokens(T, 3 + M, both.shares.p, both.sum.p);
+    Dev<float> params(3 + M);  // d hc_scale [3], then d hc_base [M]
+    BackwardWork work;
+    split_backward_dev(c, T, im.p, is.p, ib.p, igp.p, igq.p, igc.p, odm.p, params.p, atomics, work);
     sync();
     odm.back();
     std::vector<float> h(3 + M);
     MHC_CUDA_CHECK(
-        cudaMemcpy(h.data(), both.sum.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
     std::copy(h.begin(), h.begin() + 3, ds);
     std::copy(h.begin() + 3, h.end(), db);
   };
