@@ -2,8 +2,8 @@
 // against its floor max(launch latency, bytes / copy bandwidth), the copy bandwidth, the kernel
 // unsplit and with hc_fn repacked in every call, and the four-launch baseline; then the sweep of
 // the fused kernel's configurations, each checked to give the shipped one's bits at the same
-// split of the columns (exit 1 if one does not). Usage: mhc-bench-cuda [repeats [table]]; with
-// `table`, the first table alone.
+// split of the columns (exit 1 if one does not); and the boundary's backward against its floor.
+// Usage: mhc-bench-cuda [repeats [table]]; with `table`, the two tables without the sweep.
 #include <cstdio>
 #include <cstdlib>
 #include <map>

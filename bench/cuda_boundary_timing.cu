@@ -258,6 +258,7 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
 
 BackwardTiming cuda_bench_backward(std::size_t T, bool atomics, int repeats) {
   need_device("cuda_bench_backward", repeats);
+  if (T == 0) throw std::invalid_argument("cuda_bench_backward: at least one token");
   constexpr std::size_t n = 4, d = 5120, nd = n * d, M = 24;
   const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
   BackwardTiming r;
@@ -269,8 +270,8 @@ BackwardTiming cuda_bench_backward(std::size_t T, bool atomics, int repeats) {
   const std::size_t C = std::size_t(copies);
   Dev<float> f(C * T * d), R(C * T * nd), x(C * T * nd), gx(C * T * nd), gy(C * T * d),
       df(C * T * d), dR(C * T * nd);
-  Dev<float> small(T * (2 * n + n * n + n + M + 3 * n + n * n + n + M + n + 2 * n * n)), W(M * nd),
-      dW(M * nd), params(3 + M), dparams(3 + M);  // hc_scale, hc_base; their grads
+  Dev<float> small(T * (6 * n + 3 * n * n + 2 * M));                // the 11 tensors taken below
+  Dev<float> W(M * nd), dW(M * nd), params(3 + M), dparams(3 + M);  // params: hc_scale, hc_base
   std::uint32_t seed = 11;
   for (auto* v : {&f, &R, &x, &gx, &gy, &small, &W, &params}) {
     fill_uniform<<<blocks_for(v->n, kThreads), kThreads>>>(v->p, v->n, seed++, -0.5f, 0.5f);

@@ -32,8 +32,9 @@ BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 // The CUDA boundary backward (impl/cuda/backward.cu, composed from the pieces', fp32) on T tokens,
 // from saved x and mixes, its parameters' gradients summed in token order or by atomic adds.
 // floor: max(an empty kernel's launch, the least traffic / copy bandwidth), the least traffic
-// being f, R, the upstream x and y read and d f, d R written ((3 + 3n) d floats a token), hc_fn
-// read and d hc_fn written.
+// being that of a single pass recomputing x: f, R, the upstream x and y read and d f, d R
+// written ((3 + 3n) d floats a token), hc_fn read and d hc_fn written. The composed kernels also
+// read the saved x, and pass over the streams several times.
 struct BackwardTiming {
   std::size_t tokens = 0;
   bool atomics = false;

@@ -306,8 +306,9 @@ void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const floa
   float* r = work.get(work.r, T);
   mixes_backward_kernel<<<unsigned(T), kThreads>>>(c, x, W, g, dx, r);
   MHC_CUDA_LAUNCHED();
-  // Atomics: ranges of 16 tokens, each added to d_hc_fn as it finishes.
-  const std::size_t span = atomics ? 16 : T;
+  // Atomics: ranges of 16 tokens (more past 16 x 65535, the grid's y limit), each added to
+  // d_hc_fn as it finishes.
+  const std::size_t span = atomics ? std::max<std::size_t>(16, (T + 65534) / 65535) : T;
   if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
   mixes_weight_grad<<<dim3(blocks_for(M * nd, kThreads), unsigned((T + span - 1) / span)),
                       kThreads>>>(c, T, span, x, g, r, dW);
@@ -424,6 +425,34 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
         cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
     std::copy(h.begin(), h.begin() + 3, ds);
     std::copy(h.begin() + 3, h.end(), db);
+  };
+  // The boundary's, composed on the device (boundary_backward_dev).
+  b.boundary = [atomics, need](const KernelConfig& k, std::size_t T, const BoundaryBackwardIn& a,
+                               const BoundaryBackwardOut& o) {
+    need(k);
+    const Dims c = dims(k);
+    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
+    const std::size_t M = std::size_t(c.M());
+    const BoundaryIn& f = a.forward;
+    In<float> i_f(f.f, T * d), iR(f.residual, T * nd), ipo(f.post, T * n), ic(f.comb, T * n * n),
+        ipm(f.pre_mix, T * n), iW(f.hc_fn, M * nd), is(f.hc_scale, 3), ib(f.hc_base, M),
+        ix(a.x, T * nd), im(a.mixes, T * M), igx(a.g_x, T * nd), igy(a.g_y, T * d),
+        igm(a.g_mixes, T * M), igp(a.g_pre, T * n), igq(a.g_post, T * n), igc(a.g_comb, T * n * n);
+    Out<float> odf(o.d_f, T * d), odR(o.d_residual, T * nd), odpo(o.d_post, T * n),
+        odc(o.d_comb, T * n * n), odpm(o.d_pre_mix, T * n), odW(o.d_hc_fn, M * nd);
+    Dev<float> params(3 + M);
+    BackwardWork work;
+    boundary_backward_dev(c, T, {i_f.p, iR.p,  ipo.p,  ic.p,  ipm.p,  iW.p,  is.p,    ib.p,
+                                 ix.p,  im.p,  igx.p,  igy.p, igm.p,  igp.p, igq.p,   igc.p,
+                                 odf.p, odR.p, odpo.p, odc.p, odpm.p, odW.p, params.p},
+                          atomics, work);
+    sync();
+    for (auto* v : {&odf, &odR, &odpo, &odc, &odpm, &odW}) v->back();
+    std::vector<float> h(3 + M);
+    MHC_CUDA_CHECK(
+        cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::copy(h.begin(), h.begin() + 3, o.d_hc_scale);
+    std::copy(h.begin() + 3, h.end(), o.d_hc_base);
   };
   return b;
 }

@@ -234,6 +234,19 @@ void run_backward(const impl::Backend& b, const oracles::OpCase& c, const impl::
     case Op::boundary_backward: {
       std::vector<float> x(T * nd), gx(in("upstream_x"), in("upstream_x") + T * nd), dx(T * nd);
       b.hc_post(k, T, in("f"), in("residual"), in("post"), in("comb"), x.data());
+      if (g.boundary) {  // the backend's own, from the forward's x and mixes
+        std::vector<float> mixes(T * M);
+        b.mixes(k, T, x.data(), par("hc_fn"), mixes.data());
+        const impl::BoundaryIn fwd{in("f"),       in("residual"), in("post"),      in("comb"),
+                                   in("pre_mix"), par("hc_fn"),   par("hc_scale"), par("hc_base")};
+        g.boundary(
+            k, T,
+            {fwd, x.data(), mixes.data(), in("upstream_x"), in("upstream_y"), in("upstream_mixes"),
+             in("upstream_pre"), in("upstream_post"), in("upstream_comb")},
+            {out("grad_f"), out("grad_residual"), out("grad_post"), out("grad_comb"),
+             out("grad_pre_mix"), out("grad_hc_fn"), out("grad_hc_scale"), out("grad_hc_base")});
+        return;
+      }
       mixes_op(x.data(), in("upstream_mixes"), in("upstream_pre"), in("upstream_post"),
                in("upstream_comb"), dx.data());
       add(gx, dx.data());

@@ -80,6 +80,17 @@ struct BlockGradStages {
   float *attn_grad_out, *attn_grad_normed, *attn_grad_in, *attn_grad_mixes;
   float *grad_x, *grad_pre_mix;
 };
+// The boundary's backward (Backend::Backward::boundary): the forward's inputs, its saved new
+// streams x and mixes, and the upstream gradients of its outputs; the gradients of its inputs
+// and parameters (summed over tokens).
+struct BoundaryBackwardIn {
+  BoundaryIn forward;
+  const float *x, *mixes;
+  const float *g_x, *g_y, *g_mixes, *g_pre, *g_post, *g_comb;
+};
+struct BoundaryBackwardOut {
+  float *d_f, *d_residual, *d_post, *d_comb, *d_pre_mix, *d_hc_fn, *d_hc_scale, *d_hc_base;
+};
 struct Backend {
   std::string name;  // what --kernel takes: "cpu", "plugin:PATH"
   std::string description;
@@ -130,6 +141,10 @@ struct Backend {
     std::function<void(const KernelConfig&, std::size_t T, const float* x, const float* weight,
                        const float* g_y, float* d_x, float* d_weight)>
         rmsnorm;
+    // The boundary's; empty: composed from the pieces' by the driver (runner::run_backward).
+    std::function<void(const KernelConfig&, std::size_t T, const BoundaryBackwardIn&,
+                       const BoundaryBackwardOut&)>
+        boundary;
     // The Block's (make_block_backward's signature); empty: make_block_backward of these pieces.
     std::function<void(const KernelConfig&, const BlockShape&, std::size_t B, std::size_t T,
                        const float* x, const float* pre_mix, const BlockWeights&,
