@@ -18,13 +18,16 @@
 namespace mhc::impl::cuda_detail {
 namespace {
 
-// out[i] = sum over t in order of per_token[t * count + i] (the deterministic sums over tokens).
-__global__ void sum_tokens(std::size_t T, std::size_t count, const float* per_token, float* out) {
+// out[r * count + i] = the sum in token order of per_token[t * count + i] over the r-th range of
+// `span` tokens (the grid's y); with one range, the deterministic sum over tokens itself.
+__global__ void sum_tokens(std::size_t T, std::size_t span, std::size_t count,
+                           const float* per_token, float* out) {
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
+  const std::size_t t0 = std::size_t(blockIdx.y) * span, t1 = t0 + span < T ? t0 + span : T;
   float acc = 0;
-  for (std::size_t t = 0; t < T; ++t) acc += per_token[t * count + i];
-  out[i] = acc;
+  for (std::size_t t = t0; t < t1; ++t) acc += per_token[t * count + i];
+  out[std::size_t(blockIdx.y) * count + i] = acc;
 }
 
 // y_c = sum_j p_j x_jc: d_x_jc = p_j g_c, d_p_j = sum_c g_c x_jc. A block a token.
@@ -163,7 +166,7 @@ __global__ void mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const
 }
 
 // One token of the split's backward, a thread a token: the forward recomputed with every
-// Sinkhorn step's output (Y [steps][n n]) and denominators (D [steps][n]) kept in the token's
+// Sinkhorn step's output (Y [steps][n n][T]) and denominators (D [steps][n][T]) kept in the
 // workspace, then each step undone by its closed form; the token's shares of d hc_scale and
 // d hc_base (3 + M) into its row of dp_tok, or added atomically.
 __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes, const float* s,
@@ -176,8 +179,8 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
   const float eps = c.hc_eps;
   const float* m = mixes + t * std::size_t(M);
   float* dmt = dm + t * std::size_t(M);
-  Y += t * std::size_t(steps * n * n);
-  D += t * std::size_t(steps * n);
+  Y += t;  // element e of the token's iterates at Y[e T], its denominators at D[e T]:
+  D += t;  // a warp's tokens side by side
   float dsc[3] = {0, 0, 0};
   auto param = [&](int i, float v) {  // d hc_base[i]
     if (dp_tok)
@@ -210,27 +213,27 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
       float sum = 0;
       for (int e = 0; e < n; ++e) sum += C[rows ? a * n + e : e * n + a];
       const float den = sum + eps;
-      D[st * n + a] = den;
+      D[std::size_t(st * n + a) * T] = den;
       for (int e = 0; e < n; ++e) {
         float& v = C[rows ? a * n + e : e * n + a];
         v = v / den;
       }
     }
-    for (int i = 0; i < n * n; ++i) Y[st * n * n + i] = C[i];
+    for (int i = 0; i < n * n; ++i) Y[std::size_t(st * n * n + i) * T] = C[i];
   }
   for (int i = 0; i < n * n; ++i) G[i] = g_comb[t * std::size_t(n * n) + std::size_t(i)];
   for (int st = steps; st-- > 0;) {
     const bool rows = st % 2 == 1;
-    const float* y = Y + st * n * n;
+    const float* y = Y + std::size_t(st * n * n) * T;
     for (int a = 0; a < n; ++a) {
       float gy = 0;
       for (int e = 0; e < n; ++e) {
         const int i = rows ? a * n + e : e * n + a;
-        gy += G[i] * y[i];
+        gy += G[i] * y[std::size_t(i) * T];
       }
       for (int e = 0; e < n; ++e) {
         const int i = rows ? a * n + e : e * n + a;
-        G[i] = (G[i] - gy) / D[st * n + a];
+        G[i] = (G[i] - gy) / D[std::size_t(st * n + a) * T];
       }
     }
   }
@@ -263,9 +266,22 @@ __global__ void add_kernel(std::size_t count, const float* a, const float* b, co
   out[i] = v;
 }
 
-// The deterministic sums over tokens: per-token shares [T, count] summed in token order.
-void sum_over_tokens(std::size_t T, std::size_t count, const float* per_token, float* out) {
-  sum_tokens<<<blocks_for(count, kThreads), kThreads>>>(T, count, per_token, out);
+// The deterministic sums over tokens of per-token shares [T, count]: ranges of 256 tokens summed
+// in order, then the ranges' sums in order (a fixed order, so the same bits every run; a few
+// thousand dependent adds a thread rather than T). `ranges`: scratch of ceil(T / 256) * count.
+void sum_over_tokens(std::size_t T, std::size_t count, const float* per_token, float* out,
+                     float* ranges) {
+  constexpr std::size_t kSpan = 256;
+  const std::size_t R = (T + kSpan - 1) / kSpan;
+  if (R <= 1) {
+    sum_tokens<<<dim3(blocks_for(count, kThreads), 1), kThreads>>>(T, T, count, per_token, out);
+    MHC_CUDA_LAUNCHED();
+    return;
+  }
+  sum_tokens<<<dim3(blocks_for(count, kThreads), unsigned(R)), kThreads>>>(T, kSpan, count,
+                                                                           per_token, ranges);
+  MHC_CUDA_LAUNCHED();
+  sum_tokens<<<dim3(blocks_for(count, kThreads), 1), kThreads>>>(R, R, count, ranges, out);
   MHC_CUDA_LAUNCHED();
 }
 
@@ -293,7 +309,7 @@ void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const fl
   float* shares = atomics ? nullptr : work.get(work.shares, T * d);
   if (T) rmsnorm_backward_kernel<<<unsigned(T), kThreads>>>(c, x, w, g, dx, dw, shares);
   MHC_CUDA_LAUNCHED();
-  if (!atomics) sum_over_tokens(T, d, shares, dw);
+  if (!atomics) sum_over_tokens(T, d, shares, dw, work.get(work.ranges, (T + 255) / 256 * d));
 }
 
 void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
@@ -329,7 +345,8 @@ void split_backward_dev(const Dims& c, std::size_t T, const float* m, const floa
     split_backward_kernel<<<blocks_for(T, 64), 64>>>(c, T, m, s, b, g_pre, g_post, g_comb, dm, Y, D,
                                                      shares, dparams, dparams + 3);
   MHC_CUDA_LAUNCHED();
-  if (!atomics) sum_over_tokens(T, 3 + M, shares, dparams);
+  if (!atomics)
+    sum_over_tokens(T, 3 + M, shares, dparams, work.get(work.ranges, (T + 255) / 256 * (3 + M)));
 }
 
 void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardDev& a, bool atomics,
