@@ -3,7 +3,8 @@
 oracle's throughput) or fp32/bf16 streams on a GPU (against the CUDA kernels), eager and/or
 torch.compile (default mode, dynamic shapes: one compilation serves every token count).
 With `backward`, autograd's backward alone (eager, and compiled), from a graph built once and
-upstream gradients for every output, each call retaining the graph.
+upstream gradients for every output; each repeat builds the graph untimed, then times its backward
+(a compiled backward donates its buffers, so a graph cannot be run backward twice).
 Usage: torch_boundary.py TOKENS[,TOKENS...] REPEATS THREADS [DEVICE [DTYPE [eager|compile|both|backward]]].
 Prints a line per mode and token count: 'torch-<mode>-<dtype>-<device> <tokens> <median seconds>
 <tokens/s>'; GPU times are CUDA events around one call, after a warm-up."""
@@ -56,9 +57,10 @@ def boundary(f, residual, post, comb, pre_mix, hc_fn, hc_scale, hc_base):
     return x, y, mixes, pre, post_, c
 
 
-def timed(call):
+def timed(call, setup=lambda: None):
     times = []
     for _ in range(repeats):
+        setup()
         if device == "cpu":
             t0 = time.perf_counter()
             call()
@@ -83,12 +85,18 @@ for mode in modes:
     if mode.startswith("backward"):
         for T in sizes:
             args = [a.detach().requires_grad_() for a in inputs(T)]
-            outs = fn(*args)
-            grads = [torch.randn_like(o) for o in outs]
+            graph = {}
+            def setup():
+                graph["outs"] = fn(*args)
+                if "grads" not in graph:
+                    graph["grads"] = [torch.randn_like(o) for o in graph["outs"]]
+                if device != "cpu":
+                    torch.cuda.synchronize()
             def call():
-                torch.autograd.backward(outs, grads, retain_graph=True)
+                torch.autograd.backward(graph["outs"], graph["grads"])
+            setup()
             call()  # warm-up (and, compiled, the backward's compilation)
-            med = timed(call)
+            med = timed(call, setup)
             print(f"torch-{mode.replace('_', '-')}-{dtype_name}-{device} {T} {med:.7f} {T / med:.0f}",
                   flush=True)
         continue

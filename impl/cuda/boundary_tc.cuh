@@ -696,7 +696,7 @@ constexpr TcLaunch<S> tc_launch() {
 template <class S>
 struct ShippedTc;
 template <>
-struct ShippedTc<float> : TcConfig<32, 32, 3, 256> {};
+struct ShippedTc<float> : TcConfig<32, 64, 2, 0> {};
 template <>
 struct ShippedTc<bf16> : TcConfig<32, 64, 2, 256> {};
 template <class S, int D>
