@@ -182,8 +182,7 @@ std::vector<Timed<S>> tc_configs() {
   std::vector<Timed<S>> v{{"shipped (" + tc_name<ShippedTc<S>>() + ")", shipped_tc<S, 5120>()}};
   if constexpr (std::is_same<S, float>::value)
     for (auto t : {timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 32, 3, 0>>(),
-                   timed<S, TcConfig<32, 64, 2, 256>>(),
-                   timed<S, TcConfig<64, 32, 2, 256>>()})
+                   timed<S, TcConfig<32, 64, 2, 256>>(), timed<S, TcConfig<64, 32, 2, 256>>()})
       v.push_back(t);
   else
     for (auto t : {timed<S, TcConfig<32, 32, 2, 0>>(), timed<S, TcConfig<32, 32, 2, 128>>(),
