@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # gpu_run_parts.sh SOURCE_DIR: scripts/gpu-run refuses a part it does not know (exit 2, naming it
 # and the parts), before it touches the device or the build, so a typo cannot run nothing and pass;
-# and a failing step fails the run (exit 1): here, without a GPU, test_cuda cannot pass.
+# `sanitize` runs memcheck and racecheck; and a failing step fails the run (exit 1): here, without a
+# GPU, test_cuda cannot pass.
 set -u
 out=$(OUT=$(mktemp -d) bash "$1/scripts/gpu-run" tests tetss 2>&1)
 rc=$?
 [ $rc = 2 ] || { echo "FAIL: exit $rc, expected 2: $out"; exit 1; }
-[[ $out == *"unknown part 'tetss'"*"tests sanitize cli campaign bench torch"* ]] ||
+[[ $out == *"unknown part 'tetss'"*"tests memcheck racecheck cli campaign bench torch"* ]] ||
   { echo "FAIL: message: $out"; exit 1; }
+# sanitize names both sanitizer parts (without a GPU each fails or is not available: not exit 2)
+out=$(OUT=$(mktemp -d) bash "$1/scripts/gpu-run" sanitize 2>&1)
+rc=$?
+[ $rc != 2 ] || { echo "FAIL: sanitize refused: $out"; exit 1; }
+[[ $out == *"memcheck  "*"racecheck  "* ]] || { echo "FAIL: sanitize is not both: $out"; exit 1; }
 if command -v nvidia-smi >/dev/null; then
   echo "ok: $out (a GPU is present: the failing-step check is left to the build machine)"
   exit 0

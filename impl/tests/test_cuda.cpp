@@ -88,6 +88,8 @@ int tensor_core_arithmetic() {
 }  // namespace
 
 int main() {
+  // A line a run, even into a file: a sanitizer run cut by a time limit shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (impl::cuda_device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
