@@ -159,6 +159,23 @@ double median_ms(int repeats, int copies, F launch) {
   return double(ms[ms.size() / 2]);
 }
 
+__global__ void empty_kernel() {}
+
+// The device's launch latency (an empty kernel) and copy bandwidth (1 GiB device to device, bytes
+// read + written a second), timed like the calls.
+void measure_floor(int repeats, DeviceFloor& r) {
+  r.launch_ms = median_ms(repeats, 1, [](int) {
+    empty_kernel<<<1, 32>>>();
+    MHC_CUDA_LAUNCHED();
+  });
+  const std::size_t bytes = std::size_t(1) << 30;
+  Dev<std::uint8_t> a(bytes), b(bytes);
+  const double copy_ms = median_ms(repeats, 1, [&](int) {
+    MHC_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice));
+  });
+  r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+}
+
 // A configuration's name, as the table shows it: "tb32 cw64 s2 L2:256".
 template <class C>
 std::string tc_name() {
@@ -213,8 +230,6 @@ std::vector<TcTiming> sweep(std::size_t T, int repeats, int splits) {
   return out;
 }
 
-__global__ void empty_kernel() {}
-
 }  // namespace
 
 BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
@@ -241,17 +256,7 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
                      [&](int k) { repack(k), data.run<bf16>(b16, k, 1); });
   r.baseline_ms =
       time([&](int k) { data.run_baseline<float>(k); }, [&](int k) { data.run_baseline<bf16>(k); });
-  r.launch_ms = median_ms(repeats, 1, [](int) {
-    empty_kernel<<<1, 32>>>();
-    MHC_CUDA_LAUNCHED();
-  });
-  // Device-to-device copy of 1 GiB: bytes read + written per second.
-  const std::size_t bytes = std::size_t(1) << 30;
-  Dev<std::uint8_t> a(bytes), bb(bytes);
-  const double copy_ms = median_ms(repeats, 1, [&](int) {
-    MHC_CUDA_CHECK(cudaMemcpyAsync(bb.p, a.p, bytes, cudaMemcpyDeviceToDevice));
-  });
-  r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+  measure_floor(repeats, r);
   return r;
 }
 
@@ -299,16 +304,7 @@ BackwardTiming cuda_bench_backward(std::size_t T, bool atomics, int repeats) {
     boundary_backward_dev(c, T, a, atomics, work);
   };
   r.ms = median_ms(repeats, copies, run);
-  r.launch_ms = median_ms(repeats, 1, [](int) {
-    empty_kernel<<<1, 32>>>();
-    MHC_CUDA_LAUNCHED();
-  });
-  const std::size_t bytes = std::size_t(1) << 30;
-  Dev<std::uint8_t> a(bytes), bb(bytes);
-  const double copy_ms = median_ms(repeats, 1, [&](int) {
-    MHC_CUDA_CHECK(cudaMemcpyAsync(bb.p, a.p, bytes, cudaMemcpyDeviceToDevice));
-  });
-  r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+  measure_floor(repeats, r);
   return r;
 }
 

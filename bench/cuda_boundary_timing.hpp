@@ -9,23 +9,27 @@
 
 namespace mhc::bench {
 
+// What bounds a call from below, measured on the device: an empty kernel's launch (timed like the
+// calls) and the device-to-device copy bandwidth (bytes read + written a second); bytes: what the
+// call must read and write at least.
+struct DeviceFloor {
+  double launch_ms = 0, copy_gbps = 0, bytes = 0;
+  // The least time a call can take: max(launch latency, bytes / copy bandwidth).
+  double floor_ms() const {
+    return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
+  }
+};
+
 // cuda-fused's single pass against the four-launch baseline, the copy bandwidth and the launch
 // latency. hc_fn is packed once, outside the timed calls (a weight), and rotated over copies like
 // the streams, so that small batches read it from DRAM as a model's layers would. fused_ms splits
 // the columns at small token counts (the shipped choice); unsplit_ms is one block per 32 tokens,
 // and repack_ms the same with hc_fn repacked in every call (the call as it was before the split).
-struct BoundaryTiming {
+struct BoundaryTiming : DeviceFloor {  // bytes: streams, coefficients, hc_fn
   std::size_t tokens = 0;
   bool bf16 = false;
   double fused_ms = 0, unsplit_ms = 0, repack_ms = 0, baseline_ms = 0;
-  double launch_ms = 0;        // an empty kernel, timed the same way
-  double copy_gbps = 0;        // device-to-device copy, read + write
   double bytes_per_token = 0;  // (2n + 2) d stream elements
-  double bytes = 0;            // every byte read and written: streams, coefficients, hc_fn
-  // The least time a call can take: max(launch latency, bytes / copy bandwidth).
-  double floor_ms() const {
-    return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
-  }
 };
 BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 
@@ -35,13 +39,10 @@ BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 // being that of a single pass recomputing x: f, R, the upstream x and y read and d f, d R
 // written ((3 + 3n) d floats a token), hc_fn read and d hc_fn written. The composed kernels also
 // read the saved x, and pass over the streams several times.
-struct BackwardTiming {
+struct BackwardTiming : DeviceFloor {
   std::size_t tokens = 0;
   bool atomics = false;
-  double ms = 0, launch_ms = 0, copy_gbps = 0, bytes = 0;
-  double floor_ms() const {
-    return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
-  }
+  double ms = 0;
 };
 BackwardTiming cuda_bench_backward(std::size_t tokens, bool atomics, int repeats);
 
