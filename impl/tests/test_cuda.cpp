@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/error_model.hpp"
@@ -113,21 +114,22 @@ int main() {
                       oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
-  // The backward kernels (fp32): cuda sums the parameters' gradients over tokens in token order,
-  // cuda-fused with atomic adds; the boundary's backward is composed from the pieces'.
+  // The backward kernels (fp32): cuda sums the parameters' gradients over tokens in a fixed order,
+  // cuda-fused with atomic adds; the boundary's backward is composed from the pieces'. 600 tokens:
+  // the sums over tokens in several 256-token ranges (the last partial), then the ranges.
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::backward_ops())
-      for (int d : {5120, 130}) {
+      for (const auto& [d, T] : {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {130, 600}}) {
         ref::Config cfg;
         cfg.d = d;
         const auto c =
-            oracles::generate_case(op, cfg, 33, 17 + std::uint64_t(d), oracles::Precision::fp32());
+            oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), oracles::Precision::fp32());
         const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
         ++runs;
         const bool ok = v.state != oracles::State::fail;
         failures += ok ? 0 : 1;
-        std::printf("%-4s %-10s %-23s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                    oracles::op_name(op).c_str(), d, oracles::state_name(v.state).c_str(),
+        std::printf("%-4s %-10s %-23s d=%-5d T=%-4zu %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
+                    oracles::op_name(op).c_str(), d, T, oracles::state_name(v.state).c_str(),
                     v.first_divergent.c_str());
         if (!ok)
           for (const auto& st : v.stages)
