@@ -88,13 +88,7 @@ void run_boundary(const KernelConfig& k, std::size_t T, const BoundaryIn& in,
       dcomb(out.comb, T * n * n);
   boundary_device<S>(c, T, fused, df.p, dr.p, dpo.p, dc.p, dpm.p, dw.p, ds.p, db.p, dx.p, dy.p,
                      dm.p, dpre.p, dpost.p, dcomb.p);
-  sync();
-  dx.back();
-  dy.back();
-  dm.back();
-  dpre.back();
-  dpost.back();
-  dcomb.back();
+  sync_back(dx, dy, dm, dpre, dpost, dcomb);
 }
 
 Backend make(bool fused) {
@@ -250,8 +244,7 @@ void cuda_mma_tf32(const float* a, const float* b, const float* c, float* d) {
   Out<float> dd(d, 128);
   mma_probe<<<1, 32>>>(da.p, db.p, dc.p, dd.p);
   MHC_CUDA_LAUNCHED();
-  sync();
-  dd.back();
+  sync_back(dd);
 }
 
 }  // namespace mhc::impl

@@ -377,9 +377,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     In<float> ix(x, T * n * d), ip(p, T * n), ig(g, T * d);
     Out<float> odx(dx, T * n * d), odp(dp, T * n);
     pre_backward_dev(c, T, ix.p, ip.p, ig.p, odx.p, odp.p);
-    sync();
-    odx.back();
-    odp.back();
+    sync_back(odx, odp);
   };
   b.hc_post = [need](const KernelConfig& k, std::size_t T, const float* f, const float* R,
                      const float* post, const float* comb, const float* g, float* df, float* dR,
@@ -391,11 +389,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
         ig(g, T * n * d);
     Out<float> odf(df, T * d), odR(dR, T * n * d), odp(dpost, T * n), odc(dcomb, T * n * n);
     post_backward_dev(c, T, i_f.p, iR.p, ipo.p, ic.p, ig.p, odf.p, odR.p, odp.p, odc.p);
-    sync();
-    odf.back();
-    odR.back();
-    odp.back();
-    odc.back();
+    sync_back(odf, odR, odp, odc);
   };
   b.rmsnorm = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* w,
                               const float* g, float* dx, float* dw) {
@@ -406,9 +400,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     Out<float> odx(dx, T * d), odw(dw, d);
     BackwardWork work;
     rmsnorm_backward_dev(c, T, ix.p, iw.p, ig.p, odx.p, odw.p, atomics, work);
-    sync();
-    odx.back();
-    odw.back();
+    sync_back(odx, odw);
   };
   b.mixes = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* W,
                             const float* g, float* dx, float* dW) {
@@ -419,9 +411,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     Out<float> odx(dx, T * nd), odW(dW, M * nd);
     BackwardWork work;
     mixes_backward_dev(c, T, ix.p, iW.p, ig.p, odx.p, odW.p, atomics, work);
-    sync();
-    odx.back();
-    odW.back();
+    sync_back(odx, odW);
   };
   b.split_sinkhorn = [atomics, need](const KernelConfig& k, std::size_t T, const float* m,
                                      const float* s, const float* bb, const float* gp,
@@ -435,8 +425,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
     Dev<float> params(3 + M);  // d hc_scale [3], then d hc_base [M]
     BackwardWork work;
     split_backward_dev(c, T, im.p, is.p, ib.p, igp.p, igq.p, igc.p, odm.p, params.p, atomics, work);
-    sync();
-    odm.back();
+    sync_back(odm);
     std::vector<float> h(3 + M);
     MHC_CUDA_CHECK(
         cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -463,8 +452,7 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
                                  ix.p,  im.p,  igx.p,  igy.p, igm.p,  igp.p, igq.p,   igc.p,
                                  odf.p, odR.p, odpo.p, odc.p, odpm.p, odW.p, params.p},
                           atomics, work);
-    sync();
-    for (auto* v : {&odf, &odR, &odpo, &odc, &odpm, &odW}) v->back();
+    sync_back(odf, odR, odpo, odc, odpm, odW);
     std::vector<float> h(3 + M);
     MHC_CUDA_CHECK(
         cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -95,4 +95,11 @@ inline void sync() {
   MHC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// The device's work done, then the outputs copied back to their host arrays.
+template <class... O>
+void sync_back(O&... outs) {
+  sync();
+  (outs.back(), ...);
+}
+
 }  // namespace mhc::impl::cuda_detail

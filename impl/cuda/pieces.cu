@@ -87,8 +87,7 @@ void mixes_on(const KernelConfig& k, std::size_t T, const float* x, const float*
   Out<float> dout(out, T * M);
   if (T) mixes_kernel<S><<<unsigned(T), kThreads>>>(c, dx.p, dw.p, dout.p);
   MHC_CUDA_LAUNCHED();
-  sync();
-  dout.back();
+  sync_back(dout);
 }
 
 template <class S>
@@ -100,8 +99,7 @@ void pre_on(const KernelConfig& k, std::size_t T, const float* x, const float* p
   Out<S> dy(y, T * d);
   if (T) pre_kernel<S><<<blocks_for(T * d, kThreads), kThreads>>>(c, T * d, dx.p, dp.p, dy.p);
   MHC_CUDA_LAUNCHED();
-  sync();
-  dy.back();
+  sync_back(dy);
 }
 
 template <class S>
@@ -116,8 +114,7 @@ void post_on(const KernelConfig& k, std::size_t T, const float* f, const float* 
     post_kernel<S><<<blocks_for(T * n * d, kThreads), kThreads>>>(c, T * n * d, df.p, dr.p, dpo.p,
                                                                   dc.p, dy.p);
   MHC_CUDA_LAUNCHED();
-  sync();
-  dy.back();
+  sync_back(dy);
 }
 
 template <class S>
@@ -129,8 +126,7 @@ void rmsnorm_on(const KernelConfig& k, std::size_t T, const float* x, const floa
   Out<S> dy(y, T * d);
   if (T) rmsnorm_kernel<S><<<unsigned(T), kThreads>>>(c, dx.p, dg.p, dy.p);
   MHC_CUDA_LAUNCHED();
-  sync();
-  dy.back();
+  sync_back(dy);
 }
 
 }  // namespace
@@ -148,10 +144,7 @@ void run_split(const KernelConfig& k, std::size_t T, const float* m, const float
   if (T)
     split_kernel<<<blocks_for(T, 128), 128>>>(c, T, dm.p, ds.p, db.p, dpre.p, dpost.p, dcomb.p);
   MHC_CUDA_LAUNCHED();
-  sync();
-  dpre.back();
-  dpost.back();
-  dcomb.back();
+  sync_back(dpre, dpost, dcomb);
 }
 
 void run_pre(const KernelConfig& k, std::size_t T, const float* x, const float* p, float* y) {
