@@ -116,11 +116,11 @@ __global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, 
 }
 
 // mixes = r hc_fn x, r = (sum x^2 / nd + eps)^-1/2: d_x_i = r sum_a g_a hc_fn[a, i]
-// - (r^3 / nd) x_i sum_a g_a dot_a, and the token's r (for d_hc_fn). A block a token.
-__global__ void mixes_backward_kernel(Dims c, const float* x, const float* W, const float* g,
-                                      float* dx, float* r_tok) {
+// - (r^3 / nd) x_i sum_a g_a dot_a. First, a block a token: the token's r and
+// k = r^3 / nd sum_a g_a dot_a (the reductions over nd).
+__global__ void mixes_backward_sums(Dims c, const float* x, const float* W, const float* g,
+                                    float* r_tok, float* k_tok) {
   __shared__ float shared[(kMaxM + 1) * 32];
-  __shared__ float r, gdot;
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t t = blockIdx.x;
   const float* xt = x + t * nd;
@@ -133,36 +133,67 @@ __global__ void mixes_backward_kernel(Dims c, const float* x, const float* W, co
   }
   block_sum<kMaxM + 1>(acc, shared);
   if (threadIdx.x == 0) {
-    r = 1.0f / sqrtf(acc[kMaxM] / float(nd) + c.norm_eps);
+    const float r = 1.0f / sqrtf(acc[kMaxM] / float(nd) + c.norm_eps);
     float s = 0;
     for (std::size_t a = 0; a < M; ++a) s += gt[a] * acc[a];
-    gdot = s;
     r_tok[t] = r;
-  }
-  __syncthreads();
-  for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
-    float v = 0;
-    for (std::size_t a = 0; a < M; ++a) v += gt[a] * W[a * nd + i];
-    dx[t * nd + i] = r * v - r * r * r / float(nd) * xt[i] * gdot;
+    k_tok[t] = r * r * r / float(nd) * s;
   }
 }
 
-// d_hc_fn[a, i] = sum_t g_ta r_t x_ti, a thread a parameter and a range of `span` tokens (the
-// grid's y) summed in order: one range stores its sum (deterministic); several add theirs
-// atomically (dW zeroed first), in whatever order the ranges finish.
-__global__ void mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const float* x,
-                                  const float* g, const float* r_tok, float* dW) {
+// Then d_x over a tile of kTile tokens a block (the grid's y) and a column a thread: the column of
+// hc_fn is read once a tile, not once a token.
+constexpr int kTile = 32;
+__global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const float* W,
+                                  const float* g, const float* r_tok, const float* k_tok,
+                                  float* dx) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
-  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= M * nd) return;
-  const std::size_t a = e / nd, i = e % nd, t0 = std::size_t(blockIdx.y) * span;
-  const std::size_t t1 = t0 + span < T ? t0 + span : T;
-  float acc = 0;
-  for (std::size_t t = t0; t < t1; ++t) acc += g[t * M + a] * r_tok[t] * x[t * nd + i];
-  if (gridDim.y == 1)
-    dW[e] = acc;
-  else
-    atomicAdd(dW + e, acc);
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t t0 = std::size_t(blockIdx.y) * kTile;
+  if (i >= nd) return;
+  float w[kMaxM];  // unrolled, so in registers
+#pragma unroll
+  for (std::size_t a = 0; a < kMaxM; ++a) w[a] = a < M ? W[a * nd + i] : 0.0f;
+  for (std::size_t t = t0; t < t0 + kTile && t < T; ++t) {
+    const float* gt = g + t * M;
+    float v = 0;
+#pragma unroll
+    for (std::size_t a = 0; a < kMaxM; ++a)
+      if (a < M) v += gt[a] * w[a];
+    dx[t * nd + i] = r_tok[t] * v - k_tok[t] * x[t * nd + i];
+  }
+}
+
+// d_hc_fn[a, i] = sum_t g_ta r_t x_ti over the y-th range of `span` tokens, in token order: a
+// thread a column i and kGroup weights a (the grid's z), so x crosses memory once per group (24
+// weights: once for n = 4). Without atomics each range stores its sums in partial[y], summed in
+// range order after; with them, each adds its sums to dW (zeroed first) as it finishes.
+constexpr int kGroup = 24;
+__global__ void mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const float* x,
+                                  const float* g, const float* r_tok, float* partial, float* dW) {
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= nd) return;
+  const std::size_t a0 = std::size_t(blockIdx.z) * kGroup;
+  const int count = int(M - a0 < std::size_t(kGroup) ? M - a0 : kGroup);
+  const std::size_t t0 = std::size_t(blockIdx.y) * span, t1 = t0 + span < T ? t0 + span : T;
+  float acc[kGroup] = {};
+  for (std::size_t t = t0; t < t1; ++t) {
+    const float v = x[t * nd + i], r = r_tok[t];
+    const float* gt = g + t * M + a0;
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k)
+      if (k < count) acc[k] += gt[k] * r * v;
+  }
+#pragma unroll
+  for (int k = 0; k < kGroup; ++k) {
+    if (k >= count) break;
+    const std::size_t e = (a0 + std::size_t(k)) * nd + i;
+    if (partial)
+      partial[std::size_t(blockIdx.y) * M * nd + e] = acc[k];
+    else
+      atomicAdd(dW + e, acc[k]);
+  }
 }
 
 // One token of the split's backward, a thread a token: the forward recomputed with every
@@ -319,16 +350,28 @@ void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const floa
     MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
     return;
   }
-  float* r = work.get(work.r, T);
-  mixes_backward_kernel<<<unsigned(T), kThreads>>>(c, x, W, g, dx, r);
+  float* r = work.get(work.r, 2 * T);
+  mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, g, r, r + T);
   MHC_CUDA_LAUNCHED();
-  // Atomics: ranges of 16 tokens (more past 16 x 65535, the grid's y limit), each added to
-  // d_hc_fn as it finishes.
-  const std::size_t span = atomics ? std::max<std::size_t>(16, (T + 65534) / 65535) : T;
-  if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
-  mixes_weight_grad<<<dim3(blocks_for(M * nd, kThreads), unsigned((T + span - 1) / span)),
-                      kThreads>>>(c, T, span, x, g, r, dW);
+  mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
+                      kThreads>>>(c, T, x, W, g, r, r + T, dx);
   MHC_CUDA_LAUNCHED();
+  // Ranges of 256 tokens (at most 64 ranges without atomics, to bound the partial sums' scratch;
+  // with atomics, at most 65535, the grid's y limit): the range's sums in token order, then the
+  // ranges' in range order, or added atomically.
+  const std::size_t span =
+      std::max<std::size_t>(256, atomics ? (T + 65534) / 65535 : (T + 63) / 64);
+  const std::size_t R = (T + span - 1) / span, count = M * nd;
+  float* partial = atomics ? nullptr : (R == 1 ? dW : work.get(work.ranges, R * count));
+  if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, count * sizeof(float)));
+  mixes_weight_grad<<<
+      dim3(blocks_for(nd, kThreads), unsigned(R), unsigned((M + kGroup - 1) / kGroup)), kThreads>>>(
+      c, T, span, x, g, r, partial, dW);
+  MHC_CUDA_LAUNCHED();
+  if (!atomics && R > 1) {
+    sum_tokens<<<dim3(blocks_for(count, kThreads), 1), kThreads>>>(R, R, count, partial, dW);
+    MHC_CUDA_LAUNCHED();
+  }
 }
 
 void split_backward_dev(const Dims& c, std::size_t T, const float* m, const float* s,
