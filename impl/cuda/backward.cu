@@ -117,14 +117,28 @@ __global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, 
 
 // mixes = r hc_fn x, r = (sum x^2 / nd + eps)^-1/2: d_x_i = r sum_a g_a hc_fn[a, i]
 // - (r^3 / nd) x_i sum_a g_a dot_a. First, a block a token: the token's r and
-// k = r^3 / nd sum_a g_a dot_a (the reductions over nd).
-__global__ void mixes_backward_sums(Dims c, const float* x, const float* W, const float* g,
-                                    float* r_tok, float* k_tok) {
+// k = r^3 / nd sum_a g_a dot_a (the reductions over nd). Given the forward's mixes (r dot, as the
+// boundary's backward has them), k = r^2 / nd sum_a g_a mixes_a, and hc_fn is not read.
+__global__ void mixes_backward_sums(Dims c, const float* x, const float* W, const float* mixes,
+                                    const float* g, float* r_tok, float* k_tok) {
   __shared__ float shared[(kMaxM + 1) * 32];
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t t = blockIdx.x;
   const float* xt = x + t * nd;
   const float* gt = g + t * M;
+  if (mixes) {
+    float sq[1] = {0};
+    for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) sq[0] += xt[i] * xt[i];
+    block_sum<1>(sq, shared);
+    if (threadIdx.x == 0) {
+      const float r = 1.0f / sqrtf(sq[0] / float(nd) + c.norm_eps);
+      float s = 0;
+      for (std::size_t a = 0; a < M; ++a) s += gt[a] * mixes[t * M + a];
+      r_tok[t] = r;
+      k_tok[t] = r * r / float(nd) * s;
+    }
+    return;
+  }
   float acc[kMaxM + 1] = {};  // dot_a, then the sum of squares
   for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
     const float v = xt[i];
@@ -344,14 +358,15 @@ void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const fl
 }
 
 void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
-                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work) {
+                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work,
+                        const float* mixes) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   if (!T) {
     MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
     return;
   }
   float* r = work.get(work.r, 2 * T);
-  mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, g, r, r + T);
+  mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, mixes, g, r, r + T);
   MHC_CUDA_LAUNCHED();
   mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
                       kThreads>>>(c, T, x, W, g, r, r + T, dx);
@@ -402,7 +417,7 @@ void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardD
                      a.d_params, atomics, work);
   if (T) add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, nullptr, dm);
   MHC_CUDA_LAUNCHED();
-  mixes_backward_dev(c, T, a.x, a.hc_fn, dm, dx1, a.d_hc_fn, atomics, work);
+  mixes_backward_dev(c, T, a.x, a.hc_fn, dm, dx1, a.d_hc_fn, atomics, work, a.mixes);
   pre_backward_dev(c, T, a.x, a.pre_mix, a.g_y, dx2, a.d_pre_mix);
   if (T) add_kernel<<<blocks_for(T * n * d, kThreads), kThreads>>>(T * n * d, a.g_x, dx1, dx2, dx1);
   MHC_CUDA_LAUNCHED();

@@ -32,7 +32,8 @@ void post_backward_dev(const Dims& c, std::size_t T, const float* f, const float
 void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const float* w,
                           const float* g, float* dx, float* dw, bool atomics, BackwardWork& work);
 void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
-                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work);
+                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work,
+                        const float* mixes = nullptr);
 void split_backward_dev(const Dims& c, std::size_t T, const float* m, const float* s,
                         const float* b, const float* g_pre, const float* g_post,
                         const float* g_comb, float* dm, float* dparams, bool atomics,
