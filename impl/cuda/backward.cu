@@ -117,28 +117,14 @@ __global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, 
 
 // mixes = r hc_fn x, r = (sum x^2 / nd + eps)^-1/2: d_x_i = r sum_a g_a hc_fn[a, i]
 // - (r^3 / nd) x_i sum_a g_a dot_a. First, a block a token: the token's r and
-// k = r^3 / nd sum_a g_a dot_a (the reductions over nd). Given the forward's mixes (r dot, as the
-// boundary's backward has them), k = r^2 / nd sum_a g_a mixes_a, and hc_fn is not read.
-__global__ void mixes_backward_sums(Dims c, const float* x, const float* W, const float* mixes,
-                                    const float* g, float* r_tok, float* k_tok) {
+// k = r^3 / nd sum_a g_a dot_a (the reductions over nd).
+__global__ void mixes_backward_sums(Dims c, const float* x, const float* W, const float* g,
+                                    float* r_tok, float* k_tok) {
   __shared__ float shared[(kMaxM + 1) * 32];
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t t = blockIdx.x;
   const float* xt = x + t * nd;
   const float* gt = g + t * M;
-  if (mixes) {
-    float sq[1] = {0};
-    for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) sq[0] += xt[i] * xt[i];
-    block_sum<1>(sq, shared);
-    if (threadIdx.x == 0) {
-      const float r = 1.0f / sqrtf(sq[0] / float(nd) + c.norm_eps);
-      float s = 0;
-      for (std::size_t a = 0; a < M; ++a) s += gt[a] * mixes[t * M + a];
-      r_tok[t] = r;
-      k_tok[t] = r * r / float(nd) * s;
-    }
-    return;
-  }
   float acc[kMaxM + 1] = {};  // dot_a, then the sum of squares
   for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
     const float v = xt[i];
@@ -155,13 +141,45 @@ __global__ void mixes_backward_sums(Dims c, const float* x, const float* W, cons
   }
 }
 
+// The boundary's version, a block a token: dot_a from the forward's mixes (r dot_a), so
+// k = r^2 / nd sum_a g_a mixes_a and hc_fn is not read; and, from the same pass over x, hc_pre's
+// d_pre_mix_j = sum_c g_y,c x_jc.
+__global__ void boundary_backward_sums(Dims c, const float* x, const float* mixes, const float* g,
+                                       const float* g_y, float* r_tok, float* k_tok, float* dp) {
+  __shared__ float shared[(kMaxN + 1) * 32];
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t t = blockIdx.x;
+  const float* xt = x + t * n * d;
+  float acc[kMaxN + 1] = {};  // d_pre_mix_j, then the sum of squares
+  for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
+    const float gv = g_y[t * d + cc];
+    for (std::size_t j = 0; j < n; ++j) {
+      const float v = xt[j * d + cc];
+      acc[kMaxN] += v * v;
+      acc[j] += gv * v;
+    }
+  }
+  block_sum<kMaxN + 1>(acc, shared);
+  if (threadIdx.x == 0) {
+    const float r = 1.0f / sqrtf(acc[kMaxN] / float(n * d) + c.norm_eps);
+    float s = 0;
+    for (std::size_t a = 0; a < M; ++a) s += g[t * M + a] * mixes[t * M + a];
+    r_tok[t] = r;
+    k_tok[t] = r * r / float(n * d) * s;
+    for (std::size_t j = 0; j < n; ++j) dp[t * n + j] = acc[j];
+  }
+}
+
 // Then d_x over a tile of kTile tokens a block (the grid's y) and a column a thread: the column of
-// hc_fn is read once a tile, not once a token.
+// hc_fn is read once a tile, not once a token. In the boundary, x's other gradients are added as
+// the composition adds them, (g_x + d_x) + pre_j g_y,c (g_x null: the piece alone).
 constexpr int kTile = 32;
 __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const float* W,
                                   const float* g, const float* r_tok, const float* k_tok,
+                                  const float* g_x, const float* pre_mix, const float* g_y,
                                   float* dx) {
-  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
+  const std::size_t M = std::size_t(c.M());
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t t0 = std::size_t(blockIdx.y) * kTile;
   if (i >= nd) return;
@@ -174,7 +192,9 @@ __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const f
 #pragma unroll
     for (std::size_t a = 0; a < kMaxM; ++a)
       if (a < M) v += gt[a] * w[a];
-    dx[t * nd + i] = r_tok[t] * v - k_tok[t] * x[t * nd + i];
+    const float own = r_tok[t] * v - k_tok[t] * x[t * nd + i];
+    dx[t * nd + i] =
+        g_x ? g_x[t * nd + i] + own + pre_mix[t * n + i / d] * g_y[t * d + i % d] : own;
   }
 }
 
@@ -330,6 +350,30 @@ void sum_over_tokens(std::size_t T, std::size_t count, const float* per_token, f
   MHC_CUDA_LAUNCHED();
 }
 
+// d_hc_fn from the mixes' gradient g and the tokens' r, in ranges of 256 tokens (at most 64
+// ranges without atomics, to bound the partial sums' scratch; with atomics, at most 65535, the
+// grid's y limit): each range's sums in token order, then the ranges' in range order, or added
+// atomically as the ranges finish.
+void hc_fn_grad(const Dims& c, std::size_t T, const float* x, const float* g, const float* r,
+                float* dW, bool atomics, BackwardWork& work) {
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t count = M * nd;
+  if (!T || atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, count * sizeof(float)));
+  if (!T) return;
+  const std::size_t span =
+      std::max<std::size_t>(256, atomics ? (T + 65534) / 65535 : (T + 63) / 64);
+  const std::size_t R = (T + span - 1) / span;
+  float* partial = atomics ? nullptr : (R == 1 ? dW : work.get(work.ranges, R * count));
+  mixes_weight_grad<<<
+      dim3(blocks_for(nd, kThreads), unsigned(R), unsigned((M + kGroup - 1) / kGroup)), kThreads>>>(
+      c, T, span, x, g, r, partial, dW);
+  MHC_CUDA_LAUNCHED();
+  if (!atomics && R > 1) {
+    sum_tokens<<<dim3(blocks_for(count, kThreads), 1), kThreads>>>(R, R, count, partial, dW);
+    MHC_CUDA_LAUNCHED();
+  }
+}
+
 }  // namespace
 
 void pre_backward_dev(const Dims& c, std::size_t T, const float* x, const float* p, const float* g,
@@ -358,35 +402,17 @@ void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const fl
 }
 
 void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
-                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work,
-                        const float* mixes) {
-  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
-  if (!T) {
-    MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, M * nd * sizeof(float)));
-    return;
-  }
+                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work) {
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d);
   float* r = work.get(work.r, 2 * T);
-  mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, mixes, g, r, r + T);
-  MHC_CUDA_LAUNCHED();
-  mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
-                      kThreads>>>(c, T, x, W, g, r, r + T, dx);
-  MHC_CUDA_LAUNCHED();
-  // Ranges of 256 tokens (at most 64 ranges without atomics, to bound the partial sums' scratch;
-  // with atomics, at most 65535, the grid's y limit): the range's sums in token order, then the
-  // ranges' in range order, or added atomically.
-  const std::size_t span =
-      std::max<std::size_t>(256, atomics ? (T + 65534) / 65535 : (T + 63) / 64);
-  const std::size_t R = (T + span - 1) / span, count = M * nd;
-  float* partial = atomics ? nullptr : (R == 1 ? dW : work.get(work.ranges, R * count));
-  if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, count * sizeof(float)));
-  mixes_weight_grad<<<
-      dim3(blocks_for(nd, kThreads), unsigned(R), unsigned((M + kGroup - 1) / kGroup)), kThreads>>>(
-      c, T, span, x, g, r, partial, dW);
-  MHC_CUDA_LAUNCHED();
-  if (!atomics && R > 1) {
-    sum_tokens<<<dim3(blocks_for(count, kThreads), 1), kThreads>>>(R, R, count, partial, dW);
+  if (T) {
+    mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, g, r, r + T);
+    MHC_CUDA_LAUNCHED();
+    mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
+                        kThreads>>>(c, T, x, W, g, r, r + T, nullptr, nullptr, nullptr, dx);
     MHC_CUDA_LAUNCHED();
   }
+  hc_fn_grad(c, T, x, g, r, dW, atomics, work);
 }
 
 void split_backward_dev(const Dims& c, std::size_t T, const float* m, const float* s,
@@ -409,19 +435,24 @@ void split_backward_dev(const Dims& c, std::size_t T, const float* m, const floa
 
 void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardDev& a, bool atomics,
                            BackwardWork& work) {
-  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.M());
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   float* dm = work.get(work.dm, T * M);
-  float* dx1 = work.get(work.dx1, T * n * d);
-  float* dx2 = work.get(work.dx2, T * n * d);
+  float* dx = work.get(work.dx1, T * nd);
+  float* r = work.get(work.r, 2 * T);
   split_backward_dev(c, T, a.mixes, a.hc_scale, a.hc_base, a.g_pre, a.g_post, a.g_comb, dm,
                      a.d_params, atomics, work);
-  if (T) add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, nullptr, dm);
-  MHC_CUDA_LAUNCHED();
-  mixes_backward_dev(c, T, a.x, a.hc_fn, dm, dx1, a.d_hc_fn, atomics, work, a.mixes);
-  pre_backward_dev(c, T, a.x, a.pre_mix, a.g_y, dx2, a.d_pre_mix);
-  if (T) add_kernel<<<blocks_for(T * n * d, kThreads), kThreads>>>(T * n * d, a.g_x, dx1, dx2, dx1);
-  MHC_CUDA_LAUNCHED();
-  post_backward_dev(c, T, a.f, a.residual, a.post, a.comb, dx1, a.d_f, a.d_residual, a.d_post,
+  if (T) {
+    add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, nullptr, dm);
+    MHC_CUDA_LAUNCHED();
+    boundary_backward_sums<<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T,
+                                                      a.d_pre_mix);
+    MHC_CUDA_LAUNCHED();
+    mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
+                        kThreads>>>(c, T, a.x, a.hc_fn, dm, r, r + T, a.g_x, a.pre_mix, a.g_y, dx);
+    MHC_CUDA_LAUNCHED();
+  }
+  hc_fn_grad(c, T, a.x, dm, r, a.d_hc_fn, atomics, work);
+  post_backward_dev(c, T, a.f, a.residual, a.post, a.comb, dx, a.d_f, a.d_residual, a.d_post,
                     a.d_comb);
 }
 

@@ -14,7 +14,7 @@ namespace mhc::impl::cuda_detail {
 // Scratch of the backward kernels, grown as needed: the per-token shares of a deterministic
 // parameter gradient, the mixes' r per token, the Sinkhorn's iterates and denominators.
 struct BackwardWork {
-  std::unique_ptr<Dev<float>> shares, ranges, r, iterates, denominators, dm, dx1, dx2;
+  std::unique_ptr<Dev<float>> shares, ranges, r, iterates, denominators, dm, dx1;
   float* get(std::unique_ptr<Dev<float>>& b, std::size_t count) {
     if (!b || b->n < count) b = std::make_unique<Dev<float>>(count);
     return b->p;
@@ -32,8 +32,7 @@ void post_backward_dev(const Dims& c, std::size_t T, const float* f, const float
 void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const float* w,
                           const float* g, float* dx, float* dw, bool atomics, BackwardWork& work);
 void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
-                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work,
-                        const float* mixes = nullptr);
+                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work);
 void split_backward_dev(const Dims& c, std::size_t T, const float* m, const float* s,
                         const float* b, const float* g_pre, const float* g_post,
                         const float* g_comb, float* dm, float* dparams, bool atomics,
