@@ -170,10 +170,12 @@ __global__ void boundary_backward_sums(Dims c, const float* x, const float* mixe
   }
 }
 
-// Then d_x over a tile of kTile tokens a block (the grid's y) and a column a thread: the column of
-// hc_fn is read once a tile, not once a token. In the boundary, x's other gradients are added as
-// the composition adds them, (g_x + d_x) + pre_j g_y,c (g_x null: the piece alone).
+// Then d_x over tiles of kTile tokens (the grid's y, striding past its limit) and a column a
+// thread: the column of hc_fn is read once a tile, not once a token, and held in registers (MM:
+// the most weights, 24 for n = 4, so that occupancy is not spent on kMaxM). In the boundary, x's
+// other gradients are added as the composition adds them, (g_x + d_x) + pre_j g_y,c.
 constexpr int kTile = 32;
+template <int MM>
 __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const float* W,
                                   const float* g, const float* r_tok, const float* k_tok,
                                   const float* g_x, const float* pre_mix, const float* g_y,
@@ -181,21 +183,38 @@ __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const f
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
   const std::size_t M = std::size_t(c.M());
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t t0 = std::size_t(blockIdx.y) * kTile;
   if (i >= nd) return;
-  float w[kMaxM];  // unrolled, so in registers
+  float w[MM];
 #pragma unroll
-  for (std::size_t a = 0; a < kMaxM; ++a) w[a] = a < M ? W[a * nd + i] : 0.0f;
-  for (std::size_t t = t0; t < t0 + kTile && t < T; ++t) {
-    const float* gt = g + t * M;
-    float v = 0;
+  for (std::size_t a = 0; a < std::size_t(MM); ++a) w[a] = a < M ? W[a * nd + i] : 0.0f;
+  for (std::size_t t0 = std::size_t(blockIdx.y) * kTile; t0 < T;
+       t0 += std::size_t(gridDim.y) * kTile)
+    for (std::size_t t = t0; t < t0 + kTile && t < T; ++t) {
+      const float* gt = g + t * M;
+      float v = 0;
 #pragma unroll
-    for (std::size_t a = 0; a < kMaxM; ++a)
-      if (a < M) v += gt[a] * w[a];
-    const float own = r_tok[t] * v - k_tok[t] * x[t * nd + i];
-    dx[t * nd + i] =
-        g_x ? g_x[t * nd + i] + own + pre_mix[t * n + i / d] * g_y[t * d + i % d] : own;
-  }
+      for (std::size_t a = 0; a < std::size_t(MM); ++a)
+        if (a < M) v += gt[a] * w[a];
+      float out = r_tok[t] * v - k_tok[t] * x[t * nd + i];
+      if (g_x) out = g_x[t * nd + i] + out;
+      if (pre_mix) out += pre_mix[t * n + i / d] * g_y[t * d + i % d];
+      dx[t * nd + i] = out;
+    }
+}
+
+// d_x for T tokens (r_k: r, then k, a token each); g_x, pre_mix and g_y null for the piece alone.
+void launch_dx(const Dims& c, std::size_t T, const float* x, const float* W, const float* g,
+               const float* r_k, const float* g_x, const float* pre_mix, const float* g_y,
+               float* dx) {
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d);
+  const dim3 grid(blocks_for(nd, kThreads),
+                  unsigned(std::min<std::size_t>((T + kTile - 1) / kTile, 65535)));
+  if (c.M() <= 24)
+    mixes_backward_dx<24><<<grid, kThreads>>>(c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);
+  else
+    mixes_backward_dx<kMaxM>
+        <<<grid, kThreads>>>(c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);
+  MHC_CUDA_LAUNCHED();
 }
 
 // d_hc_fn[a, i] = sum_t g_ta r_t x_ti over the y-th range of `span` tokens, in token order: a
@@ -403,14 +422,11 @@ void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const fl
 
 void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
                         const float* g, float* dx, float* dW, bool atomics, BackwardWork& work) {
-  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d);
   float* r = work.get(work.r, 2 * T);
   if (T) {
     mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, g, r, r + T);
     MHC_CUDA_LAUNCHED();
-    mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
-                        kThreads>>>(c, T, x, W, g, r, r + T, nullptr, nullptr, nullptr, dx);
-    MHC_CUDA_LAUNCHED();
+    launch_dx(c, T, x, W, g, r, nullptr, nullptr, nullptr, dx);
   }
   hc_fn_grad(c, T, x, g, r, dW, atomics, work);
 }
@@ -447,9 +463,7 @@ void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardD
     boundary_backward_sums<<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T,
                                                       a.d_pre_mix);
     MHC_CUDA_LAUNCHED();
-    mixes_backward_dx<<<dim3(blocks_for(nd, kThreads), unsigned((T + kTile - 1) / kTile)),
-                        kThreads>>>(c, T, a.x, a.hc_fn, dm, r, r + T, a.g_x, a.pre_mix, a.g_y, dx);
-    MHC_CUDA_LAUNCHED();
+    launch_dx(c, T, a.x, a.hc_fn, dm, r, a.g_x, a.pre_mix, a.g_y, dx);
   }
   hc_fn_grad(c, T, a.x, dm, r, a.d_hc_fn, atomics, work);
   post_backward_dev(c, T, a.f, a.residual, a.post, a.comb, dx, a.d_f, a.d_residual, a.d_post,
