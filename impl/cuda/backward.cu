@@ -49,40 +49,61 @@ __global__ void pre_backward_kernel(Dims c, const float* x, const float* p, cons
 }
 
 // y_kc = post_k f_c + sum_j comb_jk R_jc: d_f_c = sum_k post_k g_kc, d_R_jc = sum_k comb_jk g_kc,
-// d_post_k = sum_c g_kc f_c, d_comb_jk = sum_c g_kc R_jc. A block a token.
+// d_post_k = sum_c g_kc f_c, d_comb_jk = sum_c g_kc R_jc. A block a token; NN >= n streams, the
+// loops unrolled to NN so that the sums stay in registers (indexed by n, they went to local
+// memory).
+template <int NN>
 __global__ void post_backward_kernel(Dims c, const float* f, const float* R, const float* post,
                                      const float* comb, const float* g, float* df, float* dR,
                                      float* dpost, float* dcomb) {
-  constexpr int kSums = kMaxN + kMaxN * kMaxN;
+  constexpr int kSums = NN + NN * NN;
   __shared__ float shared[kSums * 32];
-  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), t = blockIdx.x;
-  const float* gt = g + t * n * d;
-  float acc[kSums] = {};  // d_post[k], then d_comb[j n + k]
+  const int n = c.n;
+  const std::size_t d = std::size_t(c.d), t = blockIdx.x;
+  const float* gt = g + t * std::size_t(n) * d;
+  float pk[NN], cjk[NN * NN];
+#pragma unroll
+  for (int k = 0; k < NN; ++k) pk[k] = k < n ? post[t * n + k] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < NN; ++j)
+#pragma unroll
+    for (int k = 0; k < NN; ++k)
+      cjk[j * NN + k] = j < n && k < n ? comb[(t * n + j) * n + k] : 0.0f;
+  float acc[kSums] = {};  // d_post[k], then d_comb[j NN + k]
   for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
-    float gk[kMaxN];
+    float gk[NN];
     float v = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      gk[k] = gt[k * d + cc];
-      v += post[t * n + k] * gk[k];
-    }
+#pragma unroll
+    for (int k = 0; k < NN; ++k)
+      if (k < n) {
+        gk[k] = gt[k * d + cc];
+        v += pk[k] * gk[k];
+      }
     df[t * d + cc] = v;
     const float fv = f[t * d + cc];
-    for (std::size_t k = 0; k < n; ++k) acc[k] += gk[k] * fv;
-    for (std::size_t j = 0; j < n; ++j) {
+#pragma unroll
+    for (int k = 0; k < NN; ++k)
+      if (k < n) acc[k] += gk[k] * fv;
+#pragma unroll
+    for (int j = 0; j < NN; ++j) {
+      if (j >= n) break;
       const float rv = R[(t * n + j) * d + cc];
       float w = 0;
-      for (std::size_t k = 0; k < n; ++k) {
-        w += comb[(t * n + j) * n + k] * gk[k];
-        acc[kMaxN + j * n + k] += gk[k] * rv;
-      }
+#pragma unroll
+      for (int k = 0; k < NN; ++k)
+        if (k < n) {
+          w += cjk[j * NN + k] * gk[k];
+          acc[NN + j * NN + k] += gk[k] * rv;
+        }
       dR[(t * n + j) * d + cc] = w;
     }
   }
   block_sum<kSums>(acc, shared);
-  if (threadIdx.x == 0) {
-    for (std::size_t k = 0; k < n; ++k) dpost[t * n + k] = acc[k];
-    for (std::size_t i = 0; i < n * n; ++i) dcomb[t * n * n + i] = acc[kMaxN + i];
-  }
+  if (threadIdx.x == 0)
+    for (int j = 0; j < n; ++j) {
+      dpost[t * n + j] = acc[j];
+      for (int k = 0; k < n; ++k) dcomb[(t * n + j) * n + k] = acc[NN + j * NN + k];
+    }
 }
 
 // y_i = w_i x_i r: d_x_i = r w_i g_i - (r^3 / d) x_i sum_j g_j w_j x_j; the token's share of
@@ -143,63 +164,101 @@ __global__ void mixes_backward_sums(Dims c, const float* x, const float* W, cons
 
 // The boundary's version, a block a token: dot_a from the forward's mixes (r dot_a), so
 // k = r^2 / nd sum_a g_a mixes_a and hc_fn is not read; and, from the same pass over x, hc_pre's
-// d_pre_mix_j = sum_c g_y,c x_jc.
+// d_pre_mix_j = sum_c g_y,c x_jc (NN >= n, as in post_backward_kernel).
+template <int NN>
 __global__ void boundary_backward_sums(Dims c, const float* x, const float* mixes, const float* g,
                                        const float* g_y, float* r_tok, float* k_tok, float* dp) {
-  __shared__ float shared[(kMaxN + 1) * 32];
-  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), M = std::size_t(c.M());
+  __shared__ float shared[(NN + 1) * 32];
+  const int n = c.n;
+  const std::size_t d = std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t t = blockIdx.x;
-  const float* xt = x + t * n * d;
-  float acc[kMaxN + 1] = {};  // d_pre_mix_j, then the sum of squares
+  const float* xt = x + t * std::size_t(n) * d;
+  float acc[NN + 1] = {};  // d_pre_mix_j, then the sum of squares
   for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
     const float gv = g_y[t * d + cc];
-    for (std::size_t j = 0; j < n; ++j) {
-      const float v = xt[j * d + cc];
-      acc[kMaxN] += v * v;
-      acc[j] += gv * v;
-    }
+#pragma unroll
+    for (int j = 0; j < NN; ++j)
+      if (j < n) {
+        const float v = xt[j * d + cc];
+        acc[NN] += v * v;
+        acc[j] += gv * v;
+      }
   }
-  block_sum<kMaxN + 1>(acc, shared);
+  block_sum<NN + 1>(acc, shared);
   if (threadIdx.x == 0) {
-    const float r = 1.0f / sqrtf(acc[kMaxN] / float(n * d) + c.norm_eps);
+    const float r = 1.0f / sqrtf(acc[NN] / float(std::size_t(n) * d) + c.norm_eps);
     float s = 0;
     for (std::size_t a = 0; a < M; ++a) s += g[t * M + a] * mixes[t * M + a];
     r_tok[t] = r;
-    k_tok[t] = r * r / float(n * d) * s;
-    for (std::size_t j = 0; j < n; ++j) dp[t * n + j] = acc[j];
+    k_tok[t] = r * r / float(std::size_t(n) * d) * s;
+    for (int j = 0; j < n; ++j) dp[t * n + j] = acc[j];
   }
 }
 
 // Then d_x over tiles of kTile tokens (the grid's y, striding past its limit) and a column a
-// thread: the column of hc_fn is read once a tile, not once a token, and held in registers (MM:
-// the most weights, 24 for n = 4, so that occupancy is not spent on kMaxM). In the boundary, x's
-// other gradients are added as the composition adds them, (g_x + d_x) + pre_j g_y,c.
-constexpr int kTile = 32;
+// thread: the column of hc_fn is read once a tile and held in registers (MM: the most weights, 24
+// for n = 4, so that occupancy is not spent on kMaxM); the tile's g, r and k are staged in shared
+// memory, and each group of kBatch tokens' loads are issued before any of them is used, so that
+// enough bytes are in flight. In the boundary, x's other gradients are added as the composition
+// adds them, (g_x + d_x) + pre_j g_y,c.
+constexpr int kTile = 32, kBatch = 8;
 template <int MM>
 __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const float* W,
                                   const float* g, const float* r_tok, const float* k_tok,
                                   const float* g_x, const float* pre_mix, const float* g_y,
                                   float* dx) {
+  __shared__ float sg[kTile][MM];
+  __shared__ float srk[2][kTile];
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
   const std::size_t M = std::size_t(c.M());
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= nd) return;
+  const bool live = i < nd;
+  const std::size_t j = live ? i / d : 0, col = live ? i % d : 0;
   float w[MM];
 #pragma unroll
-  for (std::size_t a = 0; a < std::size_t(MM); ++a) w[a] = a < M ? W[a * nd + i] : 0.0f;
+  for (std::size_t a = 0; a < std::size_t(MM); ++a) w[a] = live && a < M ? W[a * nd + i] : 0.0f;
   for (std::size_t t0 = std::size_t(blockIdx.y) * kTile; t0 < T;
-       t0 += std::size_t(gridDim.y) * kTile)
-    for (std::size_t t = t0; t < t0 + kTile && t < T; ++t) {
-      const float* gt = g + t * M;
-      float v = 0;
-#pragma unroll
-      for (std::size_t a = 0; a < std::size_t(MM); ++a)
-        if (a < M) v += gt[a] * w[a];
-      float out = r_tok[t] * v - k_tok[t] * x[t * nd + i];
-      if (g_x) out = g_x[t * nd + i] + out;
-      if (pre_mix) out += pre_mix[t * n + i / d] * g_y[t * d + i % d];
-      dx[t * nd + i] = out;
+       t0 += std::size_t(gridDim.y) * kTile) {
+    const int m = int(T - t0 < std::size_t(kTile) ? T - t0 : kTile);
+    __syncthreads();  // the previous tile's reads are done
+    for (int e = int(threadIdx.x); e < kTile * MM; e += int(blockDim.x)) {
+      const int tt = e / MM, a = e % MM;
+      sg[tt][a] = tt < m && std::size_t(a) < M ? g[(t0 + tt) * M + std::size_t(a)] : 0.0f;
     }
+    for (int e = int(threadIdx.x); e < kTile; e += int(blockDim.x)) {
+      srk[0][e] = e < m ? r_tok[t0 + e] : 0.0f;
+      srk[1][e] = e < m ? k_tok[t0 + e] : 0.0f;
+    }
+    __syncthreads();
+    if (!live) continue;
+    for (int b = 0; b < m; b += kBatch) {
+      float xv[kBatch], gx[kBatch], pm[kBatch], gy[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const std::size_t t = t0 + std::size_t(b + u);
+        if (b + u >= m) break;
+        xv[u] = x[t * nd + i];
+        if (g_x) gx[u] = g_x[t * nd + i];
+        if (pre_mix) {
+          pm[u] = pre_mix[t * n + j];
+          gy[u] = g_y[t * d + col];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int tt = b + u;
+        if (tt >= m) break;
+        float v = 0;
+#pragma unroll
+        for (std::size_t a = 0; a < std::size_t(MM); ++a)
+          if (a < M) v += sg[tt][a] * w[a];
+        float out = srk[0][tt] * v - srk[1][tt] * xv[u];
+        if (g_x) out = gx[u] + out;
+        if (pre_mix) out += pm[u] * gy[u];
+        dx[(t0 + std::size_t(tt)) * nd + i] = out;
+      }
+    }
+  }
 }
 
 // d_x for T tokens (r_k: r, then k, a token each); g_x, pre_mix and g_y null for the piece alone.
@@ -219,25 +278,43 @@ void launch_dx(const Dims& c, std::size_t T, const float* x, const float* W, con
 
 // d_hc_fn[a, i] = sum_t g_ta r_t x_ti over the y-th range of `span` tokens, in token order: a
 // thread a column i and kGroup weights a (the grid's z), so x crosses memory once per group (24
-// weights: once for n = 4). Without atomics each range stores its sums in partial[y], summed in
-// range order after; with them, each adds its sums to dW (zeroed first) as it finishes.
+// weights: once for n = 4). Each tile's g_ta r_t are formed once, in shared memory, and its kTile
+// values of x loaded before they are used. Without atomics each range stores its sums in
+// partial[y], summed in range order after; with them, each adds its sums to dW (zeroed first).
 constexpr int kGroup = 24;
-__global__ void mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const float* x,
-                                  const float* g, const float* r_tok, float* partial, float* dW) {
+__global__ void __launch_bounds__(kThreads, 2)
+    mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const float* x, const float* g,
+                      const float* r_tok, float* partial, float* dW) {
+  __shared__ float sg[kTile][kGroup];
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= nd) return;
+  const bool live = i < nd;
   const std::size_t a0 = std::size_t(blockIdx.z) * kGroup;
   const int count = int(M - a0 < std::size_t(kGroup) ? M - a0 : kGroup);
   const std::size_t t0 = std::size_t(blockIdx.y) * span, t1 = t0 + span < T ? t0 + span : T;
   float acc[kGroup] = {};
-  for (std::size_t t = t0; t < t1; ++t) {
-    const float v = x[t * nd + i], r = r_tok[t];
-    const float* gt = g + t * M + a0;
+  for (std::size_t b = t0; b < t1; b += kTile) {
+    const int m = int(t1 - b < std::size_t(kTile) ? t1 - b : kTile);
+    __syncthreads();  // the previous tile's reads are done
+    for (int e = int(threadIdx.x); e < kTile * kGroup; e += int(blockDim.x)) {
+      const int tt = e / kGroup, k = e % kGroup;
+      sg[tt][k] =
+          tt < m && k < count ? g[(b + tt) * M + a0 + std::size_t(k)] * r_tok[b + tt] : 0.0f;
+    }
+    __syncthreads();
+    if (!live) continue;
+    float xv[kTile];
 #pragma unroll
-    for (int k = 0; k < kGroup; ++k)
-      if (k < count) acc[k] += gt[k] * r * v;
+    for (int tt = 0; tt < kTile; ++tt) xv[tt] = tt < m ? x[(b + std::size_t(tt)) * nd + i] : 0.0f;
+#pragma unroll
+    for (int tt = 0; tt < kTile; ++tt) {
+      if (tt >= m) break;
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+        if (k < count) acc[k] += sg[tt][k] * xv[tt];
+    }
   }
+  if (!live) return;
 #pragma unroll
   for (int k = 0; k < kGroup; ++k) {
     if (k >= count) break;
@@ -406,7 +483,12 @@ void post_backward_dev(const Dims& c, std::size_t T, const float* f, const float
                        const float* post, const float* comb, const float* g, float* df, float* dR,
                        float* dpost, float* dcomb) {
   if (!T) return;
-  post_backward_kernel<<<unsigned(T), kThreads>>>(c, f, R, post, comb, g, df, dR, dpost, dcomb);
+  if (c.n <= 4)
+    post_backward_kernel<4>
+        <<<unsigned(T), kThreads>>>(c, f, R, post, comb, g, df, dR, dpost, dcomb);
+  else
+    post_backward_kernel<kMaxN>
+        <<<unsigned(T), kThreads>>>(c, f, R, post, comb, g, df, dR, dpost, dcomb);
   MHC_CUDA_LAUNCHED();
 }
 
@@ -460,8 +542,12 @@ void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardD
   if (T) {
     add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, nullptr, dm);
     MHC_CUDA_LAUNCHED();
-    boundary_backward_sums<<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T,
-                                                      a.d_pre_mix);
+    if (c.n <= 4)
+      boundary_backward_sums<4>
+          <<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T, a.d_pre_mix);
+    else
+      boundary_backward_sums<kMaxN>
+          <<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T, a.d_pre_mix);
     MHC_CUDA_LAUNCHED();
     launch_dx(c, T, a.x, a.hc_fn, dm, r, a.g_x, a.pre_mix, a.g_y, dx);
   }
