@@ -53,9 +53,11 @@ __global__ void pre_backward_kernel(Dims c, const float* x, const float* p, cons
 // loops unrolled to NN so that the sums stay in registers (indexed by n, they went to local
 // memory).
 template <int NN>
-__global__ void post_backward_kernel(Dims c, const float* f, const float* R, const float* post,
-                                     const float* comb, const float* g, float* df, float* dR,
-                                     float* dpost, float* dcomb) {
+__global__ void post_backward_kernel(Dims c, const float* __restrict__ f,
+                                     const float* __restrict__ R, const float* __restrict__ post,
+                                     const float* __restrict__ comb, const float* __restrict__ g,
+                                     float* __restrict__ df, float* __restrict__ dR,
+                                     float* __restrict__ dpost, float* __restrict__ dcomb) {
   constexpr int kSums = NN + NN * NN;
   __shared__ float shared[kSums * 32];
   const int n = c.n;
@@ -70,6 +72,8 @@ __global__ void post_backward_kernel(Dims c, const float* f, const float* R, con
     for (int k = 0; k < NN; ++k)
       cjk[j * NN + k] = j < n && k < n ? comb[(t * n + j) * n + k] : 0.0f;
   float acc[kSums] = {};  // d_post[k], then d_comb[j NN + k]
+  // Unrolled, with the pointers restrict, so that two columns' loads are issued before the stores.
+#pragma unroll 2
   for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
     float gk[NN];
     float v = 0;
