@@ -421,14 +421,10 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
   }
 }
 
-// out = a + b (+ c), elementwise: the gradients reaching a tensor from two or three places.
-__global__ void add_kernel(std::size_t count, const float* a, const float* b, const float* c,
-                           float* out) {
+// out = a + b, elementwise: the mixes' gradient from the split and from the caller.
+__global__ void add_kernel(std::size_t count, const float* a, const float* b, float* out) {
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  float v = a[i] + b[i];
-  if (c) v += c[i];
-  out[i] = v;
+  if (i < count) out[i] = a[i] + b[i];
 }
 
 // The deterministic sums over tokens of per-token shares [T, count]: ranges of 256 tokens summed
@@ -539,12 +535,12 @@ void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardD
                            BackwardWork& work) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   float* dm = work.get(work.dm, T * M);
-  float* dx = work.get(work.dx1, T * nd);
+  float* dx = work.get(work.dx, T * nd);
   float* r = work.get(work.r, 2 * T);
   split_backward_dev(c, T, a.mixes, a.hc_scale, a.hc_base, a.g_pre, a.g_post, a.g_comb, dm,
                      a.d_params, atomics, work);
   if (T) {
-    add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, nullptr, dm);
+    add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, dm);
     MHC_CUDA_LAUNCHED();
     if (c.n <= 4)
       boundary_backward_sums<4>

@@ -14,7 +14,7 @@ namespace mhc::impl::cuda_detail {
 // Scratch of the backward kernels, grown as needed: the per-token shares of a deterministic
 // parameter gradient, the mixes' r per token, the Sinkhorn's iterates and denominators.
 struct BackwardWork {
-  std::unique_ptr<Dev<float>> shares, ranges, r, iterates, denominators, dm, dx1;
+  std::unique_ptr<Dev<float>> shares, ranges, r, iterates, denominators, dm, dx;
   float* get(std::unique_ptr<Dev<float>>& b, std::size_t count) {
     if (!b || b->n < count) b = std::make_unique<Dev<float>>(count);
     return b->p;
