@@ -2,7 +2,8 @@
 // against its floor max(launch latency, bytes / copy bandwidth), the copy bandwidth, the kernel
 // unsplit and with hc_fn repacked in every call, and the four-launch baseline; then the sweep of
 // the fused kernel's configurations, each checked to give the shipped one's bits at the same
-// split of the columns (exit 1 if one does not); and the boundary's backward against its floor.
+// split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
+// fp32 and bf16 streams.
 // Usage: mhc-bench-cuda [repeats [table]]; with `table`, the two tables without the sweep.
 #include <cstdio>
 #include <cstdlib>
@@ -47,21 +48,23 @@ int main(int argc, char** argv) {
                   r.copy_gbps);
       std::fflush(stdout);
     }
-  // The backward (fp32, composed from the pieces' kernels), deterministic and with atomics.
+  // The backward (composed from the pieces' kernels), fp32 and bf16 streams, deterministic and
+  // with atomics.
   std::printf(
-      "\nboundary backward (fp32, from saved x and mixes; parameters' gradients summed in token "
-      "order or by atomic adds); floor: max(empty kernel, (3+3n)*d floats a token + hc_fn and "
-      "its gradient / copy bandwidth)\n");
-  std::printf("%-13s %7s %10s %10s %7s %9s\n", "gradients", "tokens", "ms", "floor ms", "/floor",
-              "fraction");
-  for (bool atomics : {false, true})
-    for (std::size_t T : {1u, 64u, 1024u, 16384u, 65536u}) {
-      const auto r = cuda_bench_backward(T, atomics, repeats);
-      std::printf("%-13s %7zu %10.4f %10.4f %7.2f %9.2f\n", atomics ? "atomics" : "deterministic",
-                  T, r.ms, r.floor_ms(), r.ms / r.floor_ms(),
-                  r.bytes / (r.ms * 1e-3) / 1e9 / r.copy_gbps);
-      std::fflush(stdout);
-    }
+      "\nboundary backward (fp32 arithmetic, from saved x and mixes; parameters' gradients summed "
+      "in token order or by atomic adds); floor: max(empty kernel, (3+3n)*d stream elements a "
+      "token + hc_fn and its gradient (fp32) / copy bandwidth)\n");
+  std::printf("%-6s %-13s %7s %10s %10s %7s %9s\n", "dtype", "gradients", "tokens", "ms",
+              "floor ms", "/floor", "fraction");
+  for (bool bf16 : {false, true})
+    for (bool atomics : {false, true})
+      for (std::size_t T : {1u, 64u, 1024u, 16384u, 65536u}) {
+        const auto r = cuda_bench_backward(T, bf16, atomics, repeats);
+        std::printf("%-6s %-13s %7zu %10.4f %10.4f %7.2f %9.2f\n", bf16 ? "bf16" : "fp32",
+                    atomics ? "atomics" : "deterministic", T, r.ms, r.floor_ms(),
+                    r.ms / r.floor_ms(), r.bytes / (r.ms * 1e-3) / 1e9 / r.copy_gbps);
+        std::fflush(stdout);
+      }
   if (argc > 2 && std::string(argv[2]) == "table") return 0;
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
   // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 256 tokens

@@ -230,6 +230,63 @@ std::vector<TcTiming> sweep(std::size_t T, int repeats, int splits) {
   return out;
 }
 
+// The boundary backward on stream tensors of type S (f, R, x, g_x, g_y, d_f, d_R; the rest fp32).
+template <class S>
+BackwardTiming backward_timing(std::size_t T, bool atomics, int repeats) {
+  constexpr std::size_t n = 4, d = 5120, nd = n * d, M = 24, es = sizeof(S);
+  const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
+  BackwardTiming r;
+  r.tokens = T;
+  r.bf16 = !std::is_same<S, float>::value;
+  r.atomics = atomics;
+  r.bytes = double(T) * double((3 + 3 * n) * d * es) + double(2 * M * nd * 4);
+  // The per-token tensors in enough copies that every call reads past the 60 MB L2.
+  const int copies = int(std::max<std::size_t>(1, (256u << 20) / (T * (3 + 4 * n) * d * es)));
+  const std::size_t C = std::size_t(copies);
+  Dev<S> f(C * T * d), R(C * T * nd), x(C * T * nd), gx(C * T * nd), gy(C * T * d), df(C * T * d),
+      dR(C * T * nd);
+  Dev<float> small(T * (6 * n + 3 * n * n + 2 * M));                // the 11 tensors taken below
+  Dev<float> W(M * nd), dW(M * nd), params(3 + M), dparams(3 + M);  // params: hc_scale, hc_base
+  std::uint32_t seed = 11;
+  auto fill = [&](auto& v) {
+    fill_uniform<<<blocks_for(v.n, kThreads), kThreads>>>(v.p, v.n, seed++, -0.5f, 0.5f);
+    MHC_CUDA_LAUNCHED();
+  };
+  fill(f);
+  fill(R);
+  fill(x);
+  fill(gx);
+  fill(gy);
+  fill(small);
+  fill(W);
+  fill(params);
+  sync();
+  // The small per-token tensors, carved out of `small` (values only matter for speed).
+  float* at = small.p;
+  auto take = [&](std::size_t count) {
+    float* p = at;
+    at += count;
+    return p;
+  };
+  float *post = take(T * n), *comb = take(T * n * n), *pre_mix = take(T * n), *mixes = take(T * M),
+        *g_pre = take(T * n), *g_post = take(T * n), *g_comb = take(T * n * n),
+        *g_mixes = take(T * M), *d_post = take(T * n), *d_comb = take(T * n * n),
+        *d_pre_mix = take(T * n);
+  BackwardWork work;
+  auto run = [&](int k) {
+    const std::size_t o = std::size_t(k) * T;
+    const BoundaryBackwardDev<S> a{
+        f.p + o * d, R.p + o * nd, post,         comb,   pre_mix,       W.p,
+        params.p,    params.p + 3, x.p + o * nd, mixes,  gx.p + o * nd, gy.p + o * d,
+        g_mixes,     g_pre,        g_post,       g_comb, df.p + o * d,  dR.p + o * nd,
+        d_post,      d_comb,       d_pre_mix,    dW.p,   dparams.p};
+    boundary_backward_dev<S>(c, T, a, atomics, work);
+  };
+  r.ms = median_ms(repeats, copies, run);
+  measure_floor(repeats, r);
+  return r;
+}
+
 }  // namespace
 
 BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
@@ -260,52 +317,11 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   return r;
 }
 
-BackwardTiming cuda_bench_backward(std::size_t T, bool atomics, int repeats) {
+BackwardTiming cuda_bench_backward(std::size_t T, bool use_bf16, bool atomics, int repeats) {
   need_device("cuda_bench_backward", repeats);
   if (T == 0) throw std::invalid_argument("cuda_bench_backward: at least one token");
-  constexpr std::size_t n = 4, d = 5120, nd = n * d, M = 24;
-  const Dims c{4, 5120, 20, 1e-6f, 1e-20f};
-  BackwardTiming r;
-  r.tokens = T;
-  r.atomics = atomics;
-  r.bytes = double(T) * double((3 + 3 * n) * d * 4) + double(2 * M * nd * 4);
-  // The per-token tensors in enough copies that every call reads past the 60 MB L2.
-  const int copies = int(std::max<std::size_t>(1, (256u << 20) / (T * (3 + 4 * n) * d * 4)));
-  const std::size_t C = std::size_t(copies);
-  Dev<float> f(C * T * d), R(C * T * nd), x(C * T * nd), gx(C * T * nd), gy(C * T * d),
-      df(C * T * d), dR(C * T * nd);
-  Dev<float> small(T * (6 * n + 3 * n * n + 2 * M));                // the 11 tensors taken below
-  Dev<float> W(M * nd), dW(M * nd), params(3 + M), dparams(3 + M);  // params: hc_scale, hc_base
-  std::uint32_t seed = 11;
-  for (auto* v : {&f, &R, &x, &gx, &gy, &small, &W, &params}) {
-    fill_uniform<<<blocks_for(v->n, kThreads), kThreads>>>(v->p, v->n, seed++, -0.5f, 0.5f);
-    MHC_CUDA_LAUNCHED();
-  }
-  sync();
-  // The small per-token tensors, carved out of `small` (values only matter for speed).
-  float* at = small.p;
-  auto take = [&](std::size_t count) {
-    float* p = at;
-    at += count;
-    return p;
-  };
-  float *post = take(T * n), *comb = take(T * n * n), *pre_mix = take(T * n), *mixes = take(T * M),
-        *g_pre = take(T * n), *g_post = take(T * n), *g_comb = take(T * n * n),
-        *g_mixes = take(T * M), *d_post = take(T * n), *d_comb = take(T * n * n),
-        *d_pre_mix = take(T * n);
-  BackwardWork work;
-  auto run = [&](int k) {
-    const std::size_t o = std::size_t(k) * T;
-    const BoundaryBackwardDev a{f.p + o * d,   R.p + o * nd, post,          comb,         pre_mix,
-                                W.p,           params.p,     params.p + 3,  x.p + o * nd, mixes,
-                                gx.p + o * nd, gy.p + o * d, g_mixes,       g_pre,        g_post,
-                                g_comb,        df.p + o * d, dR.p + o * nd, d_post,       d_comb,
-                                d_pre_mix,     dW.p,         dparams.p};
-    boundary_backward_dev(c, T, a, atomics, work);
-  };
-  r.ms = median_ms(repeats, copies, run);
-  measure_floor(repeats, r);
-  return r;
+  return use_bf16 ? backward_timing<bf16>(T, atomics, repeats)
+                  : backward_timing<float>(T, atomics, repeats);
 }
 
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats,

@@ -33,18 +33,19 @@ struct BoundaryTiming : DeviceFloor {  // bytes: streams, coefficients, hc_fn
 };
 BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);
 
-// The CUDA boundary backward (impl/cuda/backward.cu, composed from the pieces', fp32) on T tokens,
-// from saved x and mixes, its parameters' gradients summed in token order or by atomic adds.
-// floor: max(an empty kernel's launch, the least traffic / copy bandwidth), the least traffic
-// being that of a single pass recomputing x: f, R, the upstream x and y read and d f, d R
-// written ((3 + 3n) d floats a token), hc_fn read and d hc_fn written. The composed kernels also
-// read the saved x, and pass over the streams several times.
+// The CUDA boundary backward (impl/cuda/backward.cu, composed from the pieces', fp32 arithmetic)
+// on T tokens, stream tensors fp32 or bf16, from saved x and mixes, its parameters' gradients
+// summed in token order or by atomic adds. floor: max(an empty kernel's launch, the least traffic
+// / copy bandwidth), the least traffic being that of a single pass recomputing x: f, R, the
+// upstream x and y read and d f, d R written ((3 + 3n) d stream elements a token), hc_fn read and
+// d hc_fn written (fp32). The composed kernels also read the saved x, and pass over the streams
+// several times.
 struct BackwardTiming : DeviceFloor {
   std::size_t tokens = 0;
-  bool atomics = false;
+  bool bf16 = false, atomics = false;
   double ms = 0;
 };
-BackwardTiming cuda_bench_backward(std::size_t tokens, bool atomics, int repeats);
+BackwardTiming cuda_bench_backward(std::size_t tokens, bool bf16, bool atomics, int repeats);
 
 // The fused kernel's configurations (tokens a block, columns a chunk, pipeline stages, L2
 // prefetch size), the shipped one first, timed the same way on random inputs, all with `splits`

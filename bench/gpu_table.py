@@ -30,11 +30,15 @@ for line in lines("bench.txt"):
         continue
     ours[(f[0], int(f[1]))] = dict(zip(
         ["fused", "unsplit", "repack", "base", "floor", "launch", "over", "fraction", "copy"], values))
-backward = {}  # (gradients, tokens) -> columns of mhc-bench-cuda's backward table
+backward = {}  # (dtype, gradients, tokens) -> columns of mhc-bench-cuda's backward table
 for line in lines("bench.txt"):
     f = line.split()
-    if len(f) == 6 and f[0] in ("deterministic", "atomics") and f[1].isdigit():
-        backward[(f[0], int(f[1]))] = dict(zip(["ms", "floor", "over", "fraction"], map(float, f[2:])))
+    if len(f) == 6:  # rows before the backward took bf16 streams: fp32
+        f = ["fp32"] + f
+    if len(f) == 7 and f[0] in ("fp32", "bf16") and f[1] in ("deterministic", "atomics") \
+            and f[2].isdigit():
+        backward[(f[0], f[1], int(f[2]))] = dict(
+            zip(["ms", "floor", "over", "fraction"], map(float, f[3:])))
 torch = {}  # (mode, dtype, tokens) -> ms; mode: eager, compile, backward-eager, backward-compile
 for line in lines("torch.txt"):
     f = line.split()
@@ -67,13 +71,16 @@ for dt in ("fp32", "bf16"):
             ms(r["repack"]), ms(e), ms(c), ratio(e, r["fused"]), ratio(c, r["fused"])))
 if not torch:
     print("(PyTorch: not run, or no CUDA device for it)")
-if backward:
-    print("== the boundary's backward, fp32 (ms; PyTorch: autograd's backward alone)")
+for dt in ("fp32", "bf16"):  # a table per stream dtype, its rows as mhc-bench-cuda's less dtype
+    rows = sorted((k[1:], r) for k, r in backward.items() if k[0] == dt)
+    if not rows:
+        continue
+    print("== the boundary's backward, %s streams (ms; PyTorch: autograd's backward alone)" % dt)
     print("%-13s %7s %9s %9s %7s %6s %9s %9s %8s %9s" % (
         "gradients", "tokens", "ms", "floor", "/floor", "copy", "eager", "compile", "x eager",
         "x compile"))
-    for (kind, T), r in sorted(backward.items()):
-        e, c = torch.get(("backward-eager", "fp32", T)), torch.get(("backward-compile", "fp32", T))
+    for (kind, T), r in rows:
+        e, c = torch.get(("backward-eager", dt, T)), torch.get(("backward-compile", dt, T))
         print("%-13s %7d %s %s %7.2f %6.2f %s %s %8s %9s" % (
             kind, T, ms(r["ms"]), ms(r["floor"]), r["over"], r["fraction"], ms(e), ms(c),
             ratio(e, r["ms"]), ratio(c, r["ms"])))

@@ -133,7 +133,9 @@ void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
                  "whole Block: attention and MoE sublayers between mHC boundaries), stack "
                  "(--layers Blocks), or the backward of any of them, <op>_backward (given "
                  "upstream_<output> gradients, the kernel's grad_<input> per token and, for the "
-                 "pieces and the boundary, grad_<param> summed over tokens; fp32)")
+                 "pieces and the boundary, grad_<param> summed over tokens; the pieces' and the "
+                 "boundary's under fp32 or declarations of inputs, weights and streams, e.g. "
+                 "bf16; the Block's and a stack's under fp32)")
       ->capture_default_str()
       ->check(CLI::IsMember(op_names()));
   add_block_options(app, spec.block, spec.batch);

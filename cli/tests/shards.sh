@@ -70,7 +70,7 @@ for id in 0 2 4; do
     "$bin" "${mut[@]}" --json "$d/mut$id.json" > "$d/out" 2>&1
 done
 clean "$bin" merge "$d"/mut[024].json --json "$d/mut-m.json" > "$d/out" 2>&1; [ $? -eq $rc ] || fail "mutants merge exit"
-equal "$d/mut.json" "$d/mut-m.json" variant:backward_atomics
+equal "$d/mut.json" "$d/mut-m.json" variant:backward_atomics "variant:backward_atomics as bf16"
 
 # The shard variables, malformed or contradicting: exit 2, named.
 expect2() {

@@ -1,4 +1,5 @@
-// fp32 backward kernels of the pieces, closed forms (docs/semantics.md, "The backward pass").
+// fp32 backward kernels of the pieces, closed forms (docs/semantics.md, "The backward pass"); a
+// stream tensor's gradient stored as the configuration stores streams.
 // Parameter gradients are sums over tokens: `parts` per-range partial sums (contiguous ranges of
 // tokens, one per thread), then added in range order. One part is the straightforward order.
 #include <algorithm>
@@ -67,7 +68,7 @@ void mixes_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t 
     for (std::size_t i = 0; i < nd; ++i) {
       float acc = 0;
       for (std::size_t a = 0; a < M; ++a) acc += gt[a] * W[a * nd + i];
-      dx[t * nd + i] = r * acc - mean * (r * r * r / float(nd) * xt[i] * gdot);
+      dx[t * nd + i] = store(c, r * acc - mean * (r * r * r / float(nd) * xt[i] * gdot));
     }
   });
 }
@@ -181,7 +182,7 @@ void pre_backward(const KernelConfig& c, std::size_t T, const float* x, const fl
     for (std::size_t j = 0; j < n; ++j) {
       float acc = 0;
       for (std::size_t cc = 0; cc < d; ++cc) {
-        dx[(t * n + j) * d + cc] = p[t * n + j] * g[t * d + cc];
+        dx[(t * n + j) * d + cc] = store(c, p[t * n + j] * g[t * d + cc]);
         acc += g[t * d + cc] * x[(t * n + j) * d + cc];
       }
       dp[t * n + j] = acc;
@@ -198,7 +199,7 @@ void post_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t T
     for (std::size_t cc = 0; cc < d; ++cc) {
       float acc = 0;
       for (std::size_t k = 0; k < n; ++k) acc += post[t * n + k] * gt[k * d + cc];
-      df[t * d + cc] = acc;
+      df[t * d + cc] = store(c, acc);
     }
     for (std::size_t k = 0; k < n; ++k) {
       float acc = 0;
@@ -209,7 +210,7 @@ void post_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t T
       for (std::size_t cc = 0; cc < d; ++cc) {
         float acc = 0;
         for (std::size_t k = 0; k < n; ++k) acc += comb[(t * n + j) * n + k] * gt[k * d + cc];
-        dR[(t * n + j) * d + cc] = acc;
+        dR[(t * n + j) * d + cc] = store(c, acc);
       }
     for (std::size_t j = 0; j < n; ++j)
       for (std::size_t k = 0; k < n; ++k) {
@@ -233,7 +234,7 @@ void rmsnorm_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_
     const float r = 1.0f / std::sqrt(ss / float(d) + c.norm_eps);
     for (std::size_t i = 0; i < d; ++i) gwx += gt[i] * w[i] * xt[i];
     for (std::size_t i = 0; i < d; ++i) {
-      dx[t * d + i] = r * w[i] * gt[i] - mean * (r * r * r / float(d) * xt[i] * gwx);
+      dx[t * d + i] = store(c, r * w[i] * gt[i] - mean * (r * r * r / float(d) * xt[i] * gwx));
       dwp[i] += gt[i] * xt[i] * r;
     }
   });

@@ -1,7 +1,8 @@
 // The CUDA backends, assembled: `cuda` (one kernel per piece, impl/cuda/pieces.cu; the boundary as
 // four launches) and `cuda-fused` (the boundary in one pass, impl/cuda/boundary_tc.cuh), with the
-// device queries and memory functions of mhc/impl/cuda.hpp. fp32 arithmetic (FFMA, --fmad=true:
-// contraction is a legitimate choice the bounds cover); stream tensors stored as fp32 or bf16.
+// device queries and memory functions of mhc/impl/cuda.hpp, and both backends' backward kernels
+// (impl/cuda/backward.cu). fp32 arithmetic (FFMA, --fmad=true: contraction is a legitimate choice
+// the bounds cover); stream tensors, and the backward's stream gradients, stored as fp32 or bf16.
 #include <cuda_runtime.h>
 
 #include <sys/mman.h>
@@ -126,11 +127,12 @@ Backend make(bool fused) {
     k.streams == Format::bf16 ? run_boundary<bf16>(k, T, in, out, fused)
                               : run_boundary<float>(k, T, in, out, fused);
   };
-  // The parameters' gradients: summed in token order (cuda) or by atomic adds (cuda-fused).
+  // The parameters' gradients: summed in token order (cuda) or by atomic adds (cuda-fused). The
+  // backward is instantiated for fp32 and bf16 streams only, whatever the forward takes.
   b.backward = cuda_backward(fused, [](const KernelConfig& k) {
     need_device(k);
-    if (k.streams != Format::fp32)
-      throw NotCompiled("the CUDA backward kernels take fp32 streams only");
+    if (k.streams != Format::fp32 && k.streams != Format::bf16)
+      throw NotCompiled("the CUDA backward kernels take fp32 or bf16 streams only");
   });
   return b;
 }

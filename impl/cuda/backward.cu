@@ -1,9 +1,11 @@
 // The CUDA backends' backward kernels of the pieces (docs/semantics.md, "The backward pass"),
-// fp32: the closed forms of impl/cpu/backward.cpp, one block a token for the reductions over d
-// (and one thread a token for the Sinkhorn's unrolled backward). The parameters' gradients are
-// sums over tokens, formed either in token order by a separate pass over every parameter
+// fp32 arithmetic: the closed forms of impl/cpu/backward.cpp, one block a token for the reductions
+// over d (and one thread a token for the Sinkhorn's unrolled backward). The parameters' gradients
+// are sums over tokens, formed either in token order by a separate pass over every parameter
 // (deterministic: the same bits in every run) or with atomic adds as each token is done (the order
-// the device happens to run in, as a training kernel's atomics give).
+// the device happens to run in, as a training kernel's atomics give). Stream tensors are S, float
+// or bf16: the stream inputs and upstream gradients read with ld, the stream gradients stored
+// with st (rounded to nearest even); mixes, coefficients, parameters and their gradients fp32.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,16 +33,18 @@ __global__ void sum_tokens(std::size_t T, std::size_t span, std::size_t count,
 }
 
 // y_c = sum_j p_j x_jc: d_x_jc = p_j g_c, d_p_j = sum_c g_c x_jc. A block a token.
-__global__ void pre_backward_kernel(Dims c, const float* x, const float* p, const float* g,
-                                    float* dx, float* dp) {
+template <class S>
+__global__ void pre_backward_kernel(Dims c, const S* x, const float* p, const S* g, S* dx,
+                                    float* dp) {
   __shared__ float shared[kMaxN * 32];
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), t = blockIdx.x;
   float acc[kMaxN] = {};
   for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
-    const float gv = g[t * d + cc];
+    const float gv = ld(g, t * d + cc);
     for (std::size_t j = 0; j < n; ++j) {
-      dx[(t * n + j) * d + cc] = p[t * n + j] * gv;
-      acc[j] += gv * x[(t * n + j) * d + cc];
+      const float v = p[t * n + j] * gv;
+      st(dx, (t * n + j) * d + cc, v);
+      acc[j] += gv * ld(x, (t * n + j) * d + cc);
     }
   }
   block_sum<kMaxN>(acc, shared);
@@ -51,18 +55,18 @@ __global__ void pre_backward_kernel(Dims c, const float* x, const float* p, cons
 // y_kc = post_k f_c + sum_j comb_jk R_jc: d_f_c = sum_k post_k g_kc, d_R_jc = sum_k comb_jk g_kc,
 // d_post_k = sum_c g_kc f_c, d_comb_jk = sum_c g_kc R_jc. A block a token; NN >= n streams, the
 // loops unrolled to NN so that the sums stay in registers (indexed by n, they went to local
-// memory).
-template <int NN>
-__global__ void post_backward_kernel(Dims c, const float* __restrict__ f,
-                                     const float* __restrict__ R, const float* __restrict__ post,
-                                     const float* __restrict__ comb, const float* __restrict__ g,
-                                     float* __restrict__ df, float* __restrict__ dR,
-                                     float* __restrict__ dpost, float* __restrict__ dcomb) {
+// memory). G: g's type (S in the piece, the fp32 workspace in the boundary).
+template <int NN, class S, class G>
+__global__ void post_backward_kernel(Dims c, const S* __restrict__ f, const S* __restrict__ R,
+                                     const float* __restrict__ post, const float* __restrict__ comb,
+                                     const G* __restrict__ g, S* __restrict__ df,
+                                     S* __restrict__ dR, float* __restrict__ dpost,
+                                     float* __restrict__ dcomb) {
   constexpr int kSums = NN + NN * NN;
   __shared__ float shared[kSums * 32];
   const int n = c.n;
   const std::size_t d = std::size_t(c.d), t = blockIdx.x;
-  const float* gt = g + t * std::size_t(n) * d;
+  const G* gt = g + t * std::size_t(n) * d;
   float pk[NN], cjk[NN * NN];
 #pragma unroll
   for (int k = 0; k < NN; ++k) pk[k] = k < n ? post[t * n + k] : 0.0f;
@@ -80,18 +84,18 @@ __global__ void post_backward_kernel(Dims c, const float* __restrict__ f,
 #pragma unroll
     for (int k = 0; k < NN; ++k)
       if (k < n) {
-        gk[k] = gt[k * d + cc];
+        gk[k] = ld(gt, k * d + cc);
         v += pk[k] * gk[k];
       }
-    df[t * d + cc] = v;
-    const float fv = f[t * d + cc];
+    st(df, t * d + cc, v);
+    const float fv = ld(f, t * d + cc);
 #pragma unroll
     for (int k = 0; k < NN; ++k)
       if (k < n) acc[k] += gk[k] * fv;
 #pragma unroll
     for (int j = 0; j < NN; ++j) {
       if (j >= n) break;
-      const float rv = R[(t * n + j) * d + cc];
+      const float rv = ld(R, (t * n + j) * d + cc);
       float w = 0;
 #pragma unroll
       for (int k = 0; k < NN; ++k)
@@ -99,7 +103,7 @@ __global__ void post_backward_kernel(Dims c, const float* __restrict__ f,
           w += cjk[j * NN + k] * gk[k];
           acc[NN + j * NN + k] += gk[k] * rv;
         }
-      dR[(t * n + j) * d + cc] = w;
+      st(dR, (t * n + j) * d + cc, w);
     }
   }
   block_sum<kSums>(acc, shared);
@@ -112,17 +116,18 @@ __global__ void post_backward_kernel(Dims c, const float* __restrict__ f,
 
 // y_i = w_i x_i r: d_x_i = r w_i g_i - (r^3 / d) x_i sum_j g_j w_j x_j; the token's share of
 // d_w_i, g_i x_i r, added atomically or stored per token (dw_tok [T, d]). A block a token.
-__global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, const float* g,
-                                        float* dx, float* dw, float* dw_tok) {
+template <class S>
+__global__ void rmsnorm_backward_kernel(Dims c, const S* x, const float* w, const S* g, S* dx,
+                                        float* dw, float* dw_tok) {
   __shared__ float shared[2 * 32];
   __shared__ float r, gwx;
   const std::size_t d = std::size_t(c.d), t = blockIdx.x;
-  const float* xt = x + t * d;
-  const float* gt = g + t * d;
+  const S* xt = x + t * d;
+  const S* gt = g + t * d;
   float acc[2] = {0, 0};
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) {
-    acc[0] += xt[i] * xt[i];
-    acc[1] += gt[i] * w[i] * xt[i];
+    acc[0] += ld(xt, i) * ld(xt, i);
+    acc[1] += ld(gt, i) * w[i] * ld(xt, i);
   }
   block_sum<2>(acc, shared);
   if (threadIdx.x == 0) {
@@ -131,8 +136,9 @@ __global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, 
   }
   __syncthreads();
   for (std::size_t i = threadIdx.x; i < d; i += blockDim.x) {
-    dx[t * d + i] = r * w[i] * gt[i] - r * r * r / float(d) * xt[i] * gwx;
-    const float share = gt[i] * xt[i] * r;
+    const float v = r * w[i] * ld(gt, i) - r * r * r / float(d) * ld(xt, i) * gwx;
+    st(dx, t * d + i, v);
+    const float share = ld(gt, i) * ld(xt, i) * r;
     if (dw_tok)
       dw_tok[t * d + i] = share;
     else
@@ -143,16 +149,17 @@ __global__ void rmsnorm_backward_kernel(Dims c, const float* x, const float* w, 
 // mixes = r hc_fn x, r = (sum x^2 / nd + eps)^-1/2: d_x_i = r sum_a g_a hc_fn[a, i]
 // - (r^3 / nd) x_i sum_a g_a dot_a. First, a block a token: the token's r and
 // k = r^3 / nd sum_a g_a dot_a (the reductions over nd).
-__global__ void mixes_backward_sums(Dims c, const float* x, const float* W, const float* g,
+template <class S>
+__global__ void mixes_backward_sums(Dims c, const S* x, const float* W, const float* g,
                                     float* r_tok, float* k_tok) {
   __shared__ float shared[(kMaxM + 1) * 32];
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t t = blockIdx.x;
-  const float* xt = x + t * nd;
+  const S* xt = x + t * nd;
   const float* gt = g + t * M;
   float acc[kMaxM + 1] = {};  // dot_a, then the sum of squares
   for (std::size_t i = threadIdx.x; i < nd; i += blockDim.x) {
-    const float v = xt[i];
+    const float v = ld(xt, i);
     acc[kMaxM] += v * v;
     for (std::size_t a = 0; a < M; ++a) acc[a] += W[a * nd + i] * v;
   }
@@ -169,21 +176,21 @@ __global__ void mixes_backward_sums(Dims c, const float* x, const float* W, cons
 // The boundary's version, a block a token: dot_a from the forward's mixes (r dot_a), so
 // k = r^2 / nd sum_a g_a mixes_a and hc_fn is not read; and, from the same pass over x, hc_pre's
 // d_pre_mix_j = sum_c g_y,c x_jc (NN >= n, as in post_backward_kernel).
-template <int NN>
-__global__ void boundary_backward_sums(Dims c, const float* x, const float* mixes, const float* g,
-                                       const float* g_y, float* r_tok, float* k_tok, float* dp) {
+template <int NN, class S>
+__global__ void boundary_backward_sums(Dims c, const S* x, const float* mixes, const float* g,
+                                       const S* g_y, float* r_tok, float* k_tok, float* dp) {
   __shared__ float shared[(NN + 1) * 32];
   const int n = c.n;
   const std::size_t d = std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t t = blockIdx.x;
-  const float* xt = x + t * std::size_t(n) * d;
+  const S* xt = x + t * std::size_t(n) * d;
   float acc[NN + 1] = {};  // d_pre_mix_j, then the sum of squares
   for (std::size_t cc = threadIdx.x; cc < d; cc += blockDim.x) {
-    const float gv = g_y[t * d + cc];
+    const float gv = ld(g_y, t * d + cc);
 #pragma unroll
     for (int j = 0; j < NN; ++j)
       if (j < n) {
-        const float v = xt[j * d + cc];
+        const float v = ld(xt, j * d + cc);
         acc[NN] += v * v;
         acc[j] += gv * v;
       }
@@ -204,13 +211,13 @@ __global__ void boundary_backward_sums(Dims c, const float* x, const float* mixe
 // for n = 4, so that occupancy is not spent on kMaxM); the tile's g, r and k are staged in shared
 // memory, and each group of kBatch tokens' loads are issued before any of them is used, so that
 // enough bytes are in flight. In the boundary, x's other gradients are added as the composition
-// adds them, (g_x + d_x) + pre_j g_y,c.
+// adds them, (g_x + d_x) + pre_j g_y,c. D: d_x's type (S for the piece, the fp32 workspace in the
+// boundary).
 constexpr int kTile = 32, kBatch = 8;
-template <int MM>
-__global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const float* W,
-                                  const float* g, const float* r_tok, const float* k_tok,
-                                  const float* g_x, const float* pre_mix, const float* g_y,
-                                  float* dx) {
+template <int MM, class S, class D>
+__global__ void mixes_backward_dx(Dims c, std::size_t T, const S* x, const float* W, const float* g,
+                                  const float* r_tok, const float* k_tok, const S* g_x,
+                                  const float* pre_mix, const S* g_y, D* dx) {
   __shared__ float sg[kTile][MM];
   __shared__ float srk[2][kTile];
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
@@ -241,11 +248,11 @@ __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const f
       for (int u = 0; u < kBatch; ++u) {
         const std::size_t t = t0 + std::size_t(b + u);
         if (b + u >= m) break;
-        xv[u] = x[t * nd + i];
-        if (g_x) gx[u] = g_x[t * nd + i];
+        xv[u] = ld(x, t * nd + i);
+        if (g_x) gx[u] = ld(g_x, t * nd + i);
         if (pre_mix) {
           pm[u] = pre_mix[t * n + j];
-          gy[u] = g_y[t * d + col];
+          gy[u] = ld(g_y, t * d + col);
         }
       }
 #pragma unroll
@@ -259,23 +266,24 @@ __global__ void mixes_backward_dx(Dims c, std::size_t T, const float* x, const f
         float out = srk[0][tt] * v - srk[1][tt] * xv[u];
         if (g_x) out = gx[u] + out;
         if (pre_mix) out += pm[u] * gy[u];
-        dx[(t0 + std::size_t(tt)) * nd + i] = out;
+        st(dx, (t0 + std::size_t(tt)) * nd + i, out);
       }
     }
   }
 }
 
 // d_x for T tokens (r_k: r, then k, a token each); g_x, pre_mix and g_y null for the piece alone.
-void launch_dx(const Dims& c, std::size_t T, const float* x, const float* W, const float* g,
-               const float* r_k, const float* g_x, const float* pre_mix, const float* g_y,
-               float* dx) {
+template <class S, class D>
+void launch_dx(const Dims& c, std::size_t T, const S* x, const float* W, const float* g,
+               const float* r_k, const S* g_x, const float* pre_mix, const S* g_y, D* dx) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d);
   const dim3 grid(blocks_for(nd, kThreads),
                   unsigned(std::min<std::size_t>((T + kTile - 1) / kTile, 65535)));
   if (c.M() <= 24)
-    mixes_backward_dx<24><<<grid, kThreads>>>(c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);
+    mixes_backward_dx<24, S, D>
+        <<<grid, kThreads>>>(c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);
   else
-    mixes_backward_dx<kMaxM>
+    mixes_backward_dx<kMaxM, S, D>
         <<<grid, kThreads>>>(c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);
   MHC_CUDA_LAUNCHED();
 }
@@ -286,8 +294,9 @@ void launch_dx(const Dims& c, std::size_t T, const float* x, const float* W, con
 // values of x loaded before they are used. Without atomics each range stores its sums in
 // partial[y], summed in range order after; with them, each adds its sums to dW (zeroed first).
 constexpr int kGroup = 24;
+template <class S>
 __global__ void __launch_bounds__(kThreads, 2)
-    mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const float* x, const float* g,
+    mixes_weight_grad(Dims c, std::size_t T, std::size_t span, const S* x, const float* g,
                       const float* r_tok, float* partial, float* dW) {
   __shared__ float sg[kTile][kGroup];
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
@@ -309,7 +318,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (!live) continue;
     float xv[kTile];
 #pragma unroll
-    for (int tt = 0; tt < kTile; ++tt) xv[tt] = tt < m ? x[(b + std::size_t(tt)) * nd + i] : 0.0f;
+    for (int tt = 0; tt < kTile; ++tt)
+      xv[tt] = tt < m ? ld(x, (b + std::size_t(tt)) * nd + i) : 0.0f;
 #pragma unroll
     for (int tt = 0; tt < kTile; ++tt) {
       if (tt >= m) break;
@@ -450,8 +460,9 @@ void sum_over_tokens(std::size_t T, std::size_t count, const float* per_token, f
 // ranges without atomics, to bound the partial sums' scratch; with atomics, at most 65535, the
 // grid's y limit): each range's sums in token order, then the ranges' in range order, or added
 // atomically as the ranges finish.
-void hc_fn_grad(const Dims& c, std::size_t T, const float* x, const float* g, const float* r,
-                float* dW, bool atomics, BackwardWork& work) {
+template <class S>
+void hc_fn_grad(const Dims& c, std::size_t T, const S* x, const float* g, const float* r, float* dW,
+                bool atomics, BackwardWork& work) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   const std::size_t count = M * nd;
   if (!T || atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dW, 0, count * sizeof(float)));
@@ -460,9 +471,9 @@ void hc_fn_grad(const Dims& c, std::size_t T, const float* x, const float* g, co
       std::max<std::size_t>(256, atomics ? (T + 65534) / 65535 : (T + 63) / 64);
   const std::size_t R = (T + span - 1) / span;
   float* partial = atomics ? nullptr : (R == 1 ? dW : work.get(work.ranges, R * count));
-  mixes_weight_grad<<<
-      dim3(blocks_for(nd, kThreads), unsigned(R), unsigned((M + kGroup - 1) / kGroup)), kThreads>>>(
-      c, T, span, x, g, r, partial, dW);
+  mixes_weight_grad<S>
+      <<<dim3(blocks_for(nd, kThreads), unsigned(R), unsigned((M + kGroup - 1) / kGroup)),
+         kThreads>>>(c, T, span, x, g, r, partial, dW);
   MHC_CUDA_LAUNCHED();
   if (!atomics && R > 1) {
     sum_tokens<<<dim3(blocks_for(count, kThreads), 1), kThreads>>>(R, R, count, partial, dW);
@@ -472,43 +483,46 @@ void hc_fn_grad(const Dims& c, std::size_t T, const float* x, const float* g, co
 
 }  // namespace
 
-void pre_backward_dev(const Dims& c, std::size_t T, const float* x, const float* p, const float* g,
-                      float* dx, float* dp) {
+template <class S>
+void pre_backward_dev(const Dims& c, std::size_t T, const S* x, const float* p, const S* g, S* dx,
+                      float* dp) {
   if (!T) return;
-  pre_backward_kernel<<<unsigned(T), kThreads>>>(c, x, p, g, dx, dp);
+  pre_backward_kernel<S><<<unsigned(T), kThreads>>>(c, x, p, g, dx, dp);
   MHC_CUDA_LAUNCHED();
 }
 
-void post_backward_dev(const Dims& c, std::size_t T, const float* f, const float* R,
-                       const float* post, const float* comb, const float* g, float* df, float* dR,
-                       float* dpost, float* dcomb) {
+template <class S, class G>
+void post_backward_dev(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
+                       const float* comb, const G* g, S* df, S* dR, float* dpost, float* dcomb) {
   if (!T) return;
   if (c.n <= 4)
-    post_backward_kernel<4>
+    post_backward_kernel<4, S, G>
         <<<unsigned(T), kThreads>>>(c, f, R, post, comb, g, df, dR, dpost, dcomb);
   else
-    post_backward_kernel<kMaxN>
+    post_backward_kernel<kMaxN, S, G>
         <<<unsigned(T), kThreads>>>(c, f, R, post, comb, g, df, dR, dpost, dcomb);
   MHC_CUDA_LAUNCHED();
 }
 
-void rmsnorm_backward_dev(const Dims& c, std::size_t T, const float* x, const float* w,
-                          const float* g, float* dx, float* dw, bool atomics, BackwardWork& work) {
+template <class S>
+void rmsnorm_backward_dev(const Dims& c, std::size_t T, const S* x, const float* w, const S* g,
+                          S* dx, float* dw, bool atomics, BackwardWork& work) {
   const std::size_t d = std::size_t(c.d);
   if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dw, 0, d * sizeof(float)));
   float* shares = atomics ? nullptr : work.get(work.shares, T * d);
-  if (T) rmsnorm_backward_kernel<<<unsigned(T), kThreads>>>(c, x, w, g, dx, dw, shares);
+  if (T) rmsnorm_backward_kernel<S><<<unsigned(T), kThreads>>>(c, x, w, g, dx, dw, shares);
   MHC_CUDA_LAUNCHED();
   if (!atomics) sum_over_tokens(T, d, shares, dw, work.get(work.ranges, (T + 255) / 256 * d));
 }
 
-void mixes_backward_dev(const Dims& c, std::size_t T, const float* x, const float* W,
-                        const float* g, float* dx, float* dW, bool atomics, BackwardWork& work) {
+template <class S>
+void mixes_backward_dev(const Dims& c, std::size_t T, const S* x, const float* W, const float* g,
+                        S* dx, float* dW, bool atomics, BackwardWork& work) {
   float* r = work.get(work.r, 2 * T);
   if (T) {
-    mixes_backward_sums<<<unsigned(T), kThreads>>>(c, x, W, g, r, r + T);
+    mixes_backward_sums<S><<<unsigned(T), kThreads>>>(c, x, W, g, r, r + T);
     MHC_CUDA_LAUNCHED();
-    launch_dx(c, T, x, W, g, r, nullptr, nullptr, nullptr, dx);
+    launch_dx<S, S>(c, T, x, W, g, r, nullptr, nullptr, nullptr, dx);
   }
   hc_fn_grad(c, T, x, g, r, dW, atomics, work);
 }
@@ -531,8 +545,10 @@ void split_backward_dev(const Dims& c, std::size_t T, const float* m, const floa
     sum_over_tokens(T, 3 + M, shares, dparams, work.get(work.ranges, (T + 255) / 256 * (3 + M)));
 }
 
-void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardDev& a, bool atomics,
-                           BackwardWork& work) {
+// The gradient of x between the mixes' and hc_post's backward stays fp32 (work.dx), unrounded.
+template <class S>
+void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardDev<S>& a,
+                           bool atomics, BackwardWork& work) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
   float* dm = work.get(work.dm, T * M);
   float* dx = work.get(work.dx, T * nd);
@@ -543,64 +559,155 @@ void boundary_backward_dev(const Dims& c, std::size_t T, const BoundaryBackwardD
     add_kernel<<<blocks_for(T * M, kThreads), kThreads>>>(T * M, dm, a.g_mixes, dm);
     MHC_CUDA_LAUNCHED();
     if (c.n <= 4)
-      boundary_backward_sums<4>
+      boundary_backward_sums<4, S>
           <<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T, a.d_pre_mix);
     else
-      boundary_backward_sums<kMaxN>
+      boundary_backward_sums<kMaxN, S>
           <<<unsigned(T), kThreads>>>(c, a.x, a.mixes, dm, a.g_y, r, r + T, a.d_pre_mix);
     MHC_CUDA_LAUNCHED();
-    launch_dx(c, T, a.x, a.hc_fn, dm, r, a.g_x, a.pre_mix, a.g_y, dx);
+    launch_dx<S, float>(c, T, a.x, a.hc_fn, dm, r, a.g_x, a.pre_mix, a.g_y, dx);
   }
   hc_fn_grad(c, T, a.x, dm, r, a.d_hc_fn, atomics, work);
-  post_backward_dev(c, T, a.f, a.residual, a.post, a.comb, dx, a.d_f, a.d_residual, a.d_post,
-                    a.d_comb);
+  post_backward_dev<S, float>(c, T, a.f, a.residual, a.post, a.comb, dx, a.d_f, a.d_residual,
+                              a.d_post, a.d_comb);
 }
 
+// The instantiations backward.cuh declares, for float and bf16 streams.
+#define MHC_BACKWARD_DEV(S)                                                                       \
+  template void pre_backward_dev<S>(const Dims&, std::size_t, const S*, const float*, const S*,   \
+                                    S*, float*);                                                  \
+  template void post_backward_dev<S, S>(const Dims&, std::size_t, const S*, const S*,             \
+                                        const float*, const float*, const S*, S*, S*, float*,     \
+                                        float*);                                                  \
+  template void rmsnorm_backward_dev<S>(const Dims&, std::size_t, const S*, const float*,         \
+                                        const S*, S*, float*, bool, BackwardWork&);               \
+  template void mixes_backward_dev<S>(const Dims&, std::size_t, const S*, const float*,           \
+                                      const float*, S*, float*, bool, BackwardWork&);             \
+  template void boundary_backward_dev<S>(const Dims&, std::size_t, const BoundaryBackwardDev<S>&, \
+                                         bool, BackwardWork&);
+MHC_BACKWARD_DEV(float)
+MHC_BACKWARD_DEV(bf16)
+#undef MHC_BACKWARD_DEV
+// The boundary's hc_post on bf16 streams takes the fp32 workspace (with float streams: <S, S>).
+template void post_backward_dev<bf16, float>(const Dims&, std::size_t, const bf16*, const bf16*,
+                                             const float*, const float*, const float*, bf16*, bf16*,
+                                             float*, float*);
+
+namespace {
+
+// The Backend's functions on host arrays, with the stream tensors up and back as S.
+template <class S>
+void pre_on(const KernelConfig& k, std::size_t T, const float* x, const float* p, const float* g,
+            float* dx, float* dp) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  In<S> ix(x, T * n * d), ig(g, T * d);
+  In<float> ip(p, T * n);
+  Out<S> odx(dx, T * n * d);
+  Out<float> odp(dp, T * n);
+  pre_backward_dev<S>(c, T, ix.p, ip.p, ig.p, odx.p, odp.p);
+  sync_back(odx, odp);
+}
+
+template <class S>
+void post_on(const KernelConfig& k, std::size_t T, const float* f, const float* R,
+             const float* post, const float* comb, const float* g, float* df, float* dR,
+             float* dpost, float* dcomb) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
+  In<S> i_f(f, T * d), iR(R, T * n * d), ig(g, T * n * d);
+  In<float> ipo(post, T * n), ic(comb, T * n * n);
+  Out<S> odf(df, T * d), odR(dR, T * n * d);
+  Out<float> odp(dpost, T * n), odc(dcomb, T * n * n);
+  post_backward_dev<S, S>(c, T, i_f.p, iR.p, ipo.p, ic.p, ig.p, odf.p, odR.p, odp.p, odc.p);
+  sync_back(odf, odR, odp, odc);
+}
+
+template <class S>
+void rmsnorm_on(const KernelConfig& k, std::size_t T, const float* x, const float* w,
+                const float* g, float* dx, float* dw, bool atomics) {
+  const Dims c = dims(k);
+  const std::size_t d = std::size_t(c.d);
+  In<S> ix(x, T * d), ig(g, T * d);
+  In<float> iw(w, d);
+  Out<S> odx(dx, T * d);
+  Out<float> odw(dw, d);
+  BackwardWork work;
+  rmsnorm_backward_dev<S>(c, T, ix.p, iw.p, ig.p, odx.p, odw.p, atomics, work);
+  sync_back(odx, odw);
+}
+
+template <class S>
+void mixes_on(const KernelConfig& k, std::size_t T, const float* x, const float* W, const float* g,
+              float* dx, float* dW, bool atomics) {
+  const Dims c = dims(k);
+  const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
+  In<S> ix(x, T * nd);
+  In<float> iW(W, M * nd), ig(g, T * M);
+  Out<S> odx(dx, T * nd);
+  Out<float> odW(dW, M * nd);
+  BackwardWork work;
+  mixes_backward_dev<S>(c, T, ix.p, iW.p, ig.p, odx.p, odW.p, atomics, work);
+  sync_back(odx, odW);
+}
+
+template <class S>
+void boundary_on(const KernelConfig& k, std::size_t T, const BoundaryBackwardIn& a,
+                 const BoundaryBackwardOut& o, bool atomics) {
+  const Dims c = dims(k);
+  const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
+  const std::size_t M = std::size_t(c.M());
+  const BoundaryIn& f = a.forward;
+  In<S> i_f(f.f, T * d), iR(f.residual, T * nd), ix(a.x, T * nd), igx(a.g_x, T * nd),
+      igy(a.g_y, T * d);
+  In<float> ipo(f.post, T * n), ic(f.comb, T * n * n), ipm(f.pre_mix, T * n), iW(f.hc_fn, M * nd),
+      is(f.hc_scale, 3), ib(f.hc_base, M), im(a.mixes, T * M), igm(a.g_mixes, T * M),
+      igp(a.g_pre, T * n), igq(a.g_post, T * n), igc(a.g_comb, T * n * n);
+  Out<S> odf(o.d_f, T * d), odR(o.d_residual, T * nd);
+  Out<float> odpo(o.d_post, T * n), odc(o.d_comb, T * n * n), odpm(o.d_pre_mix, T * n),
+      odW(o.d_hc_fn, M * nd);
+  Dev<float> params(3 + M);
+  BackwardWork work;
+  boundary_backward_dev<S>(
+      c, T, {i_f.p, iR.p,  ipo.p, ic.p,  ipm.p, iW.p,  is.p,   ib.p,  ix.p,   im.p,  igx.p,   igy.p,
+             igm.p, igp.p, igq.p, igc.p, odf.p, odR.p, odpo.p, odc.p, odpm.p, odW.p, params.p},
+      atomics, work);
+  sync_back(odf, odR, odpo, odc, odpm, odW);
+  std::vector<float> h(3 + M);
+  MHC_CUDA_CHECK(cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::copy(h.begin(), h.begin() + 3, o.d_hc_scale);
+  std::copy(h.begin() + 3, h.end(), o.d_hc_base);
+}
+
+}  // namespace
+
+// Each function on the configuration's stream type: bf16, or fp32 (`need` refuses the others).
 Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&)) {
   Backend::Backward b;
   b.hc_pre = [need](const KernelConfig& k, std::size_t T, const float* x, const float* p,
                     const float* g, float* dx, float* dp) {
     need(k);
-    const Dims c = dims(k);
-    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
-    In<float> ix(x, T * n * d), ip(p, T * n), ig(g, T * d);
-    Out<float> odx(dx, T * n * d), odp(dp, T * n);
-    pre_backward_dev(c, T, ix.p, ip.p, ig.p, odx.p, odp.p);
-    sync_back(odx, odp);
+    k.streams == Format::bf16 ? pre_on<bf16>(k, T, x, p, g, dx, dp)
+                              : pre_on<float>(k, T, x, p, g, dx, dp);
   };
   b.hc_post = [need](const KernelConfig& k, std::size_t T, const float* f, const float* R,
                      const float* post, const float* comb, const float* g, float* df, float* dR,
                      float* dpost, float* dcomb) {
     need(k);
-    const Dims c = dims(k);
-    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
-    In<float> i_f(f, T * d), iR(R, T * n * d), ipo(post, T * n), ic(comb, T * n * n),
-        ig(g, T * n * d);
-    Out<float> odf(df, T * d), odR(dR, T * n * d), odp(dpost, T * n), odc(dcomb, T * n * n);
-    post_backward_dev(c, T, i_f.p, iR.p, ipo.p, ic.p, ig.p, odf.p, odR.p, odp.p, odc.p);
-    sync_back(odf, odR, odp, odc);
+    k.streams == Format::bf16 ? post_on<bf16>(k, T, f, R, post, comb, g, df, dR, dpost, dcomb)
+                              : post_on<float>(k, T, f, R, post, comb, g, df, dR, dpost, dcomb);
   };
   b.rmsnorm = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* w,
                               const float* g, float* dx, float* dw) {
     need(k);
-    const Dims c = dims(k);
-    const std::size_t d = std::size_t(c.d);
-    In<float> ix(x, T * d), iw(w, d), ig(g, T * d);
-    Out<float> odx(dx, T * d), odw(dw, d);
-    BackwardWork work;
-    rmsnorm_backward_dev(c, T, ix.p, iw.p, ig.p, odx.p, odw.p, atomics, work);
-    sync_back(odx, odw);
+    k.streams == Format::bf16 ? rmsnorm_on<bf16>(k, T, x, w, g, dx, dw, atomics)
+                              : rmsnorm_on<float>(k, T, x, w, g, dx, dw, atomics);
   };
   b.mixes = [atomics, need](const KernelConfig& k, std::size_t T, const float* x, const float* W,
                             const float* g, float* dx, float* dW) {
     need(k);
-    const Dims c = dims(k);
-    const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.M());
-    In<float> ix(x, T * nd), iW(W, M * nd), ig(g, T * M);
-    Out<float> odx(dx, T * nd), odW(dW, M * nd);
-    BackwardWork work;
-    mixes_backward_dev(c, T, ix.p, iW.p, ig.p, odx.p, odW.p, atomics, work);
-    sync_back(odx, odW);
+    k.streams == Format::bf16 ? mixes_on<bf16>(k, T, x, W, g, dx, dW, atomics)
+                              : mixes_on<float>(k, T, x, W, g, dx, dW, atomics);
   };
   b.split_sinkhorn = [atomics, need](const KernelConfig& k, std::size_t T, const float* m,
                                      const float* s, const float* bb, const float* gp,
@@ -625,28 +732,8 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
   b.boundary = [atomics, need](const KernelConfig& k, std::size_t T, const BoundaryBackwardIn& a,
                                const BoundaryBackwardOut& o) {
     need(k);
-    const Dims c = dims(k);
-    const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
-    const std::size_t M = std::size_t(c.M());
-    const BoundaryIn& f = a.forward;
-    In<float> i_f(f.f, T * d), iR(f.residual, T * nd), ipo(f.post, T * n), ic(f.comb, T * n * n),
-        ipm(f.pre_mix, T * n), iW(f.hc_fn, M * nd), is(f.hc_scale, 3), ib(f.hc_base, M),
-        ix(a.x, T * nd), im(a.mixes, T * M), igx(a.g_x, T * nd), igy(a.g_y, T * d),
-        igm(a.g_mixes, T * M), igp(a.g_pre, T * n), igq(a.g_post, T * n), igc(a.g_comb, T * n * n);
-    Out<float> odf(o.d_f, T * d), odR(o.d_residual, T * nd), odpo(o.d_post, T * n),
-        odc(o.d_comb, T * n * n), odpm(o.d_pre_mix, T * n), odW(o.d_hc_fn, M * nd);
-    Dev<float> params(3 + M);
-    BackwardWork work;
-    boundary_backward_dev(c, T, {i_f.p, iR.p,  ipo.p,  ic.p,  ipm.p,  iW.p,  is.p,    ib.p,
-                                 ix.p,  im.p,  igx.p,  igy.p, igm.p,  igp.p, igq.p,   igc.p,
-                                 odf.p, odR.p, odpo.p, odc.p, odpm.p, odW.p, params.p},
-                          atomics, work);
-    sync_back(odf, odR, odpo, odc, odpm, odW);
-    std::vector<float> h(3 + M);
-    MHC_CUDA_CHECK(
-        cudaMemcpy(h.data(), params.p, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    std::copy(h.begin(), h.begin() + 3, o.d_hc_scale);
-    std::copy(h.begin() + 3, h.end(), o.d_hc_base);
+    k.streams == Format::bf16 ? boundary_on<bf16>(k, T, a, o, atomics)
+                              : boundary_on<float>(k, T, a, o, atomics);
   };
   return b;
 }

@@ -114,28 +114,31 @@ int main() {
                       oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
-  // The backward kernels (fp32): cuda sums the parameters' gradients over tokens in a fixed order,
-  // cuda-fused with atomic adds; the boundary's backward is composed from the pieces'. 600 tokens:
-  // the sums over tokens in several 256-token ranges (the last partial), then the ranges.
+  // The backward kernels, fp32 and bf16 streams (bf16: stream inputs and upstream gradients read
+  // as bf16, stream gradients stored rounded; the boundary's gradient of x between the pieces
+  // fp32): cuda sums the parameters' gradients over tokens in a fixed order, cuda-fused with atomic
+  // adds; the boundary's backward is composed from the pieces'. 600 tokens: the sums over tokens in
+  // several 256-token ranges (the last partial), then the ranges.
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::backward_ops())
-      for (const auto& [d, T] : {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {130, 600}}) {
-        ref::Config cfg;
-        cfg.d = d;
-        const auto c =
-            oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), oracles::Precision::fp32());
-        const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
-        ++runs;
-        const bool ok = v.state != oracles::State::fail;
-        failures += ok ? 0 : 1;
-        std::printf("%-4s %-10s %-23s d=%-5d T=%-4zu %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                    oracles::op_name(op).c_str(), d, T, oracles::state_name(v.state).c_str(),
-                    v.first_divergent.c_str());
-        if (!ok)
-          for (const auto& st : v.stages)
-            if (st.state == oracles::State::fail)
-              std::printf("     %s: %s\n", st.stage.c_str(), st.reason.c_str());
-      }
+      for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
+        for (const auto& [d, T] : {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {130, 600}}) {
+          ref::Config cfg;
+          cfg.d = d;
+          const auto c = oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), prec);
+          const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
+          ++runs;
+          const bool ok = v.state != oracles::State::fail;
+          failures += ok ? 0 : 1;
+          std::printf("%-4s %-10s %-23s %-5s d=%-5d T=%-4zu %s %s\n", ok ? "ok" : "FAIL",
+                      b->name.c_str(), oracles::op_name(op).c_str(),
+                      oracles::precision_name(prec).c_str(), d, T,
+                      oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
+          if (!ok)
+            for (const auto& st : v.stages)
+              if (st.state == oracles::State::fail)
+                std::printf("     %s: %s\n", st.stage.c_str(), st.reason.c_str());
+        }
   // cuda-fused's boundary with its columns split over blocks (cuda_fused_splits): every split
   // against the oracle, from one block per token range to one per 128 columns (more are clamped),
   // and the same bits in two runs at the device's own choice (the last block of a range sums the

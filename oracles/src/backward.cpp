@@ -123,9 +123,15 @@ Tensors<B> split_grads(const ref::Config& cfg, const float* scale, const float* 
 // kernel accumulating them into one register, adds them). The RMS deviations diagnosis tries
 // are the same per group of columns: one statistic per stream (a group each), of the sum, or
 // the projection reading x d-major.
+//
+// stored: the format a kernel may store x's gradient in, and its terms, before they are summed
+// (an unfused composition stores each consumer's gradient of a stream tensor, and may round each
+// partial sum, as an autograd in that format does): each of those 2K - 1 values is at most the
+// terms' magnitude plus their bounds, and its storage adds u_s of that plus the format's floor.
 std::vector<B> projection_grads(const ref::Config& c, const std::vector<B>& x, const float* W,
                                 const std::vector<B>& g, TokenGrads& t,
-                                std::vector<std::vector<B>> extra = {}) {
+                                std::vector<std::vector<B>> extra = {},
+                                bnd::Format stored = bnd::Format::fp32) {
   using Rms = ref::Semantics::Rms;
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
   const std::size_t nd = x.size(), M = g.size(), K = M + 1 + extra.size();
@@ -189,6 +195,12 @@ std::vector<B> projection_grads(const ref::Config& c, const std::vector<B>& x, c
                                                    bnd::gamma(double(K - 1), bnd::u64) * mag +
                                                    double(K - 1) * md.eta;
       dx[at].e = std::max(dx[at].e, flat);
+      if (stored != bnd::Format::fp32) {
+        const bnd::FormatInfo& f = bnd::format_info(stored);
+        const double stores = double(2 * K - 1), all = mag + err + dx[at].e;
+        dx[at].e =
+            all > f.max ? HUGE_VAL : dx[at].e + stores * (f.u * all + std::max(f.eta, md.eta));
+      }
     }
   }
   t.fn_col = xp;
@@ -249,6 +261,7 @@ TokenGrads composed_token(const OpCase& c, std::size_t t, const bnd::Model& mode
   const ref::Config& cfg = c.cfg;
   const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d), nd = n * d;
   const std::size_t M = std::size_t(cfg.mix());
+  const bnd::Format streams = c.precision.decl.streams;
   auto in = [&](const std::string& name) {
     const auto& v = c.input(name).data;
     return v.data() + t * (v.size() / c.tokens);
@@ -293,12 +306,14 @@ TokenGrads composed_token(const OpCase& c, std::size_t t, const bnd::Model& mode
                            comb = ex("comb", n * n);
       std::vector<B> x(nd), mix(M);
       ref::hc_post(cfg, f.data(), res.data(), post.data(), comb.data(), x.data());
+      // The forward's x as it stored it, which its mixes and hc_pre read.
+      for (B& v : x) v = bnd::rounded_to(v, streams);
       ref::mixes(cfg, x.data(), param("hc_fn"), mix.data());
       Tensors<B> s = split(mix);
       for (std::size_t a = 0; a < M; ++a) s[0][a] = s[0][a] + B(in("upstream_mixes")[a]);
       Tensors<B> gp = pre_grads(cfg, x.data(), ex("pre_mix", n).data(), ex("upstream_y", d).data());
-      const std::vector<B> gx =
-          projection_grads(cfg, x, param("hc_fn"), s[0], tg, {ex("upstream_x", nd), gp[0]});
+      const std::vector<B> gx = projection_grads(cfg, x, param("hc_fn"), s[0], tg,
+                                                 {ex("upstream_x", nd), gp[0]}, streams);
       tg.grad = post_grads(cfg, f.data(), res.data(), post.data(), comb.data(), gx.data());
       tg.grad.push_back(std::move(gp[1]));
       tg.grad.emplace_back();
@@ -560,10 +575,7 @@ Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads, const bnd:
                                    const Trace<float>* kernel) {
   const OpSpec& spec = op_spec(c.op);
   if (!spec.backward) throw std::logic_error("backward_trace: " + spec.name + " is a forward op");
-  if (c.precision != Precision::fp32())
-    throw std::invalid_argument(spec.name +
-                                ": backward ops are judged under the fp32 declaration (" +
-                                precision_name(c.precision) + " given)");
+  need_backward_declaration(c.op, c.precision);
   if (spec.whole) return whole_backward_trace(c, threads, model, kernel);
   const OpSpec& fwd = op_spec(spec.forward);
   const std::size_t T = c.tokens, nin = fwd.inputs.size();
@@ -625,6 +637,15 @@ Trace<bnd::Bounded> backward_trace(const OpCase& c, unsigned threads, const bnd:
         }
       });
     }
+  }
+  // A stream tensor's gradient is stored as the streams are.
+  bnd::Declaration stores;
+  stores.streams = c.precision.decl.streams;
+  if (stores.streams != bnd::Format::fp32) {
+    const bnd::ModelScope scope(bnd::model_for(stores, "streams"));
+    for (std::size_t i = 0; i < nin; ++i)
+      if (fwd.inputs[i].stream())
+        for (B& v : trace[i].values) v = bnd::stored(v);
   }
   // The kernel adds its contributions, each within b_t of c_t: gamma of sum |c_t| + b_t.
   const bnd::Model fp32 = bnd::fp32();

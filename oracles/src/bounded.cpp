@@ -1,11 +1,14 @@
 #include "mhc/oracles/bounded.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 #include <utility>
+
+#include "mhc/oracles/generate.hpp"
 
 namespace mhc::bnd {
 
@@ -30,6 +33,17 @@ Model model_for(const Declaration& d, const std::string& name) {
       m.store[k] = {s.u, std::max(s.eta, m.eta), s.max};
     }
   return m;
+}
+
+Bounded rounded_to(const Bounded& a, Format f) {
+  if (f == Format::fp32) return a;
+  auto round = [f](double x) {
+    const float v = float(x);  // to fp32 first: monotone, as the kernel's fp32 value is
+    return double(f == Format::bf16 ? oracles::gen::round_bf16(v) : oracles::gen::round_fp16(v));
+  };
+  const double c = round(a.v), lo = round(a.v - a.e), hi = round(a.v + a.e);
+  const double e = std::max(hi - c, c - lo);
+  return {c, std::isfinite(c) && std::isfinite(e) ? e : HUGE_VAL};
 }
 
 Model fp32() {

@@ -475,9 +475,32 @@ Precision precision_from_name(const std::string& name) {
 }
 
 bnd::Format declared_storage(const bnd::Declaration& d, const std::string& input) {
+  // An upstream gradient is stored as the output it is the gradient of.
+  const std::string up = "upstream_";
+  if (input.compare(0, up.size(), up) == 0) {
+    const std::string of = input.substr(up.size());
+    if (of == "mixes") return d.mixes;
+    if (of == "pre" || of == "post" || of == "comb" || of == "next_pre_mix") return d.coefficients;
+    return d.streams;  // y, x, x_out: stream outputs
+  }
   if (input == "mixes") return d.mixes;
   if (input == "pre_mix" || input == "post" || input == "comb") return d.coefficients;
   return d.inputs;  // the stream tensors: x, residual, f, a captured sublayer's output
+}
+
+void need_backward_declaration(Op op, const Precision& p) {
+  const OpSpec& spec = op_spec(op);
+  if (!spec.backward || p == Precision::fp32()) return;
+  const bnd::Declaration& d = p.decl;
+  using F = bnd::Format;
+  if (spec.whole || d.mixes != F::fp32 || d.coefficients != F::fp32 || d.products != F::fp32 ||
+      d.accumulation != F::fp32)
+    throw std::invalid_argument(
+        spec.name +
+        (spec.whole ? " is judged under the fp32 declaration only ("
+                    : " is judged under declarations of inputs, weights and streams "
+                      "only, the rest fp32 (") +
+        precision_name(p) + " given)");
 }
 
 void store_declared(OpCase& c) {

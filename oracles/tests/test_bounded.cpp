@@ -493,3 +493,50 @@ TEST_CASE("bounded: fp16 operands below fp16's normal range are within the bound
       CHECK(std::fabs(double(acc) - got[t * rows + a].v) <= got[t * rows + a].e);
     }
 }
+
+// A value stored by rounding to nearest an fp32 evaluation within its bound: every such rounding
+// lies within rounded_to's bound, and the bound is 0 where the interval lies within one rounding
+// cell. Intervals are drawn around values, around the midpoints between two bf16 (fp16) values
+// (where the two sides round apart) and across them, with fp32 points at and between the ends.
+TEST_CASE("bounded: rounded_to encloses the rounding of every fp32 value in the bound",
+          "[bounded]") {
+  using F = bnd::Format;
+  oracles::Rng rng(29);
+  for (F f : {F::bf16, F::fp16}) {
+    const double ulp_rel = f == F::bf16 ? 0x1.0p-7 : 0x1.0p-10;
+    auto round = [f](float y) {
+      return double(f == F::bf16 ? oracles::gen::round_bf16(y) : oracles::gen::round_fp16(y));
+    };
+    int exact = 0, straddles = 0;
+    for (int k = 0; k < 20000; ++k) {
+      const double mag = std::ldexp(1.0, rng.integer(-12, 12)) * rng.uniform(1, 2);
+      double v = (rng.uniform() < 0.5 ? -1 : 1) * mag;
+      const int kind = rng.integer(0, 2);
+      if (kind > 0) {  // at a midpoint between two neighbours, moved by a few fp32 ulps
+        const double lo = round(float(v)), step = std::ldexp(ulp_rel, std::ilogb(lo));
+        v = lo + step / 2 + double(rng.integer(-3, 3)) * std::ldexp(0x1.0p-23, std::ilogb(lo));
+      }
+      const double e = kind == 2 ? 0 : std::fabs(v) * std::ldexp(1.0, -rng.integer(8, 26));
+      const B r = bnd::rounded_to(B(v, e), f);
+      REQUIRE(std::isfinite(r.e));
+      const float lo = std::nextafter(float(v - e), float(v)), hi = float(v + e);
+      bool apart = false;
+      for (int s = 0; s <= 64; ++s) {
+        float y = float(double(lo) + (double(hi) - double(lo)) * s / 64);
+        if (double(y) < v - e) y = std::nextafter(y, hi);
+        if (double(y) > v + e) continue;
+        const double z = round(y);
+        REQUIRE(std::fabs(z - r.v) <= r.e);
+        apart = apart || z != r.v;
+      }
+      exact += r.e == 0 ? 1 : 0;
+      straddles += apart ? 1 : 0;
+    }
+    // Both situations were drawn: a known stored value, and an interval rounding to two.
+    CHECK(exact > 2000);
+    CHECK(straddles > 500);
+  }
+  // fp32: nothing to round; beyond the format's range: no bound.
+  CHECK(bnd::rounded_to(B(1.5, 1e-3), bnd::Format::fp32).e == 1e-3);
+  CHECK(std::isinf(bnd::rounded_to(B(65504.0, 40.0), bnd::Format::fp16).e));
+}

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/ops.hpp"
 
 using namespace mhc;
@@ -184,4 +185,39 @@ TEST_CASE("op table: each backward op is derived from its forward op", "[op_tabl
       CHECK(!b.outputs[f.inputs.size() + p].per_token);
     }
   }
+}
+
+// The pieces' and the boundary's backward under a declaration: the forward's stream inputs and
+// the upstream gradients of its stream outputs are stored as the streams (bf16 values), those of
+// the mixes and the coefficients stay fp32; the Block's backward and narrower intermediate stages
+// are refused, naming what is judged.
+TEST_CASE("op table: a backward case stores its tensors as its declaration says", "[op_table]") {
+  auto bf16_valued = [](const std::vector<float>& v) {
+    for (float x : v)
+      if (oracles::gen::round_bf16(x) != x) return false;
+    return true;
+  };
+  for (Op op : oracles::backward_ops()) {
+    const auto& b = oracles::op_spec(op);
+    const auto& f = oracles::op_spec(b.forward);
+    CAPTURE(b.name);
+    ref::Config cfg;
+    cfg.d = 24;
+    const auto c = oracles::generate_case(op, cfg, 3, 5, oracles::Precision::bf16());
+    for (const auto& t : f.inputs)
+      if (t.stream()) CHECK(bf16_valued(c.input(t.name).data));
+    for (const auto& o : f.outputs) {
+      CAPTURE(o.name);
+      const bool stream = o.name == "y" || o.name == "x";  // docs/semantics.md, "The mHC pieces"
+      CHECK(bf16_valued(c.input("upstream_" + o.name).data) == stream);
+    }
+  }
+  for (Op op : oracles::block_backward_ops())
+    CHECK_THROWS_WITH(oracles::generate_case(op, {}, 2, 1, oracles::Precision::bf16()),
+                      Catch::Contains("fp32 declaration only"));
+  CHECK_THROWS_WITH(oracles::generate_case(Op::boundary_backward, {}, 2, 1,
+                                           oracles::precision_from_name("products=tf32")),
+                    Catch::Contains("inputs, weights and streams only"));
+  CHECK_NOTHROW(oracles::generate_case(Op::boundary_backward, {}, 2, 1,
+                                       oracles::precision_from_name("inputs=fp16,streams=fp16")));
 }

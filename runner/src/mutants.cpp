@@ -229,7 +229,14 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
     r.wrong = v.wrong;
     r.explains = v.explains;
     r.backward = v.backward.chosen();
-    rows.push_back(std::move(r));
+    // The backward ones under bf16 streams as well (the Block's backward is judged in fp32 only).
+    const bool twin = r.backward && !v.backward.block_only();
+    rows.push_back(r);
+    if (twin) {
+      r.precision = oracles::Precision::bf16();
+      r.name += " as " + r.precision.name;
+      rows.push_back(std::move(r));
+    }
   }
   std::vector<oracles::Precision> precisions{oracles::Precision::fp32()};
   for (const Declared& d : kDeclared) {
@@ -264,10 +271,11 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
   Judging judging;
   judging.model = st->model;
   judging.threads = 1;
-  // The forward campaign under each declaration, then the backward campaign (fp32).
+  // The forward campaign under each declaration, then the backward campaign (fp32, bf16).
   std::vector<std::pair<oracles::Precision, bool>> streams;
   for (const auto& p : precisions) streams.emplace_back(p, false);
-  streams.emplace_back(oracles::Precision::fp32(), true);
+  for (const auto& p : {oracles::Precision::fp32(), oracles::Precision::bf16()})
+    streams.emplace_back(p, true);
   for (int i = 0; i < total && !session.stop(); ++i) {
     for (const auto& [p, backward] : streams) {
       auto active = [&, &p = p, backward = backward](const Row& r) {
@@ -276,7 +284,7 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
       };
       if (std::none_of(rows.begin(), rows.end(), active)) continue;
       // Case i under each declaration: the same draw, its inputs stored as the declaration says.
-      const auto c = backward ? oracles::backward_campaign_case(st->seed, std::uint64_t(i))
+      const auto c = backward ? oracles::backward_campaign_case(st->seed, std::uint64_t(i), p)
                               : oracles::campaign_case(st->seed, std::uint64_t(i), p);
       // Judged as check judges it (so that the REPRO line gives the same verdict): block cases
       // anchored on each kernel's own stages; for the mHC pieces the anchored oracle does not

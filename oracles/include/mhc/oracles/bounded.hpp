@@ -481,6 +481,10 @@ inline Bounded stored(const Bounded& a, ref::Storage kind = ref::Storage::stream
   if (std::fabs(a.v) + p > s.big) return {a.v, HUGE_VAL};
   return {a.v, p + s.u * (std::fabs(a.v) + p) + s.eta};
 }
+// The same where the rounding is known to be to nearest (even) of an fp32 evaluation within a's
+// bound: rounding is monotone, so the roundings of the bound's ends enclose it, and where they
+// agree (the bound within one rounding cell) the stored value is known exactly.
+Bounded rounded_to(const Bounded& a, Format f);
 inline void store_all(Bounded* x, std::size_t n, ref::Storage kind = ref::Storage::streams) {
   if (model().store[int(kind)].u == 0) return;  // stored in fp32: a pass saved
   for (std::size_t i = 0; i < n; ++i) x[i] = stored(x[i], kind);

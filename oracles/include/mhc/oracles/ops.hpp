@@ -232,10 +232,15 @@ OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig
                            std::size_t B, std::size_t T, std::uint64_t seed, Precision precision);
 // A case's tensors stored as its declaration says (rounded to nearest, where it names bf16 or
 // fp16): inputs and captured sublayer outputs as `inputs`, mixes as `mixes`, pre_mix, post and
-// comb as `coefficients`, every parameter as `weights`. Generated cases and read fixtures are
+// comb as `coefficients`, every parameter as `weights`, an upstream gradient as the output it is
+// the gradient of (a stream output's as `streams`). Generated cases and read fixtures are
 // stored so: what a kernel is given is what the oracle evaluates.
 bnd::Format declared_storage(const bnd::Declaration& d, const std::string& input);
 void store_declared(OpCase& c);
+// Throws invalid_argument unless a backward op can be judged under p: the pieces' and the
+// boundary's under declarations of inputs, weights and streams (docs/semantics.md, "The backward
+// ops"), the Block's and a stack's under fp32 only.
+void need_backward_declaration(Op op, const Precision& p);
 // The parameters of layer l of a block or stack Case.
 ref::BlockParams block_params(const OpCase& c, int layer);
 
@@ -247,10 +252,13 @@ ref::BlockParams block_params(const OpCase& c, int layer);
 OpCase campaign_case(std::uint64_t seed, std::uint64_t i,
                      const Precision& precision = Precision::fp32());
 
-// Case i of the backward self-test campaign: a backward op (the split 40%, the boundary 20%, the
-// mixes 15%, hc_pre, hc_post and RMSNorm the rest), n in {1,2,3,4,8} and d in 1..48 (boundary
-// and mixes: n <= 4, d <= 8), iters, hc_eps and norm_eps as campaign_case, 2 tokens, fp32.
-OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i);
+// Case i of the backward self-test campaign: a backward op (the split 35%, the boundary 15%, the
+// mixes 15%, hc_pre, hc_post and RMSNorm 20%, the Block's 10% and a stack's 5%; under a
+// declaration other than fp32 the boundary's in their place), n in {1,2,3,4,8}, d in 1..48,
+// iters, hc_eps and norm_eps as campaign_case, 2 tokens (the Block's: small_block_case's sizes),
+// under the given declaration (inputs and upstream gradients stored as it says).
+OpCase backward_campaign_case(std::uint64_t seed, std::uint64_t i,
+                              const Precision& precision = Precision::fp32());
 
 // The oracle: the reference in the bound-carrying Scalar under the case's precision model.
 Trace<bnd::Bounded> oracle_trace(const OpCase& c, unsigned threads = 0);
