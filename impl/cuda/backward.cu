@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "backward.cuh"
@@ -206,28 +207,33 @@ __global__ void boundary_backward_sums(Dims c, const S* x, const float* mixes, c
   }
 }
 
-// Then d_x over tiles of kTile tokens (the grid's y, striding past its limit) and a column a
-// thread: the column of hc_fn is read once a tile and held in registers (MM: the most weights, 24
-// for n = 4, so that occupancy is not spent on kMaxM); the tile's g, r and k are staged in shared
-// memory, and each group of kBatch tokens' loads are issued before any of them is used, so that
-// enough bytes are in flight. In the boundary, x's other gradients are added as the composition
-// adds them, (g_x + d_x) + pre_j g_y,c. D: d_x's type (S for the piece, the fp32 workspace in the
-// boundary).
+// Then d_x over tiles of kTile tokens (the grid's y, striding past its limit) and CP adjacent
+// columns a thread: the columns of hc_fn are read once a tile and held in registers (MM: the most
+// weights, 24 for n = 4, so that occupancy is not spent on kMaxM); the tile's g, r and k are
+// staged in shared memory, and each group of KB tokens' loads are issued before any of them is
+// used, so that enough bytes are in flight. In the boundary, x's other gradients are added as the
+// composition adds them, (g_x + d_x) + pre_j g_y,c. bf16 streams take two columns a thread (CP =
+// 2, d even), so that a warp's loads are 128 bytes as fp32's are and each g from shared memory
+// serves two columns; each column's arithmetic is the same as with one.
 constexpr int kTile = 32, kBatch = 8;
-template <int MM, class S, class D>
-__global__ void mixes_backward_dx(Dims c, std::size_t T, const S* x, const float* W, const float* g,
-                                  const float* r_tok, const float* k_tok, const S* g_x,
-                                  const float* pre_mix, const S* g_y, D* dx) {
+template <int MM, int CP, int KB, class S, class D>
+__device__ __forceinline__ void dx_columns(Dims c, std::size_t T, const S* x, const float* W,
+                                           const float* g, const float* r_tok, const float* k_tok,
+                                           const S* g_x, const float* pre_mix, const S* g_y,
+                                           D* dx) {
   __shared__ float sg[kTile][MM];
   __shared__ float srk[2][kTile];
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d), nd = n * d;
   const std::size_t M = std::size_t(c.M());
-  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t i = CP * (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x);
   const bool live = i < nd;
   const std::size_t j = live ? i / d : 0, col = live ? i % d : 0;
-  float w[MM];
+  float w[CP][MM];
 #pragma unroll
-  for (std::size_t a = 0; a < std::size_t(MM); ++a) w[a] = live && a < M ? W[a * nd + i] : 0.0f;
+  for (int k = 0; k < CP; ++k)
+#pragma unroll
+    for (std::size_t a = 0; a < std::size_t(MM); ++a)
+      w[k][a] = live && a < M ? W[a * nd + i + std::size_t(k)] : 0.0f;
   for (std::size_t t0 = std::size_t(blockIdx.y) * kTile; t0 < T;
        t0 += std::size_t(gridDim.y) * kTile) {
     const int m = int(T - t0 < std::size_t(kTile) ? T - t0 : kTile);
@@ -242,34 +248,53 @@ __global__ void mixes_backward_dx(Dims c, std::size_t T, const S* x, const float
     }
     __syncthreads();
     if (!live) continue;
-    for (int b = 0; b < m; b += kBatch) {
-      float xv[kBatch], gx[kBatch], pm[kBatch], gy[kBatch];
+    for (int b = 0; b < m; b += KB) {
+      float xv[KB][CP], gx[KB][CP], pm[KB], gy[KB][CP];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
+      for (int u = 0; u < KB; ++u) {
         const std::size_t t = t0 + std::size_t(b + u);
         if (b + u >= m) break;
-        xv[u] = ld(x, t * nd + i);
-        if (g_x) gx[u] = ld(g_x, t * nd + i);
+        ld_cols(x, t * nd + i, xv[u]);
+        if (g_x) ld_cols(g_x, t * nd + i, gx[u]);
         if (pre_mix) {
           pm[u] = pre_mix[t * n + j];
-          gy[u] = ld(g_y, t * d + col);
+          ld_cols(g_y, t * d + col, gy[u]);
         }
       }
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
+      for (int u = 0; u < KB; ++u) {
         const int tt = b + u;
         if (tt >= m) break;
-        float v = 0;
+        float out[CP];
 #pragma unroll
-        for (std::size_t a = 0; a < std::size_t(MM); ++a)
-          if (a < M) v += sg[tt][a] * w[a];
-        float out = srk[0][tt] * v - srk[1][tt] * xv[u];
-        if (g_x) out = gx[u] + out;
-        if (pre_mix) out += pm[u] * gy[u];
-        st(dx, (t0 + std::size_t(tt)) * nd + i, out);
+        for (int k = 0; k < CP; ++k) {
+          float v = 0;
+#pragma unroll
+          for (std::size_t a = 0; a < std::size_t(MM); ++a)
+            if (a < M) v += sg[tt][a] * w[k][a];
+          out[k] = srk[0][tt] * v - srk[1][tt] * xv[u][k];
+          if (g_x) out[k] = gx[u][k] + out[k];
+          if (pre_mix) out[k] += pm[u] * gy[u][k];
+        }
+        st_cols(dx, (t0 + std::size_t(tt)) * nd + i, out);
       }
     }
   }
+}
+
+template <int MM, class S, class D>
+__global__ void mixes_backward_dx(Dims c, std::size_t T, const S* x, const float* W, const float* g,
+                                  const float* r_tok, const float* k_tok, const S* g_x,
+                                  const float* pre_mix, const S* g_y, D* dx) {
+  dx_columns<MM, 1, kBatch>(c, T, x, W, g, r_tok, k_tok, g_x, pre_mix, g_y, dx);
+}
+// Held to two blocks an SM, 128 registers (bench/README.md, "The backward with bf16 streams").
+template <class S, class D>
+__global__ void __launch_bounds__(kThreads, 2)
+    mixes_backward_dx_pairs(Dims c, std::size_t T, const S* x, const float* W, const float* g,
+                            const float* r_tok, const float* k_tok, const S* g_x,
+                            const float* pre_mix, const S* g_y, D* dx) {
+  dx_columns<24, 2, kBatch / 2>(c, T, x, W, g, r_tok, k_tok, g_x, pre_mix, g_y, dx);
 }
 
 // d_x for T tokens (r_k: r, then k, a token each); g_x, pre_mix and g_y null for the piece alone.
@@ -277,8 +302,15 @@ template <class S, class D>
 void launch_dx(const Dims& c, std::size_t T, const S* x, const float* W, const float* g,
                const float* r_k, const S* g_x, const float* pre_mix, const S* g_y, D* dx) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d);
-  const dim3 grid(blocks_for(nd, kThreads),
-                  unsigned(std::min<std::size_t>((T + kTile - 1) / kTile, 65535)));
+  const unsigned tiles = unsigned(std::min<std::size_t>((T + kTile - 1) / kTile, 65535));
+  if constexpr (std::is_same_v<S, bf16>)
+    if (c.d % 2 == 0 && c.M() <= 24) {
+      mixes_backward_dx_pairs<S, D><<<dim3(blocks_for(nd / 2, kThreads), tiles), kThreads>>>(
+          c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);
+      MHC_CUDA_LAUNCHED();
+      return;
+    }
+  const dim3 grid(blocks_for(nd, kThreads), tiles);
   if (c.M() <= 24)
     mixes_backward_dx<24, S, D>
         <<<grid, kThreads>>>(c, T, x, W, g, r_k, r_k + T, g_x, pre_mix, g_y, dx);

@@ -40,6 +40,42 @@ __device__ inline void st(float* p, std::size_t i, float v) {
 __device__ inline void st(bf16* p, std::size_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
+// CP adjacent elements from i (aligned to CP): one 4- or 8-byte access for two.
+template <int CP>
+__device__ inline void ld_cols(const float* p, std::size_t i, float (&v)[CP]) {
+  if constexpr (CP == 2) {
+    const float2 q = *reinterpret_cast<const float2*>(p + i);
+    v[0] = q.x;
+    v[1] = q.y;
+  } else {
+    for (int k = 0; k < CP; ++k) v[k] = p[i + std::size_t(k)];
+  }
+}
+template <int CP>
+__device__ inline void ld_cols(const bf16* p, std::size_t i, float (&v)[CP]) {
+  if constexpr (CP == 2) {
+    const float2 q = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p + i));
+    v[0] = q.x;
+    v[1] = q.y;
+  } else {
+    for (int k = 0; k < CP; ++k) v[k] = ld(p, i + std::size_t(k));
+  }
+}
+template <int CP>
+__device__ inline void st_cols(float* p, std::size_t i, const float (&v)[CP]) {
+  if constexpr (CP == 2)
+    *reinterpret_cast<float2*>(p + i) = make_float2(v[0], v[1]);
+  else
+    for (int k = 0; k < CP; ++k) p[i + std::size_t(k)] = v[k];
+}
+template <int CP>
+__device__ inline void st_cols(bf16* p, std::size_t i, const float (&v)[CP]) {
+  if constexpr (CP == 2)
+    *reinterpret_cast<__nv_bfloat162*>(p + i) = __floats2bfloat162_rn(v[0], v[1]);
+  else
+    for (int k = 0; k < CP; ++k) st(p, i + std::size_t(k), v[k]);
+}
+
 __device__ inline float zero(const float*) {
   return 0.0f;
 }
