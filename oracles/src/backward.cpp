@@ -124,10 +124,11 @@ Tensors<B> split_grads(const ref::Config& cfg, const float* scale, const float* 
 // are the same per group of columns: one statistic per stream (a group each), of the sum, or
 // the projection reading x d-major.
 //
-// stored: the format a kernel may store x's gradient in, and its terms, before they are summed
+// stored: the format a kernel may store x's gradient in, and its shares before they are summed
 // (an unfused composition stores each consumer's gradient of a stream tensor, and may round each
-// partial sum, as an autograd in that format does): each of those 2K - 1 values is at most the
-// terms' magnitude plus their bounds, and its storage adds u_s of that plus the format's floor.
+// partial sum, as an autograd in that format does): C shares (the projection's, then each extra),
+// 2C - 1 values stored, the k-th at most (1 + u_s)^k times the shares' magnitudes and bounds, so
+// that together they add ((1 + u_s)^(2C-1) - 1) of those plus the format's floor per store.
 std::vector<B> projection_grads(const ref::Config& c, const std::vector<B>& x, const float* W,
                                 const std::vector<B>& g, TokenGrads& t,
                                 std::vector<std::vector<B>> extra = {},
@@ -197,9 +198,13 @@ std::vector<B> projection_grads(const ref::Config& c, const std::vector<B>& x, c
       dx[at].e = std::max(dx[at].e, flat);
       if (stored != bnd::Format::fp32) {
         const bnd::FormatInfo& f = bnd::format_info(stored);
-        const double stores = double(2 * K - 1), all = mag + err + dx[at].e;
-        dx[at].e =
-            all > f.max ? HUGE_VAL : dx[at].e + stores * (f.u * all + std::max(f.eta, md.eta));
+        double shares = std::fabs(terms[0].v) + terms[0].e;
+        for (std::size_t e = 0; e < extra.size(); ++e)
+          shares += std::fabs(extra[e][at].v) + extra[e][at].e;
+        const double all = shares + dx[at].e, stores = double(2 * terms.size() - 1);
+        dx[at].e = all > f.max ? HUGE_VAL
+                               : dx[at].e + all * std::expm1(stores * std::log1p(f.u)) +
+                                     stores * std::max(f.eta, md.eta);
       }
     }
   }
