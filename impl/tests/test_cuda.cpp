@@ -118,11 +118,13 @@ int main() {
   // as bf16, stream gradients stored rounded; the boundary's gradient of x between the pieces
   // fp32): cuda sums the parameters' gradients over tokens in a fixed order, cuda-fused with atomic
   // adds; the boundary's backward is composed from the pieces'. 600 tokens: the sums over tokens in
-  // several 256-token ranges (the last partial), then the ranges.
+  // several 256-token ranges (the last partial), then the ranges. d = 37: bf16's d_x a column a
+  // thread (two where d is even).
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::backward_ops())
       for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
-        for (const auto& [d, T] : {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {130, 600}}) {
+        for (const auto& [d, T] :
+             {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {37, 33}, {130, 600}}) {
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), prec);
