@@ -5,6 +5,8 @@
 // split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
 // fp32 and bf16 streams.
 // Usage: mhc-bench-cuda [repeats [table]]; with `table`, the two tables without the sweep.
+// mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
+// compare two builds' bits.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -17,6 +19,18 @@
 int main(int argc, char** argv) {
   using namespace mhc::impl;
   using namespace mhc::bench;
+  if (argc > 1 && std::string(argv[1]) == "digest") {
+    if (cuda_device_count() == 0) {
+      std::printf("SKIP: no CUDA device\n");
+      return 77;
+    }
+    for (bool bf16 : {false, true})
+      for (std::size_t T : {1u, 8u, 31u, 64u, 256u, 1024u, 4096u, 16384u})
+        for (int splits : {0, 1, 3, 40})
+          std::printf("digest %s %zu %d %016llx\n", bf16 ? "bf16" : "fp32", T, splits,
+                      static_cast<unsigned long long>(cuda_boundary_digest(T, bf16, splits)));
+    return 0;
+  }
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 50;
   if (repeats < 1) {
     std::fprintf(stderr, "mhc-bench-cuda: repeats must be a positive integer, got '%s'\n", argv[1]);

@@ -203,7 +203,8 @@ std::vector<Timed<S>> tc_configs() {
       v.push_back(t);
   else
     for (auto t : {timed<S, TcConfig<32, 32, 2, 0>>(), timed<S, TcConfig<32, 32, 2, 128>>(),
-                   timed<S, TcConfig<32, 64, 2, 0>>(), timed<S, TcConfig<64, 32, 2, 256>>()})
+                   timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 64, 2, 0>>(),
+                   timed<S, TcConfig<64, 32, 2, 256>>()})
       v.push_back(t);
   return v;
 }
@@ -322,6 +323,22 @@ BackwardTiming cuda_bench_backward(std::size_t T, bool use_bf16, bool atomics, i
   if (T == 0) throw std::invalid_argument("cuda_bench_backward: at least one token");
   return use_bf16 ? backward_timing<bf16>(T, atomics, repeats)
                   : backward_timing<float>(T, atomics, repeats);
+}
+
+std::uint64_t cuda_boundary_digest(std::size_t T, bool use_bf16, int splits) {
+  need_device("cuda_boundary_digest", 1);
+  BenchData data(T, use_bf16);
+  for (auto* v : {&data.x, &data.y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
+  for (auto* v : {&data.mixes, &data.pre, &data.po, &data.co})
+    MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
+  if (use_bf16)
+    data.run<bf16>(shipped_tc<bf16, 5120>(), 0, splits);
+  else
+    data.run<float>(shipped_tc<float, 5120>(), 0, splits);
+  sync();
+  std::uint64_t h = 14695981039346656037ull;
+  for (std::uint8_t b : data.outputs()) h = (h ^ b) * 1099511628211ull;
+  return h;
 }
 
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats,

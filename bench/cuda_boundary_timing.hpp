@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,10 @@ struct TcTiming {
 };
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats,
                                                 int splits = 0);
+
+// A 64-bit FNV-1a digest of every output of cuda-fused's shipped launch on the benchmark's inputs
+// at T tokens with `splits` splits of the columns (0: the shipped choice), so that two builds of
+// the kernel can be shown to give the same bits (`mhc-bench-cuda digest` in each).
+std::uint64_t cuda_boundary_digest(std::size_t tokens, bool bf16, int splits);
 
 }  // namespace mhc::bench

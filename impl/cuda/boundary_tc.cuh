@@ -100,13 +100,15 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
 // - phase A (tc_phase_a): hc_post, the store of the new streams, hc_pre, the sum of squares;
 // - phase B (tc_phase_b): the projection of the new streams on hc_fn with mma.m16n8k8 on tf32
 //   parts, split so that it is fp32-accurate (the 3xTF32 scheme);
-// - the epilogue (tc_epilogue): the partial products summed, the mixes normalised, split_sinkhorn.
+// - the epilogue (tc_epilogue): the partial products summed per token into the workspace;
+// - then a kernel of its own (tc_finish_kernel): the sums over the splits, the mixes normalised,
+//   split_sinkhorn.
 // The split products and the tensor cores' accumulation (each 32 columns summed from zero, then
 // fp32 adds) stay within the fp32 model's bound of the projection: the derivation, and what
 // test_cuda checks of the tensor cores, in docs/semantics.md, "The tensor-core projection".
 // At small token counts a token range's columns are split over S blocks (the grid's y), whose
-// sums are added in split order (tc_epilogue). The arithmetic of a token depends on S alone, not
-// on TB, CW, STAGES or PF: every configuration gives the same bits at the same S
+// sums are added in split order (tc_finish_kernel). The arithmetic of a token depends on S alone,
+// not on TB, CW, STAGES or PF: every configuration gives the same bits at the same S
 // (mhc-bench-cuda's sweep checks it).
 template <class T, int TB_, int CW_>
 struct TcLayout {
@@ -448,17 +450,11 @@ __device__ __forceinline__ void tc_finish(const Dims& c, const float* red, std::
 
 // After the block's last chunk (the stages no longer in use): the sums of squares over each half
 // warp, the four streams' partial products through shared memory (reusing the stages), summed
-// per token ((k0 + k1) + k2) + k3. Unsplit, the block finishes its tokens (tc_finish). Split, it
-// stores its sums in `partial` ([S][T][M + 1]), and the block of the token range that arrives last
-// (counted in `arrived`, which it resets) adds the S splits' sums in split order and finishes: the
-// same bits whichever block is last.
-template <class T, int TB, int CW, bool SPLIT>
-__device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, float* sumsq,
-                                            const float (&ss)[4], const float (&acc)[2][3][4],
-                                            std::size_t tokens, std::size_t t0, int nt,
-                                            std::size_t d, const float* scale, const float* base,
-                                            float* partial, unsigned* arrived, float* mixes,
-                                            float* pre, float* postout, float* combout) {
+// per token ((k0 + k1) + k2) + k3, stored in the block's slice of `partial` ([S][ranges][TB]
+// [M + 1]), which tc_finish_kernel adds over the S splits and finishes.
+template <class T, int TB, int CW>
+__device__ __forceinline__ void tc_epilogue(unsigned char* smem, float* sumsq, const float (&ss)[4],
+                                            const float (&acc)[2][3][4], int nt, float* partial) {
   using L = TcLayout<T, TB, CW>;
   constexpr int N = L::N, M = L::M, NW = L::NW, NT = L::kThreads;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -473,7 +469,6 @@ __device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, 
   __syncthreads();  // every warp is done with the stages
   // [stream][token][row]; fragment r: token g (+8 for r >= 2), row 2 tq (+1 for odd r)
   float* part = reinterpret_cast<float*>(smem);
-  float* red = part + N * TB * M;  // [token][M + 1]
 #pragma unroll
   for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -483,72 +478,85 @@ __device__ __forceinline__ void tc_epilogue(const Dims& c, unsigned char* smem, 
         part[(k * TB + 32 * grp + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] =
             acc[a][b][r];
   __syncthreads();
-  const int count = nt * (M + 1);
-  float* mine = SPLIT ? partial + (std::size_t(blockIdx.y) * tokens + t0) * (M + 1) : red;
-  for (int e = int(threadIdx.x); e < count; e += NT) {
+  float* mine =
+      partial + (std::size_t(blockIdx.y) * gridDim.x + blockIdx.x) * std::size_t(TB * (M + 1));
+  for (int e = int(threadIdx.x); e < nt * (M + 1); e += NT) {
     const int tb = e / (M + 1), a = e % (M + 1);
     mine[e] = a == M ? sumsq[tb]
                      : ((part[(0 * TB + tb) * M + a] + part[(1 * TB + tb) * M + a]) +
                         part[(2 * TB + tb) * M + a]) +
                            part[(3 * TB + tb) * M + a];
   }
-  if (SPLIT) {
-    // The last block of the token range: every split's stores are visible to it (threadfence
-    // before the count, the count before the loads).
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(arrived + blockIdx.x, 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // Each of the range's sums over the S splits, in split order; a thread's loads for 8 splits
-    // are in flight together (8 round trips to L2 a thread for S = 40, not 40 per sum).
-    constexpr int R = (TB * (M + 1) + NT - 1) / NT;
-    const int S = int(gridDim.y);
-    const float* src = partial + t0 * (M + 1);
-    const std::size_t stride = tokens * (M + 1);
-    float v[R];
-    for (int s = 0; s < S; s += 8) {
-      float q[8][R];
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int e = int(threadIdx.x) + NT * r;
-          q[jj][r] =
-              s + jj < S && e < count ? __ldcg(src + std::size_t(s + jj) * stride + e) : 0.0f;
-        }
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (s + jj < S) v[r] = s + jj == 0 ? q[jj][r] : v[r] + q[jj][r];
+}
+
+// The boundary's tokens finished, 8 a block of 128 threads: each token's sums added over the S
+// splits in split order (the slices of a split copied into shared memory together, all copies in
+// flight at once, then each sum from them), then tc_finish. A kernel of its own, so that a block
+// of boundary_tc does not hold its multiprocessor through 20 Sinkhorn rounds on its 32 tokens, and
+// every token of a small batch is finished in one pass on its own 16 lanes.
+template <int TB>
+__global__ void __launch_bounds__(128)
+    tc_finish_kernel(Dims c, std::size_t tokens, int S, const float* partial, const float* scale,
+                     const float* base, float* mixes, float* pre, float* postout, float* combout) {
+  constexpr int N = 4, M = 24, NT = 128, G = NT / 16, SLICE = G * (M + 1), KB = 40;
+  static_assert(TB % G == 0 && SLICE % 4 == 0, "a block's tokens: one range, 16-byte slices");
+  __shared__ __align__(16) float buf[KB * SLICE];  // KB splits' slices at a time
+  __shared__ float red[SLICE];
+  const std::size_t t0 = std::size_t(blockIdx.x) * G;
+  const int nt = int(min(std::size_t(G), tokens - t0)), count = nt * (M + 1);
+  const int per = (count + 3) / 4;  // 16-byte copies a split
+  const std::size_t ranges = (tokens + TB - 1) / TB, stride = ranges * std::size_t(TB * (M + 1));
+  const float* src =
+      partial + (t0 / TB) * std::size_t(TB * (M + 1)) + (t0 % TB) * std::size_t(M + 1);
+  const unsigned sbuf = unsigned(__cvta_generic_to_shared(buf));
+  float v[2] = {0, 0};  // elements threadIdx.x and + 128 (count <= 200)
+  for (int s0 = 0; s0 < S; s0 += KB) {
+    const int nb = min(KB, S - s0);
+    for (int e = int(threadIdx.x); e < nb * per; e += NT) {
+      const int sp = e / per, q = e % per;
+      asm volatile(
+          "cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sbuf + unsigned(16 * (sp * per + q))),
+          "l"(src + std::size_t(s0 + sp) * stride + std::size_t(4 * q)));
     }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < 2; ++r) {
       const int e = int(threadIdx.x) + NT * r;
-      if (e < count) red[e] = v[r];
+      if (e >= count) continue;
+      for (int j0 = 0; j0 < nb; j0 += 8) {  // 8 loads in flight, added in split order
+        float q[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = j0 + j < nb ? buf[4 * (j0 + j) * per + e] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (j0 + j < nb) v[r] = s0 + j0 + j == 0 ? q[j] : v[r] + q[j];
+      }
     }
-    if (threadIdx.x == 0) arrived[blockIdx.x] = 0;  // for the next launch
+    __syncthreads();  // before the next batch overwrites buf
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int e = int(threadIdx.x) + NT * r;
+    if (e < count) red[e] = v[r];
   }
   __syncthreads();
-  tc_finish<N, M, NT>(c, red, t0, nt, d, scale, base, mixes, pre, postout, combout);
+  tc_finish<N, M, NT>(c, red, t0, nt, std::size_t(c.d), scale, base, mixes, pre, postout, combout);
 }
 
 template <class T, int D, int STAGES, int TB, int CW, int PF, bool SPLIT>
 __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
                                   TcLayout<T, TB, CW>::blocks(STAGES))
     boundary_tc(Dims c, std::size_t tokens, const T* f, const T* R, const float* post,
-                const float* comb, const float* pre_mix, const float* Wp, const float* scale,
-                const float* base, T* x, T* y, float* mixes, float* pre, float* postout,
-                float* combout, float* partial, unsigned* arrived) {
+                const float* comb, const float* pre_mix, const float* Wp, T* x, T* y,
+                float* partial) {
   using L = TcLayout<T, TB, CW>;
   using Pipe = TcPipeline<T, D, STAGES, TB, CW, PF>;
   // A fixed width stores pairs unchecked (store_pair), so it must be whole chunks.
   static_assert(D == 0 || (Pipe::kAsync && D % 2 == 0), "a fixed width is a multiple of CW");
-  static_assert((L::N * TB * L::M + TB * (L::M + 1)) * 4 <= STAGES * L::kStageBytes,
-                "the partial products and their sums reuse the stages");
+  static_assert(L::N * TB * L::M * 4 <= STAGES * L::kStageBytes,
+                "the partial products reuse the stages");
   static_assert(L::CO % 4 == 0, "coefficients are read as float4");
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(16) float coef[TB * L::CO];  // post, comb, pre_mix per token
@@ -584,8 +592,7 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
     asm volatile("" ::: "memory");
   }
   Pipe::drain();
-  tc_epilogue<T, TB, CW, SPLIT>(c, smem, sumsq, ss, acc, tokens, t0, nt, d, scale, base, partial,
-                                arrived, mixes, pre, postout, combout);
+  tc_epilogue<T, TB, CW>(smem, sumsq, ss, acc, nt, partial);
 }
 
 // hc_fn packed for boundary_tc (pack_hc_fn_mma), padded to whole 128 columns so that every
@@ -609,35 +616,25 @@ struct TcWeights {
   }
 };
 
-// The split over d's workspace, kept for the process and grown as needed: each split's sums
-// ([S][T][M + 1]) and each token range's arrival count (zero between launches).
+// The sums of every token range and split ([S][ranges][TB][M + 1]), kept for the process and
+// grown as needed.
 struct TcWork {
   float* partial = nullptr;
-  unsigned* arrived = nullptr;
-  std::size_t partials = 0, ranges = 0;
-  void reserve(std::size_t p, std::size_t r) {
-    if (p > partials) {
-      if (partial) MHC_CUDA_CHECK(cudaFree(partial));
-      partial = nullptr;
-      partials = 0;
-      MHC_CUDA_CHECK(cudaMalloc(&partial, p * sizeof(float)));
-      partials = p;
-    }
-    if (r > ranges) {
-      if (arrived) MHC_CUDA_CHECK(cudaFree(arrived));
-      arrived = nullptr;
-      ranges = 0;
-      MHC_CUDA_CHECK(cudaMalloc(&arrived, r * sizeof(unsigned)));
-      MHC_CUDA_CHECK(cudaMemset(arrived, 0, r * sizeof(unsigned)));
-      ranges = r;
-    }
+  std::size_t partials = 0;
+  void reserve(std::size_t p) {
+    if (p <= partials) return;
+    if (partial) MHC_CUDA_CHECK(cudaFree(partial));
+    partial = nullptr;
+    partials = 0;
+    MHC_CUDA_CHECK(cudaMalloc(&partial, p * sizeof(float)));
+    partials = p;
   }
 };
 
 // The single pass in one configuration on T tokens, in `splits` blocks per token range (0: as
 // many as fill the multiprocessors once at this configuration's occupancy, with at least 128
-// columns a split; 1 once the token ranges alone fill them). The workspace is shared, so the lock
-// is held until the launch, on the one (default) stream.
+// columns a split; 1 once the token ranges alone fill them), then tc_finish_kernel. The workspace
+// is shared, so the lock is held until the launches, on the one (default) stream.
 template <class S, int D, int STAGES, int TB, int CW, int PF>
 void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
                const float* comb, const float* pre_mix, const TcWeights& w, const float* scale,
@@ -668,10 +665,12 @@ void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float
   static std::mutex mu;
   static TcWork work;
   std::lock_guard<std::mutex> lock(mu);
-  if (S_ > 1) work.reserve(S_ * T * std::size_t(L::M + 1), ranges);
+  work.reserve(S_ * ranges * std::size_t(TB * (L::M + 1)));
   (S_ > 1 ? split : whole)<<<dim3(unsigned(ranges), unsigned(S_)), L::kThreads, bytes>>>(
-      c, T, f, R, post, comb, pre_mix, w.packed.p, scale, base, x, y, mixes, pre, postout, combout,
-      work.partial, work.arrived);
+      c, T, f, R, post, comb, pre_mix, w.packed.p, x, y, work.partial);
+  MHC_CUDA_LAUNCHED();
+  tc_finish_kernel<TB><<<unsigned((T + 7) / 8), 128>>>(c, T, int(S_), work.partial, scale, base,
+                                                       mixes, pre, postout, combout);
   MHC_CUDA_LAUNCHED();
 }
 

@@ -143,10 +143,11 @@ int main() {
         }
   // cuda-fused's boundary with its columns split over blocks (cuda_fused_splits): every split
   // against the oracle, from one block per token range to one per 128 columns (more are clamped),
-  // and the same bits in two runs at the device's own choice (the last block of a range sums the
-  // splits in split order, whichever block arrives last). 72 tokens: 3 ranges, one partial.
+  // and the same bits in two runs at the device's own choice (the finishing kernel adds the
+  // splits in split order). 72 tokens: 3 ranges, one partial. d = 6000: 47 splits, more than
+  // the finishing kernel copies at once.
   for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
-    for (int d : {5120, 130}) {
+    for (int d : {5120, 130, 6000}) {
       ref::Config cfg;
       cfg.d = d;
       const auto c = oracles::generate_case(oracles::Op::boundary, cfg, 72, 11, prec);
