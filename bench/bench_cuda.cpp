@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf(
-      "device %s; boundary n=4 d=5120; CUDA events, median of %d after a warm-up, inputs and "
+      "device %s; boundary n=4 d=5120; CUDA events, median of %d after 50 ms of calls, inputs and "
       "packed hc_fn rotated past L2\n"
       "fused: shipped (columns split over blocks at small token counts); unsplit: one block a 32 "
       "tokens; repack: unsplit, hc_fn packed in the call (the call as before the split);\n"

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -120,6 +121,11 @@ struct BenchData {
                               W.p, s.p, b.p, reinterpret_cast<S*>(x.p) + off * T * n * d,
                               reinterpret_cast<S*>(y.p) + off * T * d, mixes.p, pre.p, po.p, co.p);
   }
+  // Every output set to all-ones bytes (NaN), so that an output a call leaves unwritten shows.
+  void poison() {
+    for (auto* v : {&x, &y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
+    for (auto* v : {&mixes, &pre, &po, &co}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
+  }
   // Every output of copy 0, as bytes.
   std::vector<std::uint8_t> outputs() const {
     std::vector<std::uint8_t> all;
@@ -135,14 +141,24 @@ struct BenchData {
   }
 };
 
-// Median time in ms of `repeats` calls of launch(i % copies) after a warm-up (CUDA events).
+// Median time in ms of `repeats` calls of launch(i % copies) (CUDA events), after calls back to
+// back for at least kWarmUp: a GPU that was idle for a moment (the host preparing the next
+// measurement) runs its first milliseconds at lower clocks, and a median of a few short calls
+// would time those (bench/README.md, "Warm-up to steady clocks").
+constexpr auto kWarmUp = std::chrono::milliseconds(50);
 template <class F>
 double median_ms(int repeats, int copies, F launch) {
   cudaEvent_t e0, e1;
   MHC_CUDA_CHECK(cudaEventCreate(&e0));
   MHC_CUDA_CHECK(cudaEventCreate(&e1));
-  launch(0);
+  launch(0);  // first call alone: lazy loading, workspaces
   sync();
+  using clock = std::chrono::steady_clock;
+  const auto warm = clock::now();
+  for (int i = 0, batch = 1; clock::now() - warm < kWarmUp; batch *= 2) {  // batches: no gaps
+    for (int j = 0; j < batch; ++j, ++i) launch(i % copies);
+    sync();
+  }
   std::vector<float> ms;
   for (int i = 0; i < repeats; ++i) {
     MHC_CUDA_CHECK(cudaEventRecord(e0));
@@ -215,9 +231,7 @@ std::vector<TcTiming> sweep(std::size_t T, int repeats, int splits) {
   std::vector<TcTiming> out;
   std::vector<std::uint8_t> shipped;
   for (const auto& cfg : tc_configs<S>()) {
-    for (auto* v : {&data.x, &data.y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
-    for (auto* v : {&data.mixes, &data.pre, &data.po, &data.co})
-      MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
+    data.poison();
     data.run<S>(cfg.launch, 0, splits);
     sync();
     const auto got = data.outputs();
@@ -328,9 +342,7 @@ BackwardTiming cuda_bench_backward(std::size_t T, bool use_bf16, bool atomics, i
 std::uint64_t cuda_boundary_digest(std::size_t T, bool use_bf16, int splits) {
   need_device("cuda_boundary_digest", 1);
   BenchData data(T, use_bf16);
-  for (auto* v : {&data.x, &data.y}) MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n));
-  for (auto* v : {&data.mixes, &data.pre, &data.po, &data.co})
-    MHC_CUDA_CHECK(cudaMemset(v->p, 0xFF, v->n * 4));
+  data.poison();
   if (use_bf16)
     data.run<bf16>(shipped_tc<bf16, 5120>(), 0, splits);
   else

@@ -1,6 +1,6 @@
 // Timings of the CUDA boundary kernels on device-resident data at n = 4, d = 5120 (CUDA events,
-// median of `repeats` after a warm-up; inputs rotated over several copies when they would fit in
-// L2). bench/cuda_boundary_timing.cu; throws std::runtime_error without a CUDA device.
+// median of `repeats` after 50 ms of calls; inputs rotated over several copies when they would fit
+// in L2). bench/cuda_boundary_timing.cu; throws std::runtime_error without a CUDA device.
 #pragma once
 
 #include <cstddef>
