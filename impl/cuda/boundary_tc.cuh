@@ -57,7 +57,10 @@ __global__ void pack_hc_fn_mma(std::size_t n, std::size_t d, std::size_t chunks3
 }
 
 // Two adjacent columns of a stream tensor, rounded to T: one 8-byte (fp32) or 4-byte (bf16)
-// access where the width D is fixed and even, else two checked scalar ones.
+// access where the width D is fixed and even, else two checked scalar ones. A bf16 pair is a
+// 32-bit word, the first column in the low half, widened by shifts and masks and rounded by one
+// cvt.rn.bf16x2 (the instruction __float22bfloat162_rn issues): the library's pair type costs
+// two byte permutes a pair on top (bench/README.md, "Fewer instructions a bf16 pair").
 template <class T>
 struct Pair;
 template <>
@@ -66,19 +69,27 @@ struct Pair<float> {
 };
 template <>
 struct Pair<bf16> {
-  using type = __nv_bfloat162;
+  using type = std::uint32_t;
 };
 __device__ inline float2 to_float2(float2 v) {
   return v;
 }
-__device__ inline float2 to_float2(__nv_bfloat162 v) {
-  return __bfloat1622float2(v);
+__device__ inline float2 to_float2(std::uint32_t w) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
 }
 __device__ inline float2 from_float2(float2 v, const float*) {
   return v;
 }
-__device__ inline __nv_bfloat162 from_float2(float2 v, const bf16*) {
-  return __float22bfloat162_rn(v);
+__device__ inline std::uint32_t from_float2(float2 v, const bf16*) {
+  std::uint32_t w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(v.y), "f"(v.x));
+  return w;
+}
+__device__ inline float half_of(float2 v, int k) {
+  return k == 0 ? v.x : v.y;
+}
+__device__ inline bf16 half_of(std::uint32_t w, int k) {
+  return __ushort_as_bfloat16(static_cast<unsigned short>(k == 0 ? w : w >> 16));
 }
 template <int D, class T>
 __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v, std::size_t col,
@@ -88,8 +99,8 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
     *reinterpret_cast<P*>(p + i) = v;
     return;
   }
-  if (col < d) p[i] = v.x;
-  if (col + 1 < d) p[i + 1] = v.y;
+  if (col < d) p[i] = half_of(v, 0);
+  if (col + 1 < d) p[i + 1] = half_of(v, 1);
 }
 
 // The single pass with the projection on the tensor cores, in a pipeline of STAGES chunks of CW
@@ -152,6 +163,15 @@ __device__ __forceinline__ void tc_coefficients(float* coef, const float* post, 
   }
 #pragma unroll
   for (int r = 0; r < TB * CO / NT; ++r) coef[int(threadIdx.x) + NT * r] = v[r];
+}
+
+// A chunk's base address as the compiler cannot see through: the copies from it keep constant
+// offsets (immediates), rather than one base a copy, each hoisted out of the loop and moved by
+// the chunk (a 64-bit multiply-add a copy and a chunk; bench/README.md, "Fewer instructions a
+// bf16 pair").
+template <class P>
+__device__ __forceinline__ void opaque(P*& p) {
+  asm volatile("" : "+l"(p));
 }
 
 // The copies of the block's chunks into the stages. Completion is tracked by commit groups, so
@@ -217,10 +237,13 @@ struct TcPipeline {
       const unsigned sbase = smem0 + unsigned(st * L::kStageBytes);
       if (kAsync) {
 #pragma unroll
-        for (int j = 0; j < SWEEPS; ++j)
+        for (int j = 0; j < SWEEPS; ++j) {
+          const T* fb = fsrc[j] + c0;
+          const T* rb = rsrc[j] + c0;
+          opaque(fb), opaque(rb);
 #pragma unroll
           for (int r = 0; r < 5; ++r) {
-            const T* src = (r == 0 ? fsrc[j] : rsrc[j] + std::size_t(r - 1) * d) + c0;
+            const T* src = r == 0 ? fb : rb + std::size_t(r - 1) * d;
             const unsigned dst = sbase + soff[j] + unsigned(r * CW * int(sizeof(T)));
             if (PF == 256)
               asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst),
@@ -232,6 +255,7 @@ struct TcPipeline {
               asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                            "r"(sbytes[j]));
           }
+        }
       } else {  // any width: plain loads
         T* sx = streams(st);
         for (int e = int(threadIdx.x); e < TB * 5 * CW; e += NT) {
@@ -243,14 +267,13 @@ struct TcPipeline {
           sx[tb * TS + r * CW + l] = v;
         }
       }
-      const float* wsrc = Wp + ch * std::size_t(L::kWFloats);
+      const float* wsrc = Wp + ch * std::size_t(L::kWFloats) + 4 * threadIdx.x;
+      opaque(wsrc);
+      const unsigned wdst = sbase + unsigned(L::kStreamBytes) + 16 * threadIdx.x;
 #pragma unroll
-      for (int j = 0; j < L::kWFloats / (4 * NT); ++j) {
-        const int e = int(threadIdx.x) + NT * j;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                         sbase + unsigned(L::kStreamBytes + 16 * e)),
-                     "l"(wsrc + 4 * e));
-      }
+      for (int j = 0; j < L::kWFloats / (4 * NT); ++j)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(wdst + 16 * NT * j),
+                     "l"(wsrc + 4 * NT * j));
     }
     asm volatile("cp.async.commit_group;\n" ::);
   }
