@@ -121,9 +121,13 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
 // sums are added in split order (tc_finish_kernel). The arithmetic of a token depends on S alone,
 // not on TB, CW, STAGES or PF: every configuration gives the same bits at the same S
 // (mhc-bench-cuda's sweep checks it).
+// The streams a token and the mixes a token (hc_fn's rows) that boundary_tc and tc_finish_kernel
+// are written for (launch_tc's callers check n).
+constexpr int kTcN = 4, kTcM = 2 * kTcN + kTcN * kTcN;
+
 template <class T, int TB_, int CW_>
 struct TcLayout {
-  static constexpr int N = 4, M = 24, TB = TB_, CW = CW_, CO = N + N * N + N;
+  static constexpr int N = kTcN, M = kTcM, TB = TB_, CW = CW_, CO = N + N * N + N;
   static constexpr int kThreads = 4 * TB;  // phase A: 8 tokens a warp; phase B: 32 tokens a warp
   static constexpr int NW = kThreads / 32;
   // A token's rows f, R_0..R_3 (CW each), padded so that the A fragments' rows g = 0..7 fall in
@@ -521,7 +525,7 @@ template <int TB>
 __global__ void __launch_bounds__(128)
     tc_finish_kernel(Dims c, std::size_t tokens, int S, const float* partial, const float* scale,
                      const float* base, float* mixes, float* pre, float* postout, float* combout) {
-  constexpr int N = 4, M = 24, NT = 128, G = NT / 16, SLICE = G * (M + 1), KB = 40;
+  constexpr int N = kTcN, M = kTcM, NT = 128, G = NT / 16, SLICE = G * (M + 1), KB = 40;
   static_assert(TB % G == 0 && SLICE % 4 == 0, "a block's tokens: one range, 16-byte slices");
   __shared__ __align__(16) float buf[KB * SLICE];  // KB splits' slices at a time
   __shared__ float red[SLICE];
