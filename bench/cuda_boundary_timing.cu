@@ -142,9 +142,9 @@ struct BenchData {
 };
 
 // Median time in ms of `repeats` calls of launch(i % copies) (CUDA events), after calls back to
-// back for at least kWarmUp: a GPU that was idle for a moment (the host preparing the next
-// measurement) runs its first milliseconds at lower clocks, and a median of a few short calls
-// would time those (bench/README.md, "Warm-up to steady clocks").
+// back for at least kWarmUp: the first calls of a series measured slower, and calls in a row
+// draw the power a model's do, up to the device's cap, which lowers the clock (bench/README.md,
+// "Warm-up to steady clocks").
 constexpr auto kWarmUp = std::chrono::milliseconds(50);
 template <class F>
 double median_ms(int repeats, int copies, F launch) {

@@ -7,7 +7,7 @@ upstream gradients for every output; each repeat builds the graph untimed, then 
 (a compiled backward donates its buffers, so a graph cannot be run backward twice).
 Usage: torch_boundary.py TOKENS[,TOKENS...] REPEATS THREADS [DEVICE [DTYPE [eager|compile|both|backward]]].
 Prints a line per mode and token count: 'torch-<mode>-<dtype>-<device> <tokens> <median seconds>
-<tokens/s>'; GPU times are CUDA events around one call, after 50 ms of calls.
+<tokens/s>'; each time follows 50 ms of calls (on a GPU: CUDA events around one call).
 `boundary` is importable: bench/tests/torch_boundary_faithful.py has the harness judge it (and its
 autograd backward), so the timings compare our kernels with the same function."""
 import sys
@@ -66,7 +66,7 @@ def main():
     coef = torch.float64 if stream == torch.float64 else torch.float32
 
     def timed(call, setup=lambda: None):
-        # calls back to back for at least 50 ms first, as mhc-bench-cuda does: steady clocks
+        # calls back to back for at least 50 ms first, as mhc-bench-cuda does
         start, batch = time.perf_counter(), 1
         while time.perf_counter() - start < 0.05:
             for _ in range(batch):

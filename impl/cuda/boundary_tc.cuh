@@ -103,6 +103,10 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
   if (col + 1 < d) p[i + 1] = half_of(v, 1);
 }
 
+// The streams a token and the mixes a token (hc_fn's rows) that boundary_tc and tc_finish_kernel
+// are written for (launch_tc's callers check n).
+constexpr int kTcN = 4, kTcM = 2 * kTcN + kTcN * kTcN;
+
 // The single pass with the projection on the tensor cores, in a pipeline of STAGES chunks of CW
 // columns (a multiple of 32), TB tokens a block:
 // - the pipeline (TcPipeline): each chunk of the block's tokens (f and the n residual streams, and
@@ -121,10 +125,6 @@ __device__ inline void store_pair(T* p, std::size_t i, typename Pair<T>::type v,
 // sums are added in split order (tc_finish_kernel). The arithmetic of a token depends on S alone,
 // not on TB, CW, STAGES or PF: every configuration gives the same bits at the same S
 // (mhc-bench-cuda's sweep checks it).
-// The streams a token and the mixes a token (hc_fn's rows) that boundary_tc and tc_finish_kernel
-// are written for (launch_tc's callers check n).
-constexpr int kTcN = 4, kTcM = 2 * kTcN + kTcN * kTcN;
-
 template <class T, int TB_, int CW_>
 struct TcLayout {
   static constexpr int N = kTcN, M = kTcM, TB = TB_, CW = CW_, CO = N + N * N + N;
