@@ -4,14 +4,17 @@
 // the fused kernel's configurations, each checked to give the shipped one's bits at the same
 // split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
 // fp32 and bf16 streams.
-// Usage: mhc-bench-cuda [repeats [table]]; with `table`, the two tables without the sweep.
+// Usage: mhc-bench-cuda [repeats [table|sweep]]; with `table`, the two tables without the sweep;
+// with `sweep`, the sweep and the rows of the first table that it needs.
 // mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
 // compare two builds' bits.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda_boundary_timing.hpp"
 #include "mhc/impl/cuda.hpp"
@@ -36,6 +39,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mhc-bench-cuda: repeats must be a positive integer, got '%s'\n", argv[1]);
     return 2;
   }
+  const std::string mode = argc > 2 ? argv[2] : "";
+  if (mode != "" && mode != "table" && mode != "sweep") {
+    std::fprintf(stderr, "mhc-bench-cuda: the second argument is 'table' or 'sweep', got '%s'\n",
+                 argv[2]);
+    return 2;
+  }
+  const std::vector<std::size_t> swept{256, 16384, 65536};  // the sweep's token counts
   if (cuda_device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
@@ -54,6 +64,7 @@ int main(int argc, char** argv) {
   std::map<std::pair<bool, std::size_t>, BoundaryTiming> runs;
   for (bool bf16 : {false, true})
     for (std::size_t T : {1u, 8u, 64u, 256u, 1024u, 4096u, 16384u, 65536u}) {
+      if (mode == "sweep" && std::find(swept.begin(), swept.end(), T) == swept.end()) continue;
       const auto r = runs[{bf16, T}] = cuda_bench_boundary(T, bf16, repeats);
       const double gbps = r.bytes_per_token * double(T) / (r.fused_ms * 1e-3) / 1e9;
       std::printf("%-6s %7zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %9.2f %9.1f\n",
@@ -64,22 +75,24 @@ int main(int argc, char** argv) {
     }
   // The backward (composed from the pieces' kernels), fp32 and bf16 streams, deterministic and
   // with atomics.
-  std::printf(
-      "\nboundary backward (fp32 arithmetic, from saved x and mixes; parameters' gradients summed "
-      "in token order or by atomic adds); floor: max(empty kernel, (3+3n)*d stream elements a "
-      "token + hc_fn and its gradient (fp32) / copy bandwidth)\n");
-  std::printf("%-6s %-13s %7s %10s %10s %7s %9s\n", "dtype", "gradients", "tokens", "ms",
-              "floor ms", "/floor", "fraction");
-  for (bool bf16 : {false, true})
-    for (bool atomics : {false, true})
-      for (std::size_t T : {1u, 64u, 1024u, 16384u, 65536u}) {
-        const auto r = cuda_bench_backward(T, bf16, atomics, repeats);
-        std::printf("%-6s %-13s %7zu %10.4f %10.4f %7.2f %9.2f\n", bf16 ? "bf16" : "fp32",
-                    atomics ? "atomics" : "deterministic", T, r.ms, r.floor_ms(),
-                    r.ms / r.floor_ms(), r.bytes / (r.ms * 1e-3) / 1e9 / r.copy_gbps);
-        std::fflush(stdout);
-      }
-  if (argc > 2 && std::string(argv[2]) == "table") return 0;
+  if (mode != "sweep") {
+    std::printf(
+        "\nboundary backward (fp32 arithmetic, from saved x and mixes; parameters' gradients "
+        "summed in token order or by atomic adds); floor: max(empty kernel, (3+3n)*d stream "
+        "elements a token + hc_fn and its gradient (fp32) / copy bandwidth)\n");
+    std::printf("%-6s %-13s %7s %10s %10s %7s %9s\n", "dtype", "gradients", "tokens", "ms",
+                "floor ms", "/floor", "fraction");
+    for (bool bf16 : {false, true})
+      for (bool atomics : {false, true})
+        for (std::size_t T : {1u, 64u, 1024u, 16384u, 65536u}) {
+          const auto r = cuda_bench_backward(T, bf16, atomics, repeats);
+          std::printf("%-6s %-13s %7zu %10.4f %10.4f %7.2f %9.2f\n", bf16 ? "bf16" : "fp32",
+                      atomics ? "atomics" : "deterministic", T, r.ms, r.floor_ms(),
+                      r.ms / r.floor_ms(), r.bytes / (r.ms * 1e-3) / 1e9 / r.copy_gbps);
+          std::fflush(stdout);
+        }
+  }
+  if (mode == "table") return 0;
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
   // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 256 tokens
   // with the columns of every configuration in the same 8 splits.
@@ -91,7 +104,8 @@ int main(int argc, char** argv) {
               "fraction", "same");
   int differing = 0;
   for (bool bf16 : {false, true})
-    for (auto [T, splits] : {std::pair<std::size_t, int>{256, 8}, {16384, 0}, {65536, 0}}) {
+    for (std::size_t T : swept) {
+      const int splits = T == 256 ? 8 : 0;
       const auto& r = runs[{bf16, T}];
       for (const auto& v : cuda_bench_boundary_sweep(T, bf16, repeats, splits)) {
         const double gbps = r.bytes_per_token * double(T) / (v.ms * 1e-3) / 1e9;
@@ -99,6 +113,7 @@ int main(int argc, char** argv) {
                     splits ? std::to_string(splits).c_str() : "auto", v.name.c_str(), v.ms,
                     gbps / r.copy_gbps, v.same_bits ? "yes" : "NO");
         differing += v.same_bits ? 0 : 1;
+        std::fflush(stdout);
       }
     }
   // A configuration is only a different schedule of the same arithmetic: different bits are a bug.
