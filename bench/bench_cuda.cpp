@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "cuda_boundary_timing.hpp"
 #include "mhc/impl/cuda.hpp"
@@ -45,7 +45,12 @@ int main(int argc, char** argv) {
                  argv[2]);
     return 2;
   }
-  const std::vector<std::size_t> swept{256, 16384, 65536};  // the sweep's token counts
+  // The sweep's token counts, each with its split of the columns (0: the launch's own).
+  const std::pair<std::size_t, int> swept[] = {{256, 8}, {16384, 0}, {65536, 0}};
+  const auto in_sweep = [&](std::size_t T) {
+    return std::any_of(std::begin(swept), std::end(swept),
+                       [&](const auto& s) { return s.first == T; });
+  };
   if (cuda_device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
@@ -64,7 +69,7 @@ int main(int argc, char** argv) {
   std::map<std::pair<bool, std::size_t>, BoundaryTiming> runs;
   for (bool bf16 : {false, true})
     for (std::size_t T : {1u, 8u, 64u, 256u, 1024u, 4096u, 16384u, 65536u}) {
-      if (mode == "sweep" && std::find(swept.begin(), swept.end(), T) == swept.end()) continue;
+      if (mode == "sweep" && !in_sweep(T)) continue;
       const auto r = runs[{bf16, T}] = cuda_bench_boundary(T, bf16, repeats);
       const double gbps = r.bytes_per_token * double(T) / (r.fused_ms * 1e-3) / 1e9;
       std::printf("%-6s %7zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %9.2f %9.1f\n",
@@ -104,8 +109,7 @@ int main(int argc, char** argv) {
               "fraction", "same");
   int differing = 0;
   for (bool bf16 : {false, true})
-    for (std::size_t T : swept) {
-      const int splits = T == 256 ? 8 : 0;
+    for (auto [T, splits] : swept) {
       const auto& r = runs[{bf16, T}];
       for (const auto& v : cuda_bench_boundary_sweep(T, bf16, repeats, splits)) {
         const double gbps = r.bytes_per_token * double(T) / (v.ms * 1e-3) / 1e9;
