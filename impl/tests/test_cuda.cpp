@@ -1,7 +1,8 @@
 // The CUDA backends against the oracle: every op, the pieces' backward, the whole Block and a
 // stack, fp32 and bf16 streams, with outputs poisoned on the device; and the tensor cores'
 // arithmetic that the bound of cuda-fused's projection assumes. Without a device: exit 77 (CTest:
-// skipped).
+// skipped). Arguments select runs by their line (usage()), so that a sanitizer, slower than a
+// device's time limit on the whole, can take the runs in parts.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/error_model.hpp"
@@ -86,9 +88,64 @@ int tensor_core_arithmetic() {
   return ok ? 0 : 1;
 }
 
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "usage: test_cuda [TEXT...]\n"
+               "Runs the CUDA backends against the oracle, one line a run (\"ok   cuda-fused "
+               "boundary  bf16  d=5120  pass\").\n"
+               "With TEXTs, only the runs whose name (the line between ok/FAIL and the verdict,\n"
+               "runs of spaces as one) contains one of them: test_cuda 'cuda-fused block bf16' "
+               "'tensor cores'.\n"
+               "Exit 0 all pass, 1 a run failed, 2 a bad argument or a TEXT that no run has, 77 no "
+               "device.\n");
+}
+
+// Which runs to take: every run, or those whose label contains one of the texts; each text
+// remembers whether a run had it.
+struct Selection {
+  std::vector<std::string> texts;
+  std::vector<bool> seen;
+  static std::string squeezed(const std::string& s) {
+    std::string out;
+    for (char ch : s)
+      if (ch != ' ' || (!out.empty() && out.back() != ' ')) out += ch;
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+  }
+  bool operator()(const std::string& label) {
+    bool any = texts.empty();
+    for (std::size_t i = 0; i < texts.size(); ++i)
+      if (squeezed(label).find(texts[i]) != std::string::npos) any = seen[i] = true;
+    return any;
+  }
+};
+
+// printf into a std::string (the labels are short).
+template <class... A>
+std::string format(const char* fmt, A... a) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, fmt, a...);
+  return buf;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  Selection take;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
+    if (a.empty() || a[0] == '-' || Selection::squeezed(a).empty()) {
+      std::fprintf(stderr, "test_cuda: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+    take.texts.push_back(Selection::squeezed(a));
+  }
+  take.seen.assign(take.texts.size(), false);
   // A line a run, even into a file: a sanitizer run cut by a time limit shows how far it got.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (impl::cuda_device_count() == 0) {
@@ -97,12 +154,18 @@ int main() {
   }
   std::printf("device: %s\n", impl::cuda_device_name().c_str());
   int failures = 0, runs = 0;
-  failures += tensor_core_arithmetic();
-  ++runs;
+  if (take("tensor cores")) {
+    failures += tensor_core_arithmetic();
+    ++runs;
+  }
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::all_ops())
       for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
         for (int d : {5120, 37, 130}) {  // 130: the kernels at a run-time width, several chunks
+          const auto label =
+              format("%-10s %-15s %-5s d=%-5d", b->name.c_str(), oracles::op_name(op).c_str(),
+                     oracles::precision_name(prec).c_str(), d);
+          if (!take(label)) continue;
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, 33, 5 + std::uint64_t(d), prec);
@@ -110,8 +173,7 @@ int main() {
           ++runs;
           const bool ok = v.state != oracles::State::fail;
           failures += ok ? 0 : 1;
-          std::printf("%-4s %-10s %-15s %-5s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
+          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", label.c_str(),
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
   // The backward kernels, fp32 and bf16 streams (bf16: stream inputs and upstream gradients read
@@ -125,6 +187,10 @@ int main() {
       for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
         for (const auto& [d, T] :
              {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {37, 33}, {130, 600}}) {
+          const auto label =
+              format("%-10s %-23s %-5s d=%-5d T=%-4zu", b->name.c_str(),
+                     oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d, T);
+          if (!take(label)) continue;
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), prec);
@@ -132,9 +198,7 @@ int main() {
           ++runs;
           const bool ok = v.state != oracles::State::fail;
           failures += ok ? 0 : 1;
-          std::printf("%-4s %-10s %-23s %-5s d=%-5d T=%-4zu %s %s\n", ok ? "ok" : "FAIL",
-                      b->name.c_str(), oracles::op_name(op).c_str(),
-                      oracles::precision_name(prec).c_str(), d, T,
+          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", label.c_str(),
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
           if (!ok)
             for (const auto& st : v.stages)
@@ -150,18 +214,26 @@ int main() {
     for (int d : {5120, 130, 6000}) {
       ref::Config cfg;
       cfg.d = d;
+      const auto at =
+          format("cuda-fused boundary %-5s d=%-5d", oracles::precision_name(prec).c_str(), d);
+      std::vector<int> chosen;
+      for (int splits : {1, 2, 3, 17, 40, 1000})
+        if (take(at + format(" splits=%-4d", splits))) chosen.push_back(splits);
+      const std::string twice = at + " the same bits twice";
+      const bool bits = take(twice);
+      if (chosen.empty() && !bits) continue;
       const auto c = oracles::generate_case(oracles::Op::boundary, cfg, 72, 11, prec);
-      for (int splits : {1, 2, 3, 17, 40, 1000}) {
+      for (int splits : chosen) {
         impl::cuda_fused_splits(splits);
         const auto v = runner::judge(impl::cuda_fused(), c, runner::Judging{}).verdict;
         ++runs;
         const bool ok = v.state != oracles::State::fail;
         failures += ok ? 0 : 1;
-        std::printf("%-4s cuda-fused boundary %-5s d=%-5d splits=%-4d %s %s\n", ok ? "ok" : "FAIL",
-                    oracles::precision_name(prec).c_str(), d, splits,
+        std::printf("%-4s %s splits=%-4d %s %s\n", ok ? "ok" : "FAIL", at.c_str(), splits,
                     oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
       }
       impl::cuda_fused_splits(0);
+      if (!bits) continue;
       const auto a = runner::run_kernel(impl::cuda_fused(), c, 0);
       const auto b = runner::run_kernel(impl::cuda_fused(), c, 0);
       bool same = a.size() == b.size();
@@ -171,8 +243,7 @@ int main() {
                            a[i].values.size() * sizeof(float)) == 0;
       ++runs;
       failures += same ? 0 : 1;
-      std::printf("%-4s cuda-fused boundary %-5s d=%-5d the same bits twice\n",
-                  same ? "ok" : "FAIL", oracles::precision_name(prec).c_str(), d);
+      std::printf("%-4s %s\n", same ? "ok" : "FAIL", twice.c_str());
     }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.
@@ -189,14 +260,17 @@ int main() {
           bc.inter = 16;
         }
         for (oracles::Op op : oracles::block_ops()) {
+          const auto label =
+              format("%-10s %-15s %-5s d=%-5d", b->name.c_str(), oracles::op_name(op).c_str(),
+                     oracles::precision_name(prec).c_str(), d);
+          if (!take(label)) continue;
           bc.layers = op == oracles::Op::stack ? 2 : 1;
           const auto c = oracles::generate_block_case(op, cfg, bc, 2, 3, 7, prec);
           const auto j = runner::judge(*b, c, runner::Judging{});
           ++runs;
           const bool ok = j.verdict.state != oracles::State::fail;
           failures += ok ? 0 : 1;
-          std::printf("%-4s %-10s %-15s %-5s d=%-5d %s %s\n", ok ? "ok" : "FAIL", b->name.c_str(),
-                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d,
+          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", label.c_str(),
                       oracles::state_name(j.verdict.state).c_str(),
                       j.verdict.first_divergent.c_str());
           if (!ok)
@@ -206,5 +280,10 @@ int main() {
         }
       }
   std::printf("%d runs, %d failed\n", runs, failures);
+  for (std::size_t i = 0; i < take.texts.size(); ++i)
+    if (!take.seen[i]) {
+      std::fprintf(stderr, "test_cuda: no run's line contains '%s'\n", take.texts[i].c_str());
+      return 2;
+    }
   return failures ? 1 : 0;
 }
