@@ -90,21 +90,25 @@ int tensor_core_arithmetic() {
 
 void usage(std::FILE* to) {
   std::fprintf(to,
-               "usage: test_cuda [TEXT...]\n"
+               "usage: test_cuda [--list] [TEXT...]\n"
                "Runs the CUDA backends against the oracle, one line a run (\"ok   cuda-fused "
                "boundary  bf16  d=5120  pass\").\n"
                "With TEXTs, only the runs whose name (the line between ok/FAIL and the verdict,\n"
                "runs of spaces as one) contains one of them: test_cuda 'cuda-fused block bf16' "
                "'tensor cores'.\n"
-               "Exit 0 all pass, 1 a run failed, 2 a bad argument or a TEXT that no run has, 77 no "
-               "device.\n");
+               "--list prints the names of the runs it would take, and runs nothing (no device "
+               "needed).\n"
+               "Exit 0 all pass, 1 a run failed, 2 a bad argument or a TEXT that no run has (before "
+               "anything runs), 77 no device.\n");
 }
 
-// Which runs to take: every run, or those whose label contains one of the texts; each text
-// remembers whether a run had it.
+// Which runs to take: every run, or those whose name contains one of the texts; each text
+// remembers whether a run had it. Dry (the names only): no run is taken, and with `print` the
+// names that would be are printed.
 struct Selection {
   std::vector<std::string> texts;
   std::vector<bool> seen;
+  bool dry = false, print = false;
   static std::string squeezed(const std::string& s) {
     std::string out;
     for (char ch : s)
@@ -112,15 +116,17 @@ struct Selection {
     while (!out.empty() && out.back() == ' ') out.pop_back();
     return out;
   }
-  bool operator()(const std::string& label) {
+  bool operator()(const std::string& name) {
+    const std::string sq = squeezed(name);
     bool any = texts.empty();
     for (std::size_t i = 0; i < texts.size(); ++i)
-      if (squeezed(label).find(texts[i]) != std::string::npos) any = seen[i] = true;
-    return any;
+      if (sq.find(texts[i]) != std::string::npos) any = seen[i] = true;
+    if (dry && any && print) std::printf("%s\n", sq.c_str());
+    return any && !dry;
   }
 };
 
-// printf into a std::string (the labels are short).
+// printf into a std::string (the names are short).
 template <class... A>
 std::string format(const char* fmt, A... a) {
   char buf[256];
@@ -128,31 +134,8 @@ std::string format(const char* fmt, A... a) {
   return buf;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Selection take;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      usage(stdout);
-      return 0;
-    }
-    if (a.empty() || a[0] == '-' || Selection::squeezed(a).empty()) {
-      std::fprintf(stderr, "test_cuda: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return 2;
-    }
-    take.texts.push_back(Selection::squeezed(a));
-  }
-  take.seen.assign(take.texts.size(), false);
-  // A line a run, even into a file: a sanitizer run cut by a time limit shows how far it got.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (impl::cuda_device_count() == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  std::printf("device: %s\n", impl::cuda_device_name().c_str());
+// Every run that `take` takes, one line each; the exit status (0 all pass, 1 a run failed).
+int run_all(Selection& take) {
   int failures = 0, runs = 0;
   if (take("tensor cores")) {
     failures += tensor_core_arithmetic();
@@ -162,10 +145,10 @@ int main(int argc, char** argv) {
     for (oracles::Op op : oracles::all_ops())
       for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
         for (int d : {5120, 37, 130}) {  // 130: the kernels at a run-time width, several chunks
-          const auto label =
+          const auto name =
               format("%-10s %-15s %-5s d=%-5d", b->name.c_str(), oracles::op_name(op).c_str(),
                      oracles::precision_name(prec).c_str(), d);
-          if (!take(label)) continue;
+          if (!take(name)) continue;
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, 33, 5 + std::uint64_t(d), prec);
@@ -173,7 +156,7 @@ int main(int argc, char** argv) {
           ++runs;
           const bool ok = v.state != oracles::State::fail;
           failures += ok ? 0 : 1;
-          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", label.c_str(),
+          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", name.c_str(),
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
         }
   // The backward kernels, fp32 and bf16 streams (bf16: stream inputs and upstream gradients read
@@ -187,10 +170,10 @@ int main(int argc, char** argv) {
       for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
         for (const auto& [d, T] :
              {std::pair<int, std::size_t>{5120, 33}, {130, 33}, {37, 33}, {130, 600}}) {
-          const auto label =
+          const auto name =
               format("%-10s %-23s %-5s d=%-5d T=%-4zu", b->name.c_str(),
                      oracles::op_name(op).c_str(), oracles::precision_name(prec).c_str(), d, T);
-          if (!take(label)) continue;
+          if (!take(name)) continue;
           ref::Config cfg;
           cfg.d = d;
           const auto c = oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), prec);
@@ -198,7 +181,7 @@ int main(int argc, char** argv) {
           ++runs;
           const bool ok = v.state != oracles::State::fail;
           failures += ok ? 0 : 1;
-          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", label.c_str(),
+          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", name.c_str(),
                       oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
           if (!ok)
             for (const auto& st : v.stages)
@@ -260,17 +243,17 @@ int main(int argc, char** argv) {
           bc.inter = 16;
         }
         for (oracles::Op op : oracles::block_ops()) {
-          const auto label =
+          const auto name =
               format("%-10s %-15s %-5s d=%-5d", b->name.c_str(), oracles::op_name(op).c_str(),
                      oracles::precision_name(prec).c_str(), d);
-          if (!take(label)) continue;
+          if (!take(name)) continue;
           bc.layers = op == oracles::Op::stack ? 2 : 1;
           const auto c = oracles::generate_block_case(op, cfg, bc, 2, 3, 7, prec);
           const auto j = runner::judge(*b, c, runner::Judging{});
           ++runs;
           const bool ok = j.verdict.state != oracles::State::fail;
           failures += ok ? 0 : 1;
-          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", label.c_str(),
+          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", name.c_str(),
                       oracles::state_name(j.verdict.state).c_str(),
                       j.verdict.first_divergent.c_str());
           if (!ok)
@@ -279,11 +262,48 @@ int main(int argc, char** argv) {
                 std::printf("     %s: %s\n", s.stage.c_str(), s.reason.c_str());
         }
       }
-  std::printf("%d runs, %d failed\n", runs, failures);
-  for (std::size_t i = 0; i < take.texts.size(); ++i)
-    if (!take.seen[i]) {
-      std::fprintf(stderr, "test_cuda: no run's line contains '%s'\n", take.texts[i].c_str());
+  if (!take.dry) std::printf("%d runs, %d failed\n", runs, failures);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Selection take;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
+    if (a == "--list") {
+      take.print = true;
+      continue;
+    }
+    if (a.empty() || a[0] == '-' || Selection::squeezed(a).empty()) {
+      std::fprintf(stderr, "test_cuda: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
       return 2;
     }
-  return failures ? 1 : 0;
+    take.texts.push_back(Selection::squeezed(a));
+  }
+  take.seen.assign(take.texts.size(), false);
+  take.dry = true;  // the names first: a text that no run has is refused before anything runs
+  run_all(take);
+  for (std::size_t i = 0; i < take.texts.size(); ++i)
+    if (!take.seen[i]) {
+      std::fprintf(stderr, "test_cuda: no run's name contains '%s' (test_cuda --list)\n",
+                   take.texts[i].c_str());
+      return 2;
+    }
+  if (take.print) return 0;
+  take.dry = false;
+  // A line a run, even into a file: a sanitizer run cut by a time limit shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (impl::cuda_device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  std::printf("device: %s\n", impl::cuda_device_name().c_str());
+  return run_all(take);
 }
