@@ -89,17 +89,18 @@ int tensor_core_arithmetic() {
 }
 
 void usage(std::FILE* to) {
-  std::fprintf(to,
-               "usage: test_cuda [--list] [TEXT...]\n"
-               "Runs the CUDA backends against the oracle, one line a run (\"ok   cuda-fused "
-               "boundary  bf16  d=5120  pass\").\n"
-               "With TEXTs, only the runs whose name (the line between ok/FAIL and the verdict,\n"
-               "runs of spaces as one) contains one of them: test_cuda 'cuda-fused block bf16' "
-               "'tensor cores'.\n"
-               "--list prints the names of the runs it would take, and runs nothing (no device "
-               "needed).\n"
-               "Exit 0 all pass, 1 a run failed, 2 a bad argument or a TEXT that no run has (before "
-               "anything runs), 77 no device.\n");
+  std::fprintf(
+      to,
+      "usage: test_cuda [--list] [TEXT...]\n"
+      "Runs the CUDA backends against the oracle, one line a run (\"ok   cuda-fused "
+      "boundary  bf16  d=5120  pass\").\n"
+      "With TEXTs, only the runs whose name (the line between ok/FAIL and the verdict,\n"
+      "runs of spaces as one) contains one of them: test_cuda 'cuda-fused block bf16' "
+      "'tensor cores'.\n"
+      "--list prints the names of the runs it would take, and runs nothing (no device "
+      "needed).\n"
+      "Exit 0 all pass, 1 a run failed, 2 a bad argument or a TEXT that no run has (before "
+      "anything runs), 77 no device.\n");
 }
 
 // Which runs to take: every run, or those whose name contains one of the texts; each text
