@@ -1,7 +1,7 @@
 // The CUDA backends against the oracle: every op, the pieces' backward, the whole Block and a
 // stack, fp32 and bf16 streams, with outputs poisoned on the device; and the tensor cores'
 // arithmetic that the bound of cuda-fused's projection assumes. Without a device: exit 77 (CTest:
-// skipped). Arguments select runs by their line (usage()), so that a sanitizer, slower than a
+// skipped). Arguments select runs by name (usage()), so that a sanitizer, slower than a
 // device's time limit on the whole, can take the runs in parts.
 #include <algorithm>
 #include <cmath>
