@@ -4,8 +4,10 @@
 // the fused kernel's configurations, each checked to give the shipped one's bits at the same
 // split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
 // fp32 and bf16 streams.
-// Usage: mhc-bench-cuda [repeats [table|sweep]]; with `table`, the two tables without the sweep;
-// with `sweep`, the sweep and the rows of the first table that it needs.
+// Usage: mhc-bench-cuda [repeats [table|sweep|movement]]; with `table`, the two tables without the
+// sweep; with `sweep`, the sweep and the rows of the first table that it needs; with `movement`,
+// only what the boundary's data movement alone reaches (bf16, 16384 and 65536 tokens; exit 1 if a
+// shape does not move every byte).
 // mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
 // compare two builds' bits.
 #include <algorithm>
@@ -18,6 +20,35 @@
 
 #include "cuda_boundary_timing.hpp"
 #include "mhc/impl/cuda.hpp"
+
+namespace {
+
+// The data movement alone, bf16 (cuda_bench_movement): the fraction of the copy bandwidth at
+// (2n+2)d elements a token, as in the table.
+int movement(int repeats) {
+  using namespace mhc::bench;
+  const DeviceFloor dev = cuda_device_floor(repeats);
+  std::printf(
+      "device %s; the boundary's data movement alone, bf16 streams, n=4 d=5120 (rows copied "
+      "through shared memory and stored back unchanged); CUDA events, median of %d after 50 ms "
+      "of calls; copy %.1f GB/s; fraction: (2n+2)*d elements a token / time / copy bandwidth\n",
+      mhc::impl::cuda_device_name().c_str(), repeats, dev.copy_gbps);
+  std::printf("%7s  %-46s %6s %8s %10s %9s %6s\n", "tokens", "shape", "blocks", "smem KB", "ms",
+              "fraction", "moved");
+  int failed = 0;
+  for (std::size_t T : {16384u, 65536u})
+    cuda_bench_movement(T, repeats, [&](const MovementTiming& r) {
+      const double gbps = double(T) * 10 * 5120 * 2 / (r.ms * 1e-3) / 1e9;
+      std::printf("%7zu  %-46s %4d/SM %8.1f %10.4f %9.2f %6s\n", T, r.name.c_str(), r.blocks_per_sm,
+                  r.smem_bytes / 1024.0, r.ms, gbps / dev.copy_gbps, r.moved ? "yes" : "NO");
+      std::fflush(stdout);
+      failed += r.moved ? 0 : 1;
+    });
+  if (failed) std::printf("FAIL: %d shapes did not move every byte\n", failed);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace mhc::impl;
@@ -40,8 +71,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argc > 2 ? argv[2] : "";
-  if (mode != "" && mode != "table" && mode != "sweep") {
-    std::fprintf(stderr, "mhc-bench-cuda: the second argument is 'table' or 'sweep', got '%s'\n",
+  if (mode != "" && mode != "table" && mode != "sweep" && mode != "movement") {
+    std::fprintf(stderr,
+                 "mhc-bench-cuda: the second argument is 'table', 'sweep' or 'movement', got "
+                 "'%s'\n",
                  argv[2]);
     return 2;
   }
@@ -55,6 +88,7 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }
+  if (mode == "movement") return movement(repeats);
   std::printf(
       "device %s; boundary n=4 d=5120; CUDA events, median of %d after 50 ms of calls, inputs and "
       "packed hc_fn rotated past L2\n"

@@ -2,11 +2,11 @@
 // configuration against the four-launch baseline, and the sweep of the kernel's configurations,
 // instantiated here from impl/cuda/boundary_tc.cuh.
 #include "cuda_boundary_timing.hpp"
+#include "cuda_timing.cuh"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -140,40 +140,6 @@ struct BenchData {
     return all;
   }
 };
-
-// Median time in ms of `repeats` calls of launch(i % copies) (CUDA events), after calls back to
-// back for at least kWarmUp: the first calls of a series measured slower, and calls in a row
-// draw the power a model's do, up to the device's cap, which lowers the clock (bench/README.md,
-// "Warm-up to steady clocks").
-constexpr auto kWarmUp = std::chrono::milliseconds(50);
-template <class F>
-double median_ms(int repeats, int copies, F launch) {
-  cudaEvent_t e0, e1;
-  MHC_CUDA_CHECK(cudaEventCreate(&e0));
-  MHC_CUDA_CHECK(cudaEventCreate(&e1));
-  launch(0);  // first call alone: lazy loading, workspaces
-  sync();
-  using clock = std::chrono::steady_clock;
-  const auto warm = clock::now();
-  for (int i = 0, batch = 1; clock::now() - warm < kWarmUp; batch *= 2) {  // batches: no gaps
-    for (int j = 0; j < batch; ++j, ++i) launch(i % copies);
-    sync();
-  }
-  std::vector<float> ms;
-  for (int i = 0; i < repeats; ++i) {
-    MHC_CUDA_CHECK(cudaEventRecord(e0));
-    launch(i % copies);
-    MHC_CUDA_CHECK(cudaEventRecord(e1));
-    MHC_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return double(ms[ms.size() / 2]);
-}
 
 __global__ void empty_kernel() {}
 
@@ -351,6 +317,13 @@ std::uint64_t cuda_boundary_digest(std::size_t T, bool use_bf16, int splits) {
   std::uint64_t h = 14695981039346656037ull;
   for (std::uint8_t b : data.outputs()) h = (h ^ b) * 1099511628211ull;
   return h;
+}
+
+DeviceFloor cuda_device_floor(int repeats) {
+  need_device("cuda_device_floor", repeats);
+  DeviceFloor r;
+  measure_floor(repeats, r);
+  return r;
 }
 
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t T, bool use_bf16, int repeats,

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct DeviceFloor {
     return launch_ms > bytes / copy_gbps * 1e-6 ? launch_ms : bytes / copy_gbps * 1e-6;
   }
 };
+
+// The device's launch latency and copy bandwidth alone (bytes = 0), measured as for the calls.
+DeviceFloor cuda_device_floor(int repeats);
 
 // cuda-fused's single pass against the four-launch baseline, the copy bandwidth and the launch
 // latency. hc_fn is packed once, outside the timed calls (a weight), and rotated over copies like
@@ -64,5 +68,20 @@ std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, i
 // at T tokens with `splits` splits of the columns (0: the shipped choice), so that two builds of
 // the kernel can be shown to give the same bits (`mhc-bench-cuda digest` in each).
 std::uint64_t cuda_boundary_digest(std::size_t tokens, bool bf16, int splits);
+
+// What the fused boundary's data movement alone reaches (bench/cuda_movement.cu): bf16 streams,
+// T tokens (a multiple of 64), each token's rows copied through shared-memory stages and stored
+// back unchanged, with no arithmetic (or the stated multiply-adds), in several shapes and ways of
+// filling the stages, the first shape again last (the run's spread); `row` gets each as it is
+// measured, so that a run cut short keeps what it measured. Inputs are used once a call
+// (T >= 16384 is past the L2). moved: one call on cleared outputs gave x = R and y = f.
+struct MovementTiming {
+  std::string name;
+  int blocks_per_sm = 0, smem_bytes = 0;
+  double ms = 0;
+  bool moved = false;
+};
+void cuda_bench_movement(std::size_t tokens, int repeats,
+                         const std::function<void(const MovementTiming&)>& row);
 
 }  // namespace mhc::bench

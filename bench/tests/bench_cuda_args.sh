@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench_cuda_args.sh MHC_BENCH_CUDA: mhc-bench-cuda refuses repeats that are not a positive
-# integer and a mode other than `table` or `sweep` (exit 2, naming what it got), before it looks
-# for a device, so that a typo cannot run the whole benchmark.
+# integer and a mode other than `table`, `sweep` or `movement` (exit 2, naming what it got),
+# before it looks for a device, so that a typo cannot run the whole benchmark.
 set -u
-for args in "0" "20 sweeep" "20 tabel"; do
+for args in "0" "20 sweeep" "20 tabel" "20 movment"; do
   out=$("$1" $args 2>&1)
   rc=$?
   [ $rc = 2 ] || { echo "FAIL: '$args' gave exit $rc, expected 2: $out"; exit 1; }
@@ -11,3 +11,10 @@ for args in "0" "20 sweeep" "20 tabel"; do
   [[ $out == *"'$bad'"* ]] || { echo "FAIL: '$args': the message does not name '$bad': $out"; exit 1; }
 done
 echo "ok: bad repeats and modes refused with exit 2"
+# Each mode is accepted: with no device visible, it gets as far as looking for one (exit 77).
+for mode in table sweep movement; do
+  out=$(CUDA_VISIBLE_DEVICES= "$1" 20 $mode 2>&1)
+  rc=$?
+  [ $rc = 77 ] || { echo "FAIL: mode '$mode' gave exit $rc, expected 77 (no device): $out"; exit 1; }
+done
+echo "ok: table, sweep and movement accepted"
