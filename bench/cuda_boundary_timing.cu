@@ -164,6 +164,7 @@ std::string tc_name() {
   std::string s = "tb" + std::to_string(C::TB) + " cw" + std::to_string(C::CW) + " s" +
                   std::to_string(C::STAGES);
   if (C::PF) s += " L2:" + std::to_string(C::PF);
+  if (C::WS) s += " ws";
   return s;
 }
 template <class S>
@@ -180,13 +181,18 @@ template <class S>
 std::vector<Timed<S>> tc_configs() {
   std::vector<Timed<S>> v{{"shipped (" + tc_name<ShippedTc<S>>() + ")", shipped_tc<S, 5120>()}};
   if constexpr (std::is_same<S, float>::value)
-    for (auto t : {timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 32, 3, 0>>(),
-                   timed<S, TcConfig<32, 64, 2, 256>>(), timed<S, TcConfig<64, 32, 2, 256>>()})
+    for (auto t :
+         {timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 32, 3, 0>>(),
+          timed<S, TcConfig<32, 64, 2, 256>>(), timed<S, TcConfig<64, 32, 2, 256>>(),
+          timed<S, TcConfig<32, 64, 2, 0, true>>(), timed<S, TcConfig<32, 64, 3, 0, true>>()})
       v.push_back(t);
   else
-    for (auto t : {timed<S, TcConfig<32, 32, 2, 0>>(), timed<S, TcConfig<32, 32, 2, 128>>(),
-                   timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 64, 2, 0>>(),
-                   timed<S, TcConfig<64, 32, 2, 256>>()})
+    for (auto t :
+         {timed<S, TcConfig<32, 32, 2, 0>>(), timed<S, TcConfig<32, 32, 2, 128>>(),
+          timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 64, 2, 0>>(),
+          timed<S, TcConfig<64, 32, 2, 256>>(), timed<S, TcConfig<32, 64, 2, 256, true>>(),
+          timed<S, TcConfig<32, 64, 2, 0, true>>(), timed<S, TcConfig<32, 64, 3, 256, true>>(),
+          timed<S, TcConfig<32, 64, 4, 256, true>>(), timed<S, TcConfig<32, 128, 2, 0, true>>()})
       v.push_back(t);
   return v;
 }

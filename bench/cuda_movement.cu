@@ -23,6 +23,7 @@
 #include <string>
 
 #include "cuda/buffers.cuh"
+#include "cuda/bulk.cuh"
 #include "cuda/check.cuh"
 #include "cuda_boundary_timing.hpp"
 #include "cuda_timing.cuh"
@@ -121,42 +122,6 @@ __global__ void __launch_bounds__(128)
   asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
-__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void bar_expect(unsigned bar, unsigned bytes) {
-  asm volatile(
-      "{\n .reg .b64 s;\n mbarrier.arrive.expect_tx.shared::cta.b64 s, [%0], %1;\n}\n" ::"r"(bar),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void bar_arrive(unsigned bar) {
-  asm volatile("{\n .reg .b64 s;\n mbarrier.arrive.shared::cta.b64 s, [%0];\n}\n" ::"r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
-                                          unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
 // Tensor copies of a box at (col, stream, token) (R, x) or (col, token) (f, y).
 __device__ __forceinline__ void tensor_load3(unsigned dst, const CUtensorMap* map, int c0, int c1,
                                              int c2, unsigned bar) {
@@ -224,7 +189,7 @@ __global__ void __launch_bounds__(32 * (NCW + 1))
   static_assert(!kTens || (CW <= 256 && TB <= 256), "a tensor copy's box is at most 256 a side");
   extern __shared__ __align__(128) unsigned char smem[];  // stages, then the barriers
   const Items it(T, TB, CW);
-  const unsigned s0 = unsigned(__cvta_generic_to_shared(smem));
+  const unsigned s0 = smem_addr(smem);
   const unsigned b0 = s0 + unsigned(kBase + STAGES * kStage);  // full, then empty
   const auto full = [&](int st) { return b0 + 8u * unsigned(st); };
   const auto empty = [&](int st) { return b0 + 8u * unsigned(STAGES + st); };
@@ -234,8 +199,7 @@ __global__ void __launch_bounds__(32 * (NCW + 1))
       bar_init(full(st), 1);
       bar_init(empty(st), NCW);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    bar_init_fence();
   }
   __syncthreads();
   const std::size_t items = it.i1 - it.i0;
@@ -301,13 +265,13 @@ __global__ void __launch_bounds__(32 * (NCW + 1))
           bulk_store((is_f ? y : x) + at, src + unsigned(r * kRow), kRow);
         }
       }
-      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-      asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");  // the stage is read
+      bulk_commit();
+      bulk_wait_read();  // the stage is read
     }
     __syncwarp();
     if (lane == 0) bar_arrive(empty(st));
   }
-  if (kBStore && warp == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (kBStore && warp == 0) bulk_wait();
   if (ARITH > 0) sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
 

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "buffers.cuh"
+#include "bulk.cuh"
 #include "check.cuh"
 #include "device.cuh"
 
@@ -475,11 +476,21 @@ __device__ __forceinline__ void tc_finish(const Dims& c, const float* red, std::
   }
 }
 
+// The barrier of the threads that compute: the block's, or with a producer warp (WS, the last
+// warp) that of the first NT threads.
+template <bool WS, int NT>
+__device__ __forceinline__ void tc_sync() {
+  if constexpr (WS)
+    sync_threads_of<NT>();
+  else
+    __syncthreads();
+}
+
 // After the block's last chunk (the stages no longer in use): the sums of squares over each half
 // warp, the four streams' partial products through shared memory (reusing the stages), summed
 // per token ((k0 + k1) + k2) + k3, stored in the block's slice of `partial` ([S][ranges][TB]
 // [M + 1]), which tc_finish_kernel adds over the S splits and finishes.
-template <class T, int TB, int CW>
+template <class T, int TB, int CW, bool WS = false>
 __device__ __forceinline__ void tc_epilogue(unsigned char* smem, float* sumsq, const float (&ss)[4],
                                             const float (&acc)[2][3][4], int nt, float* partial) {
   using L = TcLayout<T, TB, CW>;
@@ -493,7 +504,7 @@ __device__ __forceinline__ void tc_epilogue(unsigned char* smem, float* sumsq, c
     for (int o = 8; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, 16);
     if (lane % 16 == 0) sumsq[warp + NW * (2 * i + h)] = v;
   }
-  __syncthreads();  // every warp is done with the stages
+  tc_sync<WS, NT>();  // every warp is done with the stages
   // [stream][token][row]; fragment r: token g (+8 for r >= 2), row 2 tq (+1 for odd r)
   float* part = reinterpret_cast<float*>(smem);
 #pragma unroll
@@ -504,7 +515,7 @@ __device__ __forceinline__ void tc_epilogue(unsigned char* smem, float* sumsq, c
       for (int r = 0; r < 4; ++r)
         part[(k * TB + 32 * grp + 16 * a + g + 8 * (r / 2)) * M + 8 * b + 2 * tq + r % 2] =
             acc[a][b][r];
-  __syncthreads();
+  tc_sync<WS, NT>();
   float* mine =
       partial + (std::size_t(blockIdx.y) * gridDim.x + blockIdx.x) * std::size_t(TB * (M + 1));
   for (int e = int(threadIdx.x); e < nt * (M + 1); e += NT) {
@@ -572,6 +583,21 @@ __global__ void __launch_bounds__(128)
   tc_finish<N, M, NT>(c, red, t0, nt, std::size_t(c.d), scale, base, mixes, pre, postout, combout);
 }
 
+// The chunks [ch0, ch1) of this block's split: split blockIdx.y of gridDim.y takes its share of
+// the 128-column groups, so that where the splits cut does not depend on CW. Unsplit (a kernel
+// of its own, whose main loop has constant bounds): every chunk.
+template <bool SPLIT, int CW>
+struct TcChunks {
+  std::size_t ch0, ch1;
+  __device__ __forceinline__ explicit TcChunks(std::size_t d) {
+    const std::size_t chunks = (d + CW - 1) / CW, groups = (d + 127) / 128;
+    ch0 = SPLIT ? min(chunks, groups * blockIdx.y / gridDim.y * (128 / CW)) : 0;
+    ch1 = !SPLIT || blockIdx.y + 1 == gridDim.y
+              ? chunks
+              : min(chunks, groups * (blockIdx.y + 1) / gridDim.y * (128 / CW));
+  }
+};
+
 template <class T, int D, int STAGES, int TB, int CW, int PF, bool SPLIT>
 __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
                                   TcLayout<T, TB, CW>::blocks(STAGES))
@@ -591,14 +617,8 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   const std::size_t d = D > 0 ? std::size_t(D) : std::size_t(c.d);
-  // Split blockIdx.y of gridDim.y takes chunks [ch0, ch1): its share of the 128-column groups,
-  // so that where the splits cut does not depend on CW. Unsplit (a kernel of its own, whose main
-  // loop has constant bounds): every chunk.
-  const std::size_t chunks = (d + CW - 1) / CW, groups = (d + 127) / 128;
-  const std::size_t ch0 = SPLIT ? min(chunks, groups * blockIdx.y / gridDim.y * (128 / CW)) : 0;
-  const std::size_t ch1 = !SPLIT || blockIdx.y + 1 == gridDim.y
-                              ? chunks
-                              : min(chunks, groups * (blockIdx.y + 1) / gridDim.y * (128 / CW));
+  const TcChunks<SPLIT, CW> range(d);
+  const std::size_t ch0 = range.ch0, ch1 = range.ch1;
   const Pipe pipe(smem, f, R, Wp, t0, nt, d, ch1);
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) pipe.fetch(ch0 + std::size_t(st), st);
@@ -620,6 +640,92 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
   }
   Pipe::drain();
   tc_epilogue<T, TB, CW>(smem, sumsq, ss, acc, nt, partial);
+}
+
+// boundary_tc with a producer warp (warp specialisation): the same stages, phases and
+// arithmetic, so the same bits at the same split, but the stages are filled by bulk copies (a
+// row piece each, into the same padded layout, and hc_fn's chunk in one) that the last warp
+// issues, tracked by a transaction barrier a stage; the computing warps wait on it, meet at a
+// barrier of their own between phase A and phase B, and free the stage on a second barrier after
+// phase B. No block barrier a chunk, and the copies run up to STAGES chunks ahead. Rows of tokens
+// past the last are not copied (phase A skips them; phase B's products for them are not stored).
+// PF = 256 with 128-byte pieces also asks L2 for each row's next piece at even chunks (what
+// cp.async's L2::256B does for boundary_tc). Whole chunks only (D a multiple of CW).
+template <class T, int D, int STAGES, int TB, int CW, int PF, bool SPLIT>
+__global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
+                                  TcLayout<T, TB, CW>::blocks(STAGES))
+    boundary_tc_ws(Dims c, std::size_t tokens, const T* f, const T* R, const float* post,
+                   const float* comb, const float* pre_mix, const float* Wp, T* x, T* y,
+                   float* partial) {
+  using L = TcLayout<T, TB, CW>;
+  constexpr int N = L::N, NT = L::kThreads, NW = L::NW;
+  constexpr unsigned kPiece = CW * sizeof(T);
+  static_assert(D > 0 && D % CW == 0 && kPiece % 16 == 0 && (L::TS * sizeof(T)) % 16 == 0,
+                "whole chunks, each row piece a 16-byte-aligned bulk copy");
+  static_assert(L::N * TB * L::M * 4 <= STAGES * L::kStageBytes,
+                "the partial products reuse the stages");
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(16) float coef[TB * L::CO];
+  __shared__ float sumsq[TB];
+  __shared__ __align__(8) std::uint64_t bars[2 * STAGES];  // full, then empty, a stage
+  const std::size_t t0 = std::size_t(blockIdx.x) * TB;
+  const int nt = int(min(std::size_t(TB), tokens - t0));
+  constexpr std::size_t d = std::size_t(D);
+  const TcChunks<SPLIT, CW> range(d);
+  const std::size_t ch0 = range.ch0, ch1 = range.ch1;
+  const unsigned s0 = smem_addr(smem), full0 = smem_addr(bars), empty0 = full0 + 8u * STAGES;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < STAGES; ++st) {
+      bar_init(full0 + 8u * unsigned(st), 1);
+      bar_init(empty0 + 8u * unsigned(st), NW);
+    }
+    bar_init_fence();
+  }
+  __syncthreads();
+  if (int(threadIdx.x) >= NT) {  // the producer warp
+    const int lane = int(threadIdx.x) - NT;
+    for (std::size_t ch = ch0; ch < ch1; ++ch) {
+      const std::size_t j = ch - ch0;
+      const int st = int(j % STAGES);
+      const unsigned full = full0 + 8u * unsigned(st);
+      if (j >= STAGES) bar_wait(empty0 + 8u * unsigned(st), unsigned(j / STAGES - 1) & 1u);
+      if (lane == 0) bar_expect(full, unsigned(5 * nt) * kPiece + 4u * L::kWFloats);
+      __syncwarp();
+      const unsigned base = s0 + unsigned(st * L::kStageBytes);
+      const bool ahead = PF == 256 && kPiece == 128 && ch % 2 == 0 && ch + 1 < ch1;
+      for (int r = lane; r < 5 * nt; r += 32) {
+        const int tb = r / 5, k = r % 5;
+        const std::size_t t = t0 + std::size_t(tb);
+        const T* src = (k == 0 ? f + t * d : R + (t * N + std::size_t(k - 1)) * d) + ch * CW;
+        bulk_load(base + unsigned((tb * L::TS + k * CW) * int(sizeof(T))), src, kPiece, full);
+        if (ahead) bulk_prefetch_l2(src + CW, kPiece);
+      }
+      if (lane == 0)
+        bulk_load(base + unsigned(L::kStreamBytes), Wp + ch * std::size_t(L::kWFloats),
+                  4u * L::kWFloats, full);
+    }
+    return;
+  }
+  tc_coefficients<TB, L::CO, L::N, NT>(coef, post, comb, pre_mix, t0, nt);
+  sync_threads_of<NT>();
+  float acc[2][3][4] = {};
+  float ss[4] = {0, 0, 0, 0};
+  const int lane = int(threadIdx.x) % 32;
+  for (std::size_t ch = ch0; ch < ch1; ++ch) {
+    const std::size_t j = ch - ch0;
+    const int st = int(j % STAGES);
+    T* sx = reinterpret_cast<T*>(smem + st * L::kStageBytes);
+    bar_wait(full0 + 8u * unsigned(st), unsigned(j / STAGES) & 1u);  // chunk ch has landed
+    tc_phase_a<T, D, TB, CW>(sx, coef, x, y, t0, nt, ch, d, ss);
+    sync_threads_of<NT>();  // the chunk's new streams are in the stage
+    tc_phase_b<T, TB, CW>(
+        sx, reinterpret_cast<const float*>(smem + st * L::kStageBytes + L::kStreamBytes), acc);
+    fence_async_smem();  // phase A's stores to the stage before the copies that refill it
+    __syncwarp();
+    if (lane == 0) bar_arrive(empty0 + 8u * unsigned(st));
+    asm volatile("" ::: "memory");  // as in boundary_tc
+  }
+  tc_epilogue<T, TB, CW, true>(smem, sumsq, ss, acc, nt, partial);
 }
 
 // hc_fn packed for boundary_tc (pack_hc_fn_mma), padded to whole 128 columns so that every
@@ -658,11 +764,21 @@ struct TcWork {
   }
 };
 
+// boundary_tc, or with a producer warp (WS) boundary_tc_ws.
+template <class S, int D, int STAGES, int TB, int CW, int PF, bool WS, bool SPLIT>
+constexpr auto tc_kernel() {
+  if constexpr (WS)
+    return boundary_tc_ws<S, D, STAGES, TB, CW, PF, SPLIT>;
+  else
+    return boundary_tc<S, D, STAGES, TB, CW, PF, SPLIT>;
+}
+
 // The single pass in one configuration on T tokens, in `splits` blocks per token range (0: as
 // many as fill the multiprocessors once at this configuration's occupancy, with at least 128
 // columns a split; 1 once the token ranges alone fill them), then tc_finish_kernel. The workspace
-// is shared, so the lock is held until the launches, on the one (default) stream.
-template <class S, int D, int STAGES, int TB, int CW, int PF>
+// is shared, so the lock is held until the launches, on the one (default) stream. WS: with a
+// producer warp (boundary_tc_ws).
+template <class S, int D, int STAGES, int TB, int CW, int PF, bool WS>
 void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
                const float* comb, const float* pre_mix, const TcWeights& w, const float* scale,
                const float* base, S* x, S* y, float* mixes, float* pre, float* postout,
@@ -671,17 +787,16 @@ void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float
   static_assert(128 % CW == 0, "TcWeights pads hc_fn to whole chunks of this width");
   if (w.n != c.n || w.d != c.d)
     throw std::invalid_argument("launch_tc: hc_fn packed for another shape");
-  constexpr int bytes = STAGES * L::kStageBytes;
-  const auto whole = boundary_tc<S, D, STAGES, TB, CW, PF, false>;
-  const auto split = boundary_tc<S, D, STAGES, TB, CW, PF, true>;
+  constexpr int bytes = STAGES * L::kStageBytes, threads = L::kThreads + (WS ? 32 : 0);
+  const auto whole = tc_kernel<S, D, STAGES, TB, CW, PF, WS, false>();
+  const auto split = tc_kernel<S, D, STAGES, TB, CW, PF, WS, true>();
   static const int slots = [&] {  // once: the stages exceed the default 48 KB
     for (auto k : {whole, split})
       MHC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     int sms = 0, per_sm = 0, dev = 0;
     MHC_CUDA_CHECK(cudaGetDevice(&dev));
     MHC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    MHC_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, whole, L::kThreads, bytes));
+    MHC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, whole, threads, bytes));
     return std::max(1, sms * per_sm);
   }();
   const std::size_t ranges = (T + TB - 1) / TB;
@@ -693,7 +808,7 @@ void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float
   static TcWork work;
   std::lock_guard<std::mutex> lock(mu);
   work.reserve(S_ * ranges * std::size_t(TB * (L::M + 1)));
-  (S_ > 1 ? split : whole)<<<dim3(unsigned(ranges), unsigned(S_)), L::kThreads, bytes>>>(
+  (S_ > 1 ? split : whole)<<<dim3(unsigned(ranges), unsigned(S_)), threads, bytes>>>(
       c, T, f, R, post, comb, pre_mix, w.packed.p, x, y, work.partial);
   MHC_CUDA_LAUNCHED();
   tc_finish_kernel<TB><<<unsigned((T + 7) / 8), 128>>>(c, T, int(S_), work.partial, scale, base,
@@ -707,14 +822,15 @@ using TcLaunch = void (*)(const Dims&, std::size_t, const S*, const S*, const fl
                           float*, float*, float*, float*, int);
 
 // A configuration of boundary_tc: tokens a block, columns a chunk, pipeline stages, L2 prefetch
-// size in bytes (0: none).
-template <int TB_, int CW_, int STAGES_, int PF_>
+// size in bytes (0: none), and whether a producer warp fills the stages (boundary_tc_ws).
+template <int TB_, int CW_, int STAGES_, int PF_, bool WS_ = false>
 struct TcConfig {
   static constexpr int TB = TB_, CW = CW_, STAGES = STAGES_, PF = PF_;
+  static constexpr bool WS = WS_;
 };
 template <class S, int D, class C>
 constexpr TcLaunch<S> tc_launch() {
-  return launch_tc<S, D, C::STAGES, C::TB, C::CW, C::PF>;
+  return launch_tc<S, D, C::STAGES, C::TB, C::CW, C::PF, C::WS>;
 }
 
 // The configuration cuda-fused runs, per stream type: the fastest of mhc-bench-cuda's sweep on
