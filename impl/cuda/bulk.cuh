@@ -31,17 +31,27 @@ __device__ __forceinline__ void bar_arrive(unsigned bar) {
   asm volatile("{\n .reg .b64 s;\n mbarrier.arrive.shared::cta.b64 s, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
-// Until the phase of parity `parity` (0 for the first, 1 for the second, ...) has completed.
+// Until the phase of parity `parity` (0 for the first, 1 for the second, ...) has completed. A
+// wait of more than 2^33 cycles (seconds) can only be a barrier that never completes (a copy
+// never issued, bytes miscounted): it traps, so that the launch fails instead of hanging.
 __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done)
+  for (long long start = -1;;) {
+    unsigned done;
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         " selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
+    if (done) return;
+    const long long now = clock64();
+    if (start < 0)
+      start = now;
+    else if (now - start > (1ll << 33))
+      __trap();
+  }
 }
+
 // This thread's writes to shared memory ordered before later bulk copies into it (a copy is
 // another proxy than the thread's stores).
 __device__ __forceinline__ void fence_async_smem() {
