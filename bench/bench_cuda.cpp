@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The sweep's token counts, each with its split of the columns (0: the launch's own).
-  const std::pair<std::size_t, int> swept[] = {{256, 8}, {16384, 0}, {65536, 0}};
+  // At 8 tokens a block has fewer tokens than its width (the stages' rows past the last).
+  const std::pair<std::size_t, int> swept[] = {{8, 40}, {256, 8}, {16384, 0}, {65536, 0}};
   const auto in_sweep = [&](std::size_t T) {
     return std::any_of(std::begin(swept), std::end(swept),
                        [&](const auto& s) { return s.first == T; });
@@ -133,12 +134,12 @@ int main(int argc, char** argv) {
   }
   if (mode == "table") return 0;
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
-  // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 256 tokens
-  // with the columns of every configuration in the same 8 splits.
+  // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 8 and 256
+  // tokens with the columns of every configuration in the same 40 and 8 splits.
   std::printf(
       "\nconfigurations of the fused kernel (tb: tokens a block, cw: columns a chunk, s: stages, "
-      "L2: cp.async's L2 prefetch size), random inputs; same: outputs bit-identical to the "
-      "first\n");
+      "L2: cp.async's L2 prefetch size, ws: a producer warp's bulk copies), random inputs; same: "
+      "outputs bit-identical to the first\n");
   std::printf("%-6s %7s %6s %-30s %10s %9s %5s\n", "dtype", "tokens", "splits", "config", "ms",
               "fraction", "same");
   int differing = 0;

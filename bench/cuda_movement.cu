@@ -87,6 +87,10 @@ __global__ void __launch_bounds__(128)
     if (w < it.i1) {
       std::size_t g, c;
       it.at(w, GROUP_MAJOR, g, c);
+      if (WITH_W && GROUP_MAJOR && g != wgroup && wgroup != ~std::size_t(0)) {
+        asm volatile("cp.async.wait_group 0;\n" ::);  // the old group's copies, before replacing
+        __syncthreads();                              // its resident hc_fn (every thread alike)
+      }
       const unsigned base = s0 + unsigned((GROUP_MAJOR ? kW : 0) + st * (kStage + kWStage));
       constexpr int kPerRow = kRow / 16;
       for (int e = int(threadIdx.x); e < kStage / 16; e += 128) {
@@ -211,6 +215,9 @@ __global__ void __launch_bounds__(32 * (NCW + 1))
       std::size_t g, c;
       it.at(it.i0 + j, kGroup, g, c);
       const bool w_in = kW > 0 && (!kGroup || g != wgroup);
+      if (kGroup && w_in && j > 0)  // the resident hc_fn is replaced once every item before is done
+        for (std::size_t q = j >= STAGES ? j - STAGES + 1 : 0; q < j; ++q)
+          bar_wait(empty(int(q % STAGES)), unsigned(q / STAGES) & 1u);
       wgroup = g;
       const unsigned dst = s0 + unsigned(kBase + st * kStage);
       if (lane == 0) bar_expect(full(st), unsigned(kStreams + (w_in ? kW : 0)));

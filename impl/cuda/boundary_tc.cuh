@@ -647,8 +647,7 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
 // row piece each, into the same padded layout, and hc_fn's chunk in one) that the last warp
 // issues, tracked by a transaction barrier a stage; the computing warps wait on it, meet at a
 // barrier of their own between phase A and phase B, and free the stage on a second barrier after
-// phase B. No block barrier a chunk, and the copies run up to STAGES chunks ahead. Rows of tokens
-// past the last are not copied (phase A skips them; phase B's products for them are not stored).
+// phase B. No block barrier a chunk, and the copies run up to STAGES chunks ahead.
 // PF = 256 with 128-byte pieces also asks L2 for each row's next piece at even chunks (what
 // cp.async's L2::256B does for boundary_tc). Whole chunks only (D a multiple of CW).
 template <class T, int D, int STAGES, int TB, int CW, int PF, bool SPLIT>
@@ -674,6 +673,12 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   const TcChunks<SPLIT, CW> range(d);
   const std::size_t ch0 = range.ch0, ch1 = range.ch1;
   const unsigned s0 = smem_addr(smem), full0 = smem_addr(bars), empty0 = full0 + 8u * STAGES;
+  // The rows of tokens past the last are never copied: zero, as boundary_tc's stages hold them.
+  for (int e = int(threadIdx.x); e < STAGES * (TB - nt) * 5 * CW; e += NT + 32) {
+    const int st = e / ((TB - nt) * 5 * CW), q = e % ((TB - nt) * 5 * CW);
+    reinterpret_cast<T*>(smem + st * L::kStageBytes)[(nt + q / (5 * CW)) * L::TS + q % (5 * CW)] =
+        zero(f);
+  }
   if (threadIdx.x == 0) {
     for (int st = 0; st < STAGES; ++st) {
       bar_init(full0 + 8u * unsigned(st), 1);

@@ -32,8 +32,9 @@ __device__ __forceinline__ void bar_arrive(unsigned bar) {
                : "memory");
 }
 // Until the phase of parity `parity` (0 for the first, 1 for the second, ...) has completed. A
-// wait of more than 2^33 cycles (seconds) can only be a barrier that never completes (a copy
-// never issued, bytes miscounted): it traps, so that the launch fails instead of hanging.
+// wait of more than 2^34 ns (17 s of the device's clock) can only be a barrier that never
+// completes (a copy never issued, bytes miscounted): it traps, so that the launch fails instead of
+// hanging.
 __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
   for (long long start = -1;;) {
     unsigned done;
@@ -44,10 +45,11 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
         : "r"(bar), "r"(parity)
         : "memory");
     if (done) return;
-    const long long now = clock64();
+    long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
     if (start < 0)
       start = now;
-    else if (now - start > (1ll << 33))
+    else if (now - start > (1ll << 34))
       __trap();
   }
 }
