@@ -83,6 +83,7 @@ Run add_check(CLI::App& app) {
         cfg.hc_eps, cfg.norm_eps, spec.cases, spec.tokens,
         static_cast<unsigned long long>(spec.seed));
     std::fflush(stdout);
+    if (spec.kernel.compare(0, 7, "plugin:") == 0) st->out.reads = {spec.kernel.substr(7)};
     runner::Session session(st->out, spec.threads);
     session.set_shard(spec.shard);
     const runner::CheckTally tally = runner::run_check(spec, session);

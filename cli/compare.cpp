@@ -65,6 +65,7 @@ Run add_compare(CLI::App& app) {
     st->spec.model = oracles::error_model_from_name(st->model);
     if (!st->precision.empty()) st->spec.precision = oracles::precision_from_name(st->precision);
     st->spec.shard = runner::shard_from_env(st->shards);
+    st->out.reads = st->spec.files;
     runner::Session session(st->out, st->spec.threads);
     session.set_shard(st->spec.shard);
     return session.finish(runner::run_compare(st->spec, session));
@@ -95,6 +96,7 @@ Run add_capture(CLI::App& app) {
   return [st]() -> int {
     runner::CheckSpec& spec = st->resolve();
     const auto c = runner::check_case(spec, spec.seed);
+    st->reports.writes = {st->out};
     runner::Session session(st->reports);
     reports::Entry& entry = session.report.entry("capture " + st->out);
     entry.kind = "capture";

@@ -46,6 +46,8 @@ Run add_gate(CLI::App& app) {
   return [st]() -> int {
     st->shard = runner::shard_from_env(st->shards);
     const runner::GatePlan plan(*st);  // bad input fails before a report is written
+    st->out.reads = {st->suite, st->baseline};
+    if (st->update) st->out.writes = {st->baseline};
     runner::Session session(st->out, st->threads);
     session.set_shard(st->shard);
     return session.finish(plan.run(session));

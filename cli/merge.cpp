@@ -28,6 +28,7 @@ Run add_merge(CLI::App& app) {
       "otherwise; 2 when a file is not a report, or two files are the same shard.");
   return [st]() -> int {
     runner::MergePlan plan(st->files);  // a file that is not a report fails before any output
+    st->out.reads = st->files;
     runner::Session session(st->out);
     const int rc = session.finish(plan.run(session));
     return rc;

@@ -91,6 +91,7 @@ Run add_sinkhorn(CLI::App& app) {
       "that cannot be read or holds nothing to measure.");
   return [st]() -> int {
     const runner::Shard shard = runner::shard_from_env(st->shards);
+    st->out.reads = st->files;
     runner::Session session(st->out, st->threads);
     session.set_shard(shard);
     if (st->what != "map" && st->what != "gain" && st->files.empty())

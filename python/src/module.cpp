@@ -358,7 +358,7 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Recorder>(m, "Recorder")
       .def(py::init([](const std::string& json, const std::string& md, const std::string& html,
                        const std::string& junit) {
-             return std::make_unique<Recorder>(reports::Outputs{json, md, html, junit});
+             return std::make_unique<Recorder>(reports::Outputs{json, md, html, junit, {}, {}});
            }),
            py::arg("json"), py::arg("md"), py::arg("html"), py::arg("junit"))
       .def("finish", &Recorder::finish);

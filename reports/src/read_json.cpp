@@ -47,6 +47,7 @@ std::vector<std::pair<std::string, std::string>> pairs(const json& j) {
 }  // namespace
 
 Report read_report(const std::string& path) {
+  require_regular_file("report", path);
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read report " + path);
   json j;

@@ -268,7 +268,46 @@ void write_atomic(const std::string& path, const std::string& text) {
   }
 }
 
+namespace {
+
+// The absolute form of a path whose last component may not exist yet: its directory resolved.
+std::string absolute(const std::string& p) {
+  const std::size_t slash = p.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : p.substr(0, slash + 1);
+  char* real = ::realpath(dir.c_str(), nullptr);
+  if (!real) return p;
+  std::string a = real;
+  std::free(real);
+  return a + "/" + (slash == std::string::npos ? p : p.substr(slash + 1));
+}
+
+const char* kind_of(mode_t m) {
+  return S_ISDIR(m)                 ? "a directory"
+         : S_ISFIFO(m)              ? "a FIFO"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+         : S_ISSOCK(m)              ? "a socket"
+                                    : "another kind";
+}
+
+}  // namespace
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return !ea && !eb && absolute(a) == absolute(b);
+}
+
+void require_regular_file(const std::string& what, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::invalid_argument(what + " " + path + ": not a regular file (" + kind_of(st.st_mode) +
+                                ")");
+}
+
 Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_clock::now()) {
+  const char* formats[] = {"--json", "--md", "--html", "--junit"};
   for (const std::string* p : {&out_.json, &out_.md, &out_.html, &out_.junit}) {
     if (p->empty()) {
       targets_.push_back({});
@@ -278,7 +317,10 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
     t.path = t.file = *p;
     auto fail = [&](const std::string& why) {
       for (const auto& x : targets_)
-        if (x.lock >= 0) ::close(x.lock);
+        if (x.lock >= 0) {
+          ::unlink((x.file + ".lock").c_str());
+          ::close(x.lock);
+        }
       throw std::runtime_error("cannot write report " + *p + ": " + why);
     };
     struct stat ls {};
@@ -304,6 +346,15 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
         if (S_ISDIR(st.st_mode)) fail("a directory");
         t.stream = !S_ISREG(st.st_mode);
       }
+    }
+    if (!t.stream) {  // replacing a file the run reads or writes would lose it
+      for (const auto& r : out_.reads)
+        if (same_file(t.file, r)) fail("it would replace " + r + ", which this run reads");
+      for (const auto& w : out_.writes)
+        if (same_file(t.file, w)) fail("it would replace " + w + ", which this run writes");
+      for (std::size_t i = 0; i < targets_.size(); ++i)
+        if (!targets_[i].file.empty() && !targets_[i].stream && same_file(t.file, targets_[i].file))
+          fail("it is also the " + std::string(formats[i]) + " report");
     }
     if (!t.stream) {
       const std::string lock = t.file + ".lock";

@@ -47,20 +47,8 @@ struct Suite {
   throw std::invalid_argument(file + ":" + std::to_string(line) + ": " + what);
 }
 
-// A FIFO would block the gate, a device feed it without end: suites and baselines are files.
-void require_regular_file(const std::string& what, const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return;  // the reader says it cannot read it
-  if (!S_ISREG(st.st_mode))
-    throw std::invalid_argument(what + " " + path + ": not a regular file (" +
-                                (S_ISDIR(st.st_mode)    ? "a directory"
-                                 : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                                        : "a device or another kind") +
-                                ")");
-}
-
 Suite read_suite(const std::string& path) {
-  require_regular_file("suite", path);
+  reports::require_regular_file("suite", path);
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read suite " + path);
   Suite s;
@@ -307,13 +295,16 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
       throw std::invalid_argument(st->suite + ": " + e.what());
     }
   json& base = d->base;
+  if (st->update && reports::same_file(st->suite, st->baseline))
+    throw std::invalid_argument("--baseline " + st->baseline + " is the suite " + st->suite +
+                                ": --update would replace it");
   if (st->update && st->shard.count > 1)
     throw std::invalid_argument(
         "--update records the whole suite's baseline: run it unsharded "
         "(" +
         st->shard.text() + ")");
   if (!st->update) {
-    require_regular_file("baseline", st->baseline);
+    reports::require_regular_file("baseline", st->baseline);
     std::ifstream in(st->baseline);
     if (!in)
       throw std::invalid_argument("cannot read baseline " + st->baseline +

@@ -138,18 +138,30 @@ std::string to_html(const Report& r);
 std::string to_junit(const Report& r);
 
 // Where reports go (empty: not written). Writes are atomic: a reader, a crash or a kill only
-// ever sees a complete earlier report or a complete later one.
+// ever sees a complete earlier report or a complete later one. reads and writes: the other files
+// the run reads (fixtures, a suite, a baseline, reports to merge) and writes (a capture, a
+// baseline), which no report may replace.
 struct Outputs {
   std::string json, md, html, junit;
+  std::vector<std::string> reads, writes;
   bool any() const { return !(json.empty() && md.empty() && html.empty() && junit.empty()); }
 };
+
+// True when paths a and b name the same file: the same device and inode where both exist (through
+// symlinks and hard links), else the same absolute path (a file still to be written).
+bool same_file(const std::string& a, const std::string& b);
+// Throws std::invalid_argument "WHAT PATH: not a regular file (a FIFO)" for an existing path that
+// is not a regular file (a FIFO would block its reader, a device feed it without end); nothing for
+// a path that does not exist (its reader says so).
+void require_regular_file(const std::string& what, const std::string& path);
 
 class Writer {
  public:
   // Checks every path: "-" is standard output; an existing path that is not a regular file (a
   // device, a FIFO) is written in place; a symlink is followed; a directory is refused; a report
-  // another run is writing (its lock, PATH.lock, is held) is refused. Throws std::runtime_error
-  // naming the path.
+  // another run is writing (its lock, PATH.lock, is held) is refused; so is a path that names a
+  // file the run reads or writes (Outputs::reads, writes) or another of its reports. Throws
+  // std::runtime_error naming the path.
   explicit Writer(Outputs out);
   ~Writer();
   Writer(const Writer&) = delete;
