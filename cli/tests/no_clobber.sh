@@ -2,7 +2,8 @@
 # no_clobber.sh BIN: a report path that names a file the run reads or writes is refused (exit 2,
 # naming both) and the file is left as it was: a fixture given to compare (also through a
 # symlink), capture's own --out, a gate's suite and baseline, another report of the same run
-# (no lock file left behind); and a FIFO given to merge is refused, not read forever.
+# (no lock file left behind); a FIFO given to merge is refused, not read forever; capture --out
+# writes through a symlink (the link stays) and refuses a FIFO or a directory.
 set -u
 bin=$1
 d=$(mktemp -d)
@@ -43,5 +44,13 @@ refused "cannot write report b.json: it would replace b.json, which this run rea
   gate --suite s.suite --baseline b.json --json b.json
 cmp -s b.json b0.json || fail "gate replaced its baseline with its report"
 mkfifo fifo
+mkdir dir
 refused "report fifo: not a regular file \(a FIFO\)" merge fifo
-echo "ok: no report replaced a file of its run"
+refused "fifo: not a regular file \(a FIFO\): refused, nothing written" \
+  capture --op post --dim 16 --out fifo
+[ -p fifo ] || fail "capture replaced a FIFO"
+refused "dir: not a regular file \(a directory\)" capture --op post --dim 16 --out dir
+ln -s target.h5 out.h5
+"$bin" capture --op post --dim 16 --out out.h5 > out 2>&1 || fail "capture through a symlink"
+[ -L out.h5 ] && [ -f target.h5 ] || fail "capture replaced its symlink instead of its target"
+echo "ok: no report replaced a file of its run, capture wrote no FIFO and kept its symlink"
