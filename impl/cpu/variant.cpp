@@ -12,6 +12,7 @@
 
 namespace mhc::impl {
 namespace {
+using cpu_detail::coefficient;
 using cpu_detail::store;
 
 // tf32 operand bits of v as impl/cuda's split_tf32 forms them: hi to nearest (ties away), lo the
