@@ -2,7 +2,8 @@
 # sinkhorn.sh BIN SOURCE_DIR: mhc-verify sinkhorn map|captured|gain and the fuzz's theory.
 # - map: three shards merged, and two threads, give the unsharded map cell for cell;
 # - captured: on a split_sinkhorn fixture of 64 tokens, every reported distance, rounds-needed
-#   and near-permutation figure equals an independent numpy Sinkhorn (sinkhorn_check.py);
+#   and near-permutation figure equals an independent numpy Sinkhorn (sinkhorn_check.py); with a
+#   NaN or infinite hc_scale, refused (exit 2) rather than read as converged;
 # - captured and gain on a stack our kernel captured: a site per layer and sublayer, and the
 #   captured combs' composite gains equal numpy's products of the file's combs; without combs in
 #   the file, the oracle's curve alone;
@@ -35,6 +36,18 @@ done
 "$bin" sinkhorn captured "$d/split.h5" --max-rounds 100000 --json "$d/cap.json" > "$d/out" 2>&1 ||
   fail "captured: exit $?"
 "${check[@]}" captured "$d/split.h5" "$d/cap.json" > "$d/out" 2>&1 || fail "captured figures"
+# A NaN or an infinity in the logits' sources compares false everywhere: refused, not "converged".
+for v in nan inf; do
+  /usr/bin/python3 - "$d/split.h5" "$d/$v.h5" $v > "$d/out" 2>&1 <<'PY' || fail "writing $v.h5"
+import shutil, sys, h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    f["params/hc_scale"][2] = float(sys.argv[3])
+PY
+  "$bin" sinkhorn captured "$d/$v.h5" > "$d/out" 2>&1
+  [ $? -eq 2 ] && grep -q "token 0: the comb's logits are not finite" "$d/out" ||
+    fail "captured with hc_scale $v"
+done
 
 "$bin" capture --kernel cpu --op stack --layers 3 --tokens 3 --batch 2 --dim 16 --heads 2 \
   --head-dim 4 --experts 4 --top-k 2 --inter 8 --captured-sublayers --out "$d/stack.h5" \

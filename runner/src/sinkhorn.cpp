@@ -262,6 +262,15 @@ int run_captured(const CapturedSpec& spec, Session& session) {
               ++sites_seen;
               const int n = s.cfg.n;
               const std::size_t nn = std::size_t(n * n);
+              const std::string where = file + (fx.name.empty() ? "" : "[" + fx.name + "]") +
+                                        (s.name.empty() ? "" : " " + s.name);
+              // A NaN compares false and would read as converged: no Sinkhorn to measure.
+              for (std::size_t q = 0; q < s.logits.size(); ++q)
+                if (!std::isfinite(s.logits[q]))
+                  throw fixtures::FixtureError(
+                      where + ": token " + std::to_string(q / nn) +
+                      ": the comb's logits are not finite (NaN or infinite mixes, params or "
+                      "streams): no Sinkhorn to measure");
               const double eps = ref::hc_eps(s.cfg);
               std::vector<double> dist(s.tokens), need3(s.tokens), need6(s.tokens);
               long near = 0, beyond = 0, no_limit = 0;
@@ -307,8 +316,6 @@ int run_captured(const CapturedSpec& spec, Session& session) {
                 need3[t] = need[0] < 0 ? HUGE_VAL : need[0];
                 need6[t] = need[1] < 0 ? HUGE_VAL : need[1];
               }
-              const std::string where = file + (fx.name.empty() ? "" : "[" + fx.name + "]") +
-                                        (s.name.empty() ? "" : " " + s.name);
               reports::Entry& entry = session.report.entry("sinkhorn captured " + where);
               entry.kind = "sinkhorn";
               entry.op = oracles::op_name(fx.c.op);
