@@ -207,9 +207,25 @@ void validate_baseline(const json& b, const std::string& file) {
       }
       if (!st.contains("states") || !st["states"].is_object())
         bad(sat + "/states", "an object of counts");
-      for (const auto& [state, n] : st["states"].items())
+      for (const auto& [state, n] : st["states"].items()) {
+        bool known = false;
+        for (auto k : {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
+                       oracles::State::undecidable, oracles::State::skipped,
+                       oracles::State::not_compiled})
+          known = known || state == oracles::state_name(k);
+        if (!known) bad(sat + "/states/" + state, "a state's name (pass, fail, ...)");
         if (!n.is_number_unsigned() || n.get<std::uint64_t>() > e["cases"].get<std::uint64_t>())
           bad(sat + "/states/" + state, "a count of at most the entry's cases, got " + n.dump());
+      }
+      if (st.contains("errors")) {  // a case's error: >= 0, "inf", or "nan" where it had none
+        const json& es = st["errors"];
+        if (!es.is_array() || es.size() > e["cases"].get<std::uint64_t>())
+          bad(sat + "/errors", "an array of at most the entry's cases");
+        for (std::size_t k = 0; k < es.size(); ++k)
+          if (!(es[k].is_number() && es[k].get<double>() >= 0) && es[k] != "inf" && es[k] != "nan")
+            bad(sat + "/errors/" + std::to_string(k),
+                "an error >= 0, \"inf\" or \"nan\", got " + es[k].dump());
+      }
     }
   }
 }

@@ -42,6 +42,15 @@ edit "$d/nostages.json" 'first["stages"] = {}'
 expect2 "/stages: expected an object of at least one stage" --suite "$suite" --baseline "$d/nostages.json"
 edit "$d/negative.json" 'stage["states"]["pass"] = -3'
 expect2 "/states/pass: expected a count" --suite "$suite" --baseline "$d/negative.json"
+edit "$d/bogus_state.json" 'stage["states"]["bogus"] = 1'
+expect2 "/states/bogus: expected a state's name" --suite "$suite" --baseline "$d/bogus_state.json"
+edit "$d/negative_error.json" 'stage["errors"] = [-1.0] * len(stage["errors"])'
+expect2 "/errors/0: expected an error >= 0" --suite "$suite" --baseline "$d/negative_error.json"
+edit "$d/string_error.json" 'stage["errors"] = ["abc"]'
+expect2 "/errors/0: expected an error >= 0" --suite "$suite" --baseline "$d/string_error.json"
+edit "$d/long_errors.json" 'stage["errors"] = [0.0] * (first["cases"] + 1)'
+expect2 "/errors: expected an array of at most the entry's cases" --suite "$suite" \
+  --baseline "$d/long_errors.json"
 edit "$d/null.json" 'b["entries"] = None'
 expect2 "/entries: expected an object" --suite "$suite" --baseline "$d/null.json"
 # The shipped baseline (dim 5120) for a dim-16 suite: its entries are new, the gate fails.
