@@ -3,7 +3,8 @@
 # naming both) and the file is left as it was: a fixture given to compare (also through a
 # symlink), capture's own --out, a gate's suite and baseline, another report of the same run
 # (no lock file left behind); a FIFO given to merge is refused, not read forever; capture --out
-# writes through a symlink (the link stays) and refuses a FIFO or a directory.
+# writes through a symlink (the link stays) and refuses a FIFO or a directory; and it writes no
+# file that compare would refuse (hc_mult, sinkhorn_iters beyond the format), nor a partial one.
 set -u
 bin=$1
 d=$(mktemp -d)
@@ -53,4 +54,9 @@ refused "dir: not a regular file \(a directory\)" capture --op post --dim 16 --o
 ln -s target.h5 out.h5
 "$bin" capture --op post --dim 16 --out out.h5 > out 2>&1 || fail "capture through a symlink"
 [ -L out.h5 ] && [ -f target.h5 ] || fail "capture replaced its symlink instead of its target"
+refused "n65.h5: hc_mult 65 is beyond what the format holds \(at most 64\): not written" \
+  capture --op post --n 65 --dim 4 --out n65.h5
+refused "sinkhorn_iters 100001 is beyond what the format holds" \
+  capture --op split_sinkhorn --iters 100001 --dim 4 --out it.h5
+ls n65.h5* it.h5* > /dev/null 2>&1 && fail "capture left a file it refused to write"
 echo "ok: no report replaced a file of its run, capture wrote no FIFO and kept its symlink"
