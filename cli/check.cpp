@@ -75,6 +75,8 @@ Run add_check(CLI::App& app) {
     spec.model = oracles::error_model_from_name(st->model);
     spec.shard = runner::shard_from_env(st->shards);
     const ref::Config& cfg = spec.cfg;
+    if (spec.kernel.compare(0, 7, "plugin:") == 0) st->out.reads = {spec.kernel.substr(7)};
+    runner::Session session(st->out, spec.threads);  // first: a report on stdout keeps it
     std::printf("check: error model %s\n", st->model.c_str());
     std::printf(
         "check: kernel %s, op %s, precision %s, n=%d d=%d iters=%d hc_eps=%g norm_eps=%g,"
@@ -83,8 +85,6 @@ Run add_check(CLI::App& app) {
         cfg.hc_eps, cfg.norm_eps, spec.cases, spec.tokens,
         static_cast<unsigned long long>(spec.seed));
     std::fflush(stdout);
-    if (spec.kernel.compare(0, 7, "plugin:") == 0) st->out.reads = {spec.kernel.substr(7)};
-    runner::Session session(st->out, spec.threads);
     session.set_shard(spec.shard);
     const runner::CheckTally tally = runner::run_check(spec, session);
     if (tally.skipped > 0 && tally.skipped == tally.done) {  // asked for, and cannot run at all

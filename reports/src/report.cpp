@@ -291,6 +291,19 @@ const char* kind_of(mode_t m) {
 
 }  // namespace
 
+namespace {
+int g_report_stdout = STDOUT_FILENO;  // where reports to "-" go
+}  // namespace
+
+void reserve_stdout_for_reports() {
+  if (g_report_stdout != STDOUT_FILENO) return;
+  std::fflush(stdout);
+  const int fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+    throw std::runtime_error("cannot keep standard output for the report");
+  g_report_stdout = fd;
+}
+
 bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {
   }, sb{};
@@ -326,6 +339,9 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
     struct stat ls {};
     if (*p == "-") {
       t.stream = true;
+      for (std::size_t i = 0; i < targets_.size(); ++i)
+        if (targets_[i].path == "-")
+          fail("standard output is also the " + std::string(formats[i]) + " report");
     } else if (::lstat(p->c_str(), &ls) == 0) {
       if (S_ISLNK(ls.st_mode)) {  // followed: the file it names is written, the link stays
         if (char* real = ::realpath(p->c_str(), nullptr)) {
@@ -380,7 +396,7 @@ Writer::~Writer() {
 void Writer::put(const Target& t, const std::string& text) const {
   if (!t.stream) return write_atomic(t.file, text);
   const int fd =
-      t.path == "-" ? ::dup(STDOUT_FILENO) : ::open(t.file.c_str(), O_WRONLY | O_CLOEXEC);
+      t.path == "-" ? ::dup(g_report_stdout) : ::open(t.file.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot write report " + t.path + ": cannot open it");
   std::fflush(stdout);
   std::size_t done = 0;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # paths.sh BIN: report paths as a user may give them. "-" is standard output (the final report
-# once); a device node is written in place, never replaced by a regular file; a symlink is
-# followed and stays a symlink; a directory is refused; a report another run holds is refused;
-# fuzz leaves its report so far on disk while it runs.
+# once, and nothing else: the run's lines go to stderr; a second report there is refused); a
+# device node is written in place, never replaced by a regular file; a symlink is followed and
+# stays a symlink; a directory is refused; a report another run holds is refused; fuzz leaves its
+# report so far on disk while it runs.
 set -u
 bin=$1
 d=$(mktemp -d)
@@ -12,6 +13,11 @@ run=(check --kernel cpu --op pre --cases 2 --tokens 2 --dim 8)
 
 out=$("$bin" "${run[@]}" --json -) || fail "--json - exited $?"
 [ "$(grep -c '"schema": "mhc-report/1"' <<< "$out")" -eq 1 ] || fail "--json - did not print one report"
+/usr/bin/python3 -c 'import json, sys; json.loads(sys.argv[1])' "$out" ||
+  fail "--json -: standard output is not the report alone"
+"$bin" "${run[@]}" --json - --md - > /dev/null 2> "$d/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "standard output is also the --json report" "$d/err" ||
+  fail "two reports on standard output: exit $rc, $(cat "$d/err")"
 
 if [ "$(id -u)" -eq 0 ]; then  # a device node of our own, a twin of /dev/null
   mknod "$d/null" c 1 3 || fail "mknod"

@@ -22,6 +22,8 @@ void set_command_line(int argc, const char* const* argv) {
 }
 
 Session::Session(const reports::Outputs& out, unsigned threads) : writer_(out) {
+  for (const std::string* p : {&out.json, &out.md, &out.html, &out.junit})
+    if (*p == "-") reports::reserve_stdout_for_reports();
   report.meta = reports::make_meta(g_argc, g_argv);
   report.meta.threads = threads;
   if (impl::cuda_device_count() > 0) report.meta.device = impl::cuda_device_name();

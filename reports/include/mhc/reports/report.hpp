@@ -187,6 +187,11 @@ class Writer {
   bool written_ = false;
 };
 
+// For a run with a report on standard output ("-"): from now on the run's own lines go to standard
+// error, and the reports written to "-" to what was standard output, so that it holds the report
+// alone (a command-line run; not for a host process such as Python's).
+void reserve_stdout_for_reports();
+
 // Writes text to path atomically: a temp file beside it, flushed, then renamed over it.
 void write_atomic(const std::string& path, const std::string& text);
 
