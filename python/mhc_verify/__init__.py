@@ -158,10 +158,14 @@ def _arrays(kind: str, given: Optional[Mapping[str, Any]]) -> "tuple[dict, dict]
     return out, stored
 
 
-def _within_limits(op: str, config: Optional[Mapping[str, Any]],
-                   inputs: Mapping[str, Any]) -> None:
-    """Refuses a case too large to judge before any array is copied (ValueError)."""
+def _within_limits(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],
+                   outputs: Optional[Mapping[str, Any]] = None,
+                   params: Optional[Mapping[str, Any]] = None) -> None:
+    """Refuses a case too large to judge before any array is copied (ValueError): every input's
+    tokens within the limits, and no output or param of the op larger than its shape at the
+    most tokens an input has (a broadcast view can claim any size)."""
     l = layout(op, config)
+    most = 1
     for name, trailing in l["inputs"].items():
         if name in (inputs or {}):
             shape = tuple(getattr(inputs[name], "shape", ()))
@@ -169,7 +173,16 @@ def _within_limits(op: str, config: Optional[Mapping[str, Any]],
             tokens = int(np.prod(lead, dtype=np.float64)) if lead else 1
             batch = lead[0] if l["leading"] == 2 and lead else 1
             _core.within_limits(op, dict(config or {}), tokens, batch)
-            return
+            most = max(most, tokens)
+    for kind, given in (("outputs", outputs), ("params", params)):
+        for name, value in (given or {}).items():
+            trailing = l[kind].get(name)
+            if trailing is None:
+                continue  # a name the op does not have: refused when the case is made
+            size = float(np.prod(tuple(getattr(value, "shape", ())), dtype=np.float64))
+            if size > most * float(np.prod(trailing, dtype=np.float64)):
+                raise ValueError(f"{kind}[{name!r}]: {size:.0f} elements, more than {most} "
+                                 f"tokens of shape {tuple(trailing)} hold")
 
 
 def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],
@@ -185,7 +198,7 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     (torch tensors, or numpy float16) are judged with their rounding to that format in the bound;
     inputs and params in them are taken at their values, and those the declaration stores
     narrower are rounded to it, as the kernel read them. A failing case is saved under `save_dir` (None: not saved)."""
-    _within_limits(op, config, inputs)
+    _within_limits(op, config, inputs, outputs, params)
     ins, _ = _arrays("inputs", inputs)
     outs, stored = _arrays("outputs", outputs)
     pars, _ = _arrays("params", params)

@@ -158,6 +158,28 @@ def test_too_large_is_refused_before_judging():
                          save_dir=None)
 
 
+@pytest.mark.parametrize("where", ["later input", "output", "param"])
+def test_a_broadcast_view_past_the_limits_is_refused_before_copying(where):
+    # Views that claim 2^27 tokens of zero bytes: only the first input used to be measured, and
+    # the rest were copied (16 GiB) before their shapes were checked.
+    def huge(*trailing):
+        return np.broadcast_to(np.float32(0), (1 << 27,) + trailing)
+    T, config = 4, {"dim": 16}
+    inputs = {"f": np.zeros((T, 16), np.float32), "residual": np.zeros((T, 4, 16), np.float32),
+              "post": np.zeros((T, 4), np.float32), "comb": np.zeros((T, 4, 4), np.float32)}
+    outputs, params, op = {"y": np.zeros((T, 4, 16), np.float32)}, None, "post"
+    if where == "later input":
+        inputs["comb"], match = huge(4, 4), r"--case-memory"
+    elif where == "output":
+        outputs["y"], match = huge(4, 16), r"outputs\['y'\]: 8589934592 elements, more than 4 tokens"
+    else:
+        op, inputs = "mixes", {"x": np.zeros((T, 4, 16), np.float32)}
+        outputs = {"mixes": np.zeros((T, 24), np.float32)}
+        params, match = {"hc_fn": huge(24, 64)}, r"params\['hc_fn'\]: .* elements, more than 4"
+    with pytest.raises(ValueError, match=match):
+        mhc_verify.judge(op, config, inputs, outputs, params, save_dir=None)
+
+
 def test_layout_lists_names_and_shapes():
     l = mhc_verify.layout("boundary", {"dim": 8})
     assert l["inputs"]["residual"] == (4, 8) and l["params"]["hc_fn"] == (24, 32)
