@@ -81,7 +81,9 @@ Run add_capture(CLI::App& app) {
   auto st = std::make_shared<State>();
   st->spec.tokens = 4;
   st->add(app, "kernel whose outputs are captured");
-  app.add_option("--out", st->out, "the fixture file to write")->required();
+  app.add_option("--out", st->out,
+                 "the fixture file to write (through a symlink; not a FIFO, device or directory)")
+      ->required();
   app.add_flag("--captured-sublayers", st->captured_sublayers,
                "block, stack: write the case as a model's capture would be, its sublayers black "
                "boxes (config sublayers = captured): the mHC params and norms only, each "
