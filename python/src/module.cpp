@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
@@ -87,7 +88,35 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
   ref::BlockConfig block;
   for (const auto& [key, value] : config) {
     const std::string k = py::str(key);
-    auto whole = [&] { return value.cast<int>(); };
+    auto type_name = [&] { return std::string(py::str(py::type::of(value).attr("__name__"))); };
+    // An integer (Python's or numpy's, not a bool) that fits an int; a TypeError or ValueError
+    // naming the key, not pybind11's cast error.
+    auto whole = [&] {
+      if (PyBool_Check(value.ptr()))
+        throw py::type_error("config['" + k + "']: expected an integer, got a bool");
+      PyObject* index = PyNumber_Index(value.ptr());
+      if (!index) {
+        PyErr_Clear();
+        throw py::type_error("config['" + k + "']: expected an integer, got " + type_name());
+      }
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+      Py_DECREF(index);
+      if (overflow || v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+        throw std::invalid_argument("config['" + k + "']: " + std::string(py::str(value)) +
+                                    " is out of range");
+      return int(v);
+    };
+    auto real = [&] {
+      if (PyBool_Check(value.ptr()) || PyUnicode_Check(value.ptr()) || PyBytes_Check(value.ptr()))
+        throw py::type_error("config['" + k + "']: expected a number, got " + type_name());
+      const double v = PyFloat_AsDouble(value.ptr());
+      if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw py::type_error("config['" + k + "']: expected a number, got " + type_name());
+      }
+      return v;
+    };
     if (k == "hc_mult" || k == "n")
       cfg.n = whole();
     else if (k == "dim" || k == "d")
@@ -95,9 +124,9 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
     else if (k == "sinkhorn_iters" || k == "iters")
       cfg.iters = whole();
     else if (k == "hc_eps")
-      cfg.hc_eps = value.cast<double>();
+      cfg.hc_eps = real();
     else if (k == "norm_eps")
-      cfg.norm_eps = value.cast<double>();
+      cfg.norm_eps = real();
     else if (k == "heads")
       block.heads = whole();
     else if (k == "head_dim")
@@ -109,7 +138,7 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
     else if (k == "inter")
       block.inter = whole();
     else if (k == "route_scale")
-      block.route_scale = value.cast<double>();
+      block.route_scale = real();
     else if (k == "layers")
       block.layers = whole();
     else if (k == "sublayers") {
@@ -343,6 +372,8 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const py::builtin_exception& e) {  // TypeError and the like, as raised
+      e.set_error();
     } catch (const std::runtime_error& e) {  // a report path that cannot be written
       PyErr_SetString(PyExc_OSError, e.what());
     }

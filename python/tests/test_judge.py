@@ -127,6 +127,26 @@ def test_config_errors(capture):
         mhc_verify.judge("prex", config, inputs, outputs, save_dir=None)
 
 
+@pytest.mark.parametrize("key, value, error, message", [
+    ("hc_mult", "4", TypeError, r"config\['hc_mult'\]: expected an integer, got str"),
+    ("hc_mult", 4.5, TypeError, r"config\['hc_mult'\]: expected an integer, got float"),
+    ("hc_mult", True, TypeError, r"config\['hc_mult'\]: expected an integer, got a bool"),
+    ("dim", 2 ** 70, ValueError, r"config\['dim'\]: 1180591620717411303424 is out of range"),
+    ("hc_eps", "1e-6", TypeError, r"config\['hc_eps'\]: expected a number, got str"),
+    ("hc_eps", None, TypeError, r"config\['hc_eps'\]: expected a number, got NoneType"),
+])
+def test_config_values_of_the_wrong_type_name_their_key(key, value, error, message):
+    # pybind11's own cast error was an OSError naming no key ("Unable to cast Python instance").
+    with pytest.raises(error, match=message):
+        mhc_verify.layout("pre", {key: value})
+
+
+def test_config_takes_numpy_scalars():
+    l = mhc_verify.layout("pre", {"hc_mult": np.int64(2), "dim": np.int32(8),
+                                  "hc_eps": np.float32(1e-6)})
+    assert l["inputs"]["x"] == (2, 8)
+
+
 def test_the_gil_is_released_while_judging(capture):
     # Another Python thread keeps running while a judgement works in C++: the longest pause it sees
     # is a small part of the judgement's time (holding the GIL, the call would pause it throughout).
