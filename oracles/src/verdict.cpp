@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "mhc/oracles/parallel.hpp"
@@ -28,6 +29,12 @@ std::string state_name(State s) {
       return "not_compiled";
   }
   return "?";
+}
+
+State state_from_name(const std::string& name) {
+  for (State s : kStates)
+    if (state_name(s) == name) return s;
+  throw std::invalid_argument("unknown state '" + name + "'");
 }
 
 float poison() {

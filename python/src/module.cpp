@@ -107,11 +107,9 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
                                     " is out of range");
       return int(v);
     };
-    auto real = [&] {
-      if (PyBool_Check(value.ptr()) || PyUnicode_Check(value.ptr()) || PyBytes_Check(value.ptr()))
-        throw py::type_error("config['" + k + "']: expected a number, got " + type_name());
-      const double v = PyFloat_AsDouble(value.ptr());
-      if (v == -1.0 && PyErr_Occurred()) {
+    auto real = [&] {  // a number (numpy's too), not a bool
+      const double v = PyBool_Check(value.ptr()) ? -1.0 : PyFloat_AsDouble(value.ptr());
+      if (PyBool_Check(value.ptr()) || (v == -1.0 && PyErr_Occurred())) {
         PyErr_Clear();
         throw py::type_error("config['" + k + "']: expected a number, got " + type_name());
       }

@@ -17,14 +17,6 @@ double num(const json& j) {
   return number_from_json(j);
 }
 
-oracles::State state(const std::string& s) {
-  for (auto st :
-       {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
-        oracles::State::undecidable, oracles::State::skipped, oracles::State::not_compiled})
-    if (oracles::state_name(st) == s) return st;
-  throw std::invalid_argument("unknown state '" + s + "'");
-}
-
 oracles::Element element(const json& j) {
   oracles::Element e;
   e.index = j.at("index").get<std::size_t>();
@@ -164,7 +156,7 @@ Report read_report(const std::string& path) {
         c.index = jc.at("index");
         c.seed = jc.at("seed");
         c.label = jc.at("label");
-        c.verdict.state = state(jc.at("state"));
+        c.verdict.state = oracles::state_from_name(jc.at("state"));
         c.verdict.first_divergent = jc.at("first_divergent");
         c.diagnosis = jc.at("diagnosis");
         c.repro = jc.at("repro");
@@ -174,7 +166,7 @@ Report read_report(const std::string& path) {
         for (const json& js : jc.at("stages")) {
           oracles::StageVerdict s;
           s.stage = js.at("stage");
-          s.state = state(js.at("state"));
+          s.state = oracles::state_from_name(js.at("state"));
           s.rule = js.at("rule");
           s.reason = js.at("reason");
           s.elements = js.at("elements");
@@ -192,7 +184,7 @@ Report read_report(const std::string& path) {
           if (js.contains("noise")) {
             const json& jn = js.at("noise");
             s.has_noise = true;
-            s.noise.state = state(jn.at("state"));
+            s.noise.state = oracles::state_from_name(jn.at("state"));
             s.noise.reason = jn.at("reason");
             s.noise.elements = jn.at("elements");
             s.noise.z_max = num(jn.at("z_max"));

@@ -152,10 +152,7 @@ std::string to_json(const Report& r) {
   json entries = json::array();
   for (const auto& e : r.entries) {
     json counts = json::object();
-    for (auto s :
-         {oracles::State::pass, oracles::State::fail, oracles::State::mistrusted,
-          oracles::State::undecidable, oracles::State::skipped, oracles::State::not_compiled})
-      counts[oracles::state_name(s)] = e.count(s);
+    for (auto s : oracles::kStates) counts[oracles::state_name(s)] = e.count(s);
     json stages = json::array();
     for (const auto& a : e.stages) stages.push_back(aggregate(a));
     json curves = json::array();

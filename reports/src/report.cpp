@@ -281,7 +281,12 @@ std::string absolute(const std::string& p) {
   return a + "/" + (slash == std::string::npos ? p : p.substr(slash + 1));
 }
 
-const char* kind_of(mode_t m) {
+int g_report_stdout = STDOUT_FILENO;  // where reports to "-" go
+
+}  // namespace
+
+const char* file_kind(unsigned mode) {
+  const mode_t m = mode_t(mode);
   return S_ISDIR(m)                 ? "a directory"
          : S_ISFIFO(m)              ? "a FIFO"
          : S_ISCHR(m) || S_ISBLK(m) ? "a device"
@@ -289,11 +294,22 @@ const char* kind_of(mode_t m) {
                                     : "another kind";
 }
 
-}  // namespace
-
-namespace {
-int g_report_stdout = STDOUT_FILENO;  // where reports to "-" go
-}  // namespace
+std::string written_file(const std::string& path) {
+  struct stat ls {};
+  if (::lstat(path.c_str(), &ls) != 0 || !S_ISLNK(ls.st_mode)) return path;
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    std::string file = real;
+    std::free(real);
+    return file;
+  }
+  char buf[4096];  // to a file not written yet: the link's own target, beside the link
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string file(buf, std::size_t(n));
+  const std::size_t slash = path.rfind('/');
+  if (file[0] != '/' && slash != std::string::npos) file = path.substr(0, slash + 1) + file;
+  return file;
+}
 
 void reserve_stdout_for_reports() {
   if (g_report_stdout != STDOUT_FILENO) return;
@@ -315,8 +331,8 @@ bool same_file(const std::string& a, const std::string& b) {
 void require_regular_file(const std::string& what, const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    throw std::invalid_argument(what + " " + path + ": not a regular file (" + kind_of(st.st_mode) +
-                                ")");
+    throw std::invalid_argument(what + " " + path + ": not a regular file (" +
+                                file_kind(st.st_mode) + ")");
 }
 
 Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_clock::now()) {
@@ -336,27 +352,14 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
         }
       throw std::runtime_error("cannot write report " + *p + ": " + why);
     };
-    struct stat ls {};
     if (*p == "-") {
       t.stream = true;
       for (std::size_t i = 0; i < targets_.size(); ++i)
         if (targets_[i].path == "-")
           fail("standard output is also the " + std::string(formats[i]) + " report");
-    } else if (::lstat(p->c_str(), &ls) == 0) {
-      if (S_ISLNK(ls.st_mode)) {  // followed: the file it names is written, the link stays
-        if (char* real = ::realpath(p->c_str(), nullptr)) {
-          t.file = real;
-          std::free(real);
-        } else {  // to a file not written yet: the link's own target, beside the link
-          char buf[4096];
-          const ssize_t n = ::readlink(p->c_str(), buf, sizeof buf - 1);
-          if (n <= 0) fail("an unreadable symlink");
-          t.file.assign(buf, std::size_t(n));
-          const std::size_t slash = p->rfind('/');
-          if (t.file[0] != '/' && slash != std::string::npos)
-            t.file = p->substr(0, slash + 1) + t.file;
-        }
-      }
+    } else {
+      t.file = written_file(*p);  // a symlink is followed, the link stays
+      if (t.file.empty()) fail("an unreadable symlink");
       struct stat st {};
       if (::stat(t.file.c_str(), &st) == 0) {  // else a symlink to a file to be created
         if (S_ISDIR(st.st_mode)) fail("a directory");

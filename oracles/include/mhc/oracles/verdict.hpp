@@ -13,7 +13,11 @@
 namespace mhc::oracles {
 
 enum class State { pass, fail, mistrusted, undecidable, skipped, not_compiled };
+inline constexpr State kStates[] = {State::pass,        State::fail,    State::mistrusted,
+                                    State::undecidable, State::skipped, State::not_compiled};
 std::string state_name(State s);
+// The state state_name names; throws std::invalid_argument "unknown state 'NAME'" for any other.
+State state_from_name(const std::string& name);
 
 // The NaN payload written into every output before a kernel runs: an element that still holds
 // it afterwards was never written.

@@ -150,6 +150,11 @@ struct Outputs {
 // True when paths a and b name the same file: the same device and inode where both exist (through
 // symlinks and hard links), else the same absolute path (a file still to be written).
 bool same_file(const std::string& a, const std::string& b);
+// The file a write to path replaces: path, or the file a symlink names (the link stays), also
+// one still to be written (relative to the link's directory); "" for an unreadable symlink.
+std::string written_file(const std::string& path);
+// What kind of file a stat mode is, for a message refusing it: "a directory", "a FIFO", ...
+const char* file_kind(unsigned mode);
 // Throws std::invalid_argument "WHAT PATH: not a regular file (a FIFO)" for an existing path that
 // is not a regular file (a FIFO would block its reader, a device feed it without end); nothing for
 // a path that does not exist (its reader says so).
