@@ -2,7 +2,7 @@
 # shards.sh MHC_VERIFY SOURCE_DIR: campaigns run as shards, each a separate process that finds its
 # index the way its scheduler gives it, then merged: the merged report equals the unsharded one
 # (same_results.py) for check (cases), gate (the suite's runs), compare (files) and mutants
-# (kernels). merge names a missing shard and refuses a shard given twice; malformed or
+# (kernels). merge names a missing shard and refuses a shard or a report given twice; malformed or
 # contradicting shard variables are bad input.
 set -u
 bin=$1 src=$2
@@ -28,7 +28,8 @@ equal "$d/check.json" "$d/check-m.json"
 # A shard missing, a shard given twice.
 clean "$bin" merge "$d/check1.json" "$d/check3.json" > "$d/out" 2>&1; [ $? -eq 1 ] || fail "missing shard passed"
 grep -q "^MISSING shard 1 of 3 of " "$d/out" || fail "the missing shard is not named"
-clean "$bin" merge "$d/check1.json" "$d/check1.json" > "$d/out" 2>&1; [ $? -eq 2 ] || fail "a shard twice"
+cp "$d/check1.json" "$d/check1-copy.json"
+clean "$bin" merge "$d/check1.json" "$d/check1-copy.json" > "$d/out" 2>&1; [ $? -eq 2 ] || fail "a shard twice"
 grep -q "are both shard 0 of 3" "$d/out" || fail "the repeated shard is not named"
 
 # gate, 4 shards of a Kubernetes Indexed Job (the count passed with --shards).
@@ -61,6 +62,12 @@ for k in 0 1; do
 done
 clean "$bin" merge "$d/cmp0.json" "$d/cmp1.json" --json "$d/cmp-m.json" > "$d/out" 2>&1 || fail "compare merge"
 equal "$d/cmp.json" "$d/cmp-m.json"
+# One unsharded report twice, by its name or through a link: its cases would count twice.
+ln -s "$d/cmp.json" "$d/cmp-link.json"
+for again in "$d/cmp.json" "$d/cmp-link.json"; do
+  clean "$bin" merge "$d/cmp.json" "$again" > "$d/out" 2>&1; [ $? -eq 2 ] || fail "a report twice: $again"
+  grep -q "are the same report" "$d/out" || fail "the repeated report is not named"
+done
 
 # mutants, 3 shards (Slurm, --array=0-4:2: task IDs 0, 2, 4), judged on 2 threads.
 mut=(mutants --cases 40 --kill-budget 40 --threads 2)

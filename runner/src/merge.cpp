@@ -7,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "mhc/reports/report.hpp"
 #include "mhc/reports/text.hpp"
 
 namespace mhc::runner {
@@ -23,6 +24,12 @@ std::string campaign_of(const reports::Report& r) {
 
 MergePlan::MergePlan(std::vector<std::string> files) : files_(std::move(files)) {
   for (const auto& f : files_) parts_.push_back(reports::read_report(f));
+  // The same file twice (by another name too) would count its cases twice.
+  for (std::size_t i = 0; i < files_.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (reports::same_file(files_[i], files_[j]))
+        throw std::invalid_argument(files_[i] + " and " + files_[j] +
+                                    " are the same report; give each report once");
   std::map<std::pair<std::string, int>, std::size_t> seen;
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     const std::string c = campaign_of(parts_[i]);
