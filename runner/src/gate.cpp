@@ -54,7 +54,7 @@ Suite read_suite(const std::string& path) {
   Suite s;
   std::string text;
   int line_no = 0;
-  int settings = 0;
+  std::map<std::string, int> set_on;  // key -> its line
   while (std::getline(in, text)) {
     ++line_no;
     if (text.find('\0') != std::string::npos) suite_error(path, line_no, "binary data, not text");
@@ -65,7 +65,10 @@ Suite read_suite(const std::string& path) {
     std::vector<std::string> v;
     for (std::string w; words >> w;) v.push_back(w);
     if (v.empty()) suite_error(path, line_no, "'" + key + "' needs a value");
-    ++settings;
+    if (const auto [at, fresh] = set_on.emplace(key, line_no); !fresh)
+      suite_error(path, line_no,
+                  "'" + key + "' is set again (line " + std::to_string(at->second) +
+                      " set it); a key once");
     auto one = [&]() -> const std::string& {
       if (v.size() != 1) suite_error(path, line_no, "'" + key + "' takes one value");
       return v[0];
@@ -149,7 +152,7 @@ Suite read_suite(const std::string& path) {
                       "seed, n, dim, iters, norm-eps, error-model, allowance, floor)");
     }
   }
-  if (settings == 0)
+  if (set_on.empty())
     throw std::invalid_argument(path +
                                 ": no settings (a suite names at least its kernels or ops; "
                                 "gate/default.suite is an example)");

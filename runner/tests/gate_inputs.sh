@@ -24,6 +24,8 @@ mkfifo "$d/fifo"
 expect2 "not a regular file (a FIFO)" --suite "$suite" --baseline "$d/fifo"
 : > "$d/empty.suite"
 expect2 "no settings" --suite "$d/empty.suite" --baseline "$base"
+printf 'kernels cpu\ncases 1\nkernels cpu-fused\n' > "$d/twice.suite"
+expect2 "twice.suite:3: 'kernels' is set again (line 1 set it)" --suite "$d/twice.suite" --baseline "$base"
 edit() {  # edit OUT PYTHON: the shipped baseline changed by PYTHON (b is the JSON)
   /usr/bin/python3 - "$base" "$1" "$2" <<'PY'
 import json, sys
