@@ -10,6 +10,8 @@ shapes and config keys are those of the fixture files (fixtures/README.md); `mhc
 config)` lists them. A failing case is saved as a fixture (default folder `mhc-failures/`) and its
 REPRO line reruns it with `mhc-verify compare`.
 """
+import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -117,6 +119,27 @@ class Judgement:
         return self.message()
 
 
+def _text(what: str, value: Any) -> str:
+    """A string argument as the C++ side takes it (a path as its str): valid UTF-8 text."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what}: {value!r} is not valid text ({e.reason} at {e.start})") from None
+    return value
+
+
+def _threads(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"threads: expected an int (0: every core), got {type(value).__name__}")
+    if not 0 <= value < 2**32:
+        raise ValueError(f"threads: {value} is not in [0, 2**32) (0: every core)")
+    return int(value)
+
+
 def ops() -> List[str]:
     """The ops the harness judges."""
     return list(_core.ops())
@@ -124,7 +147,7 @@ def ops() -> List[str]:
 
 def layout(op: str, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The names and trailing shapes of an op's inputs, params and outputs at a configuration."""
-    return dict(_core.layout(op, dict(config or {})))
+    return dict(_core.layout(_text("op", op), dict(config or {})))
 
 
 def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, str]":
@@ -202,8 +225,10 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     ins, _ = _arrays("inputs", inputs)
     outs, stored = _arrays("outputs", outputs)
     pars, _ = _arrays("params", params)
-    r = _core.judge(op, dict(config or {}), ins, outs, pars, precision, error_model, stored,
-                    save_dir or "", threads, diagnose, _recorder, _label)
+    r = _core.judge(op, dict(config or {}), ins, outs, pars, _text("precision", precision),
+                    _text("error_model", error_model), stored,
+                    "" if save_dir is None else _text("save_dir", save_dir), _threads(threads),
+                    diagnose, _recorder, _label)
     return _judgement(r)
 
 
@@ -222,8 +247,10 @@ def judge_file(path: str, cases: Optional[List[str]] = None, error_model: str = 
     """Judges every case of a fixture file (mhc-fixture: one case) or capture file
     (mhc-capture: many, e.g. a model's forward from mhc_verify.torch.capture), or only the
     cases named. Each Judgement's REPRO line reruns its case with `mhc-verify compare`."""
-    return [_judgement(r) for r in _core.judge_file(str(path), list(cases or []), error_model,
-                                                    threads, diagnose, _recorder, _label)]
+    names = [_text(f"cases[{i}]", c) for i, c in enumerate(cases or [])]
+    return [_judgement(r) for r in _core.judge_file(_text("path", path), names,
+                                                    _text("error_model", error_model),
+                                                    _threads(threads), diagnose, _recorder, _label)]
 
 
 def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
@@ -236,11 +263,13 @@ def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
         ins, _ = _arrays("inputs", case.get("inputs"))
         outs, stored = _arrays("outputs", case.get("outputs"))
         pars, _ = _arrays("params", case.get("params"))
-        names.append(str(name))
-        payload.append({"op": case["op"], "config": dict(case.get("config") or {}), "inputs": ins,
+        names.append(_text("a case's name", str(name)))
+        payload.append({"op": _text(f"cases[{name!r}]['op']", case["op"]),
+                        "config": dict(case.get("config") or {}), "inputs": ins,
                         "outputs": outs, "params": pars, "stored": stored,
-                        "precision": case.get("precision", "fp32")})
-    _core.write_capture(str(path), names, payload, producer)
+                        "precision": _text(f"cases[{name!r}]['precision']",
+                                           case.get("precision", "fp32"))})
+    _core.write_capture(_text("path", path), names, payload, _text("producer", producer))
 
 
 def assert_faithful(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],

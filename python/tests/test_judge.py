@@ -141,6 +141,30 @@ def test_config_values_of_the_wrong_type_name_their_key(key, value, error, messa
         mhc_verify.layout("pre", {key: value})
 
 
+@pytest.mark.parametrize("options, error, message", [
+    ({"threads": -1}, ValueError, r"threads: -1 is not in \[0, 2\*\*32\)"),
+    ({"threads": 1.5}, TypeError, r"threads: expected an int \(0: every core\), got float"),
+    ({"threads": True}, TypeError, r"threads: expected an int \(0: every core\), got bool"),
+    ({"precision": "\ud800"}, ValueError, r"precision: '\\ud800' is not valid text"),
+    ({"error_model": 3}, TypeError, r"error_model: expected a str, got int"),
+    ({"save_dir": "a\udcffb"}, ValueError, r"save_dir: 'a\\udcffb' is not valid text"),
+])
+def test_arguments_of_the_wrong_kind_are_named(capture, options, error, message):
+    # pybind11's own error was "incompatible function arguments", naming no argument.
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    with pytest.raises(error, match=message):
+        mhc_verify.judge("pre", config, inputs, outputs, params, **options)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("\ud800",), r"path: '\\ud800' is not valid text"),
+    (("x.h5", ["ok", "\ud800"]), r"cases\[1\]: '\\ud800' is not valid text"),
+])
+def test_judge_file_names_its_argument_of_the_wrong_kind(args, message):
+    with pytest.raises(ValueError, match=message):
+        mhc_verify.judge_file(*args)
+
+
 def test_config_takes_numpy_scalars():
     l = mhc_verify.layout("pre", {"hc_mult": np.int64(2), "dim": np.int32(8),
                                   "hc_eps": np.float32(1e-6)})
