@@ -49,8 +49,8 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
   const CheckSpec d;  // check's defaults
   const std::string model_flag =
       model == d.model ? "" : " --error-model " + oracles::error_model_name(model);
-  if (c.origin == OpCase::Origin::file)
-    return "mhc-verify compare " + shell_quote(c.file) +
+  if (c.origin == OpCase::Origin::file)  // a relative name that reads as an option: ./-x.h5
+    return "mhc-verify compare " + shell_quote((c.file.rfind('-', 0) == 0 ? "./" : "") + c.file) +
            (c.file_case.empty() ? "" : " --case " + shell_quote(c.file_case)) +
            (c.precision_given ? " --precision " + shell_quote(oracles::precision_name(c.precision))
                               : "") +

@@ -10,6 +10,7 @@ gives exactly that; a line that drops an option (a shape, the precision, the mod
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,8 +20,8 @@ ONLY = sys.argv[2] if len(sys.argv) > 2 else None
 tmp = tempfile.mkdtemp(prefix="mhc_repro_")
 
 
-def run(args, expect=(0, 1)):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True)
+def run(args, expect=(0, 1), cwd=None):
+    p = subprocess.run([BIN] + args, capture_output=True, text=True, cwd=cwd)
     if p.returncode not in expect:
         sys.exit(f"FAIL: {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
     return p
@@ -32,13 +33,13 @@ def fingerprint(case):
     return case["state"], case["first_divergent"], stages
 
 
-def report(args, name):
+def report(args, name, cwd=None):
     path = os.path.join(tmp, name + ".json")
-    run(args + ["--json", path])
+    run(args[:1] + ["--json", path] + args[1:], cwd=cwd)  # before a "--"
     return json.load(open(path))
 
 
-def replay(rep, who, most=None):
+def replay(rep, who, most=None, cwd=None):
     lines = [(e["id"], c) for e in rep["entries"] for c in e["cases"] if c["repro"]]
     if not lines:
         sys.exit(f"FAIL: {who} printed no REPRO line")
@@ -48,7 +49,8 @@ def replay(rep, who, most=None):
         if words[0] != "mhc-verify":
             sys.exit(f"FAIL: {who}: REPRO does not start with mhc-verify: {case['repro']}")
         out = os.path.join(tmp, "replay.json")
-        run(words[1:] + ["--json", out, "--save-failures", ""] if words[1] == "check" else words[1:] + ["--json", out])
+        run(words[1:] + ["--json", out, "--save-failures", ""] if words[1] == "check" else words[1:] + ["--json", out],
+            cwd=cwd)
         again = json.load(open(out))
         cases = [c for e in again["entries"] for c in e["cases"]]
         if len(cases) != 1:
@@ -83,12 +85,24 @@ scenarios = {
         ["compare", "--error-model", "rigorous"] + sorted(
             os.path.join(tmp, "fuzz", f) for f in os.listdir(os.path.join(tmp, "fuzz")))[:2],
         "compare"), "compare"),
+    # A relative file name that reads as an option: the line must still name the file.
+    "compare_dash": lambda: replay(report(
+        ["compare", "--", dash_file()], "compare_dash", cwd=tmp), "compare of -x.h5", cwd=tmp),
 }
+
+
+def dash_file():
+    fuzzed = os.path.join(tmp, "fuzz")
+    name = "--case=x 'q'.h5"
+    shutil.copy(os.path.join(fuzzed, sorted(os.listdir(fuzzed))[0]), os.path.join(tmp, name))
+    return name
+
+
 suite = os.path.join(tmp, "repro.suite")
 with open(suite, "w") as f:
     f.write("kernels mutant:col_eps_outside\nops split_sinkhorn mixes\nprecisions tf32\n"
             "hc-eps 1e-2\ncases 2\ntokens 2\nn 3\ndim 8\niters 5\nerror-model probabilistic\n")
 for name, go in scenarios.items():
-    if ONLY is None or name == ONLY or (ONLY == "fuzz" and name == "compare"):
+    if ONLY is None or name == ONLY or (ONLY == "fuzz" and name.startswith("compare")):
         go()
 print("repro round trip: PASS")
