@@ -1,5 +1,6 @@
 #include "mhc/reports/text.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -42,6 +43,21 @@ std::size_t utf8_length(const std::string& s, std::size_t i) {
   return n;
 }
 
+// Code points a terminal or a reader acts on unseen: C1 controls, the bidirectional controls
+// (text shown in another order than it runs), and the noncharacters XML 1.0 forbids.
+bool hidden(std::uint32_t u) {
+  return (u >= 0x80 && u <= 0x9F) || u == 0x061C || u == 0x200E || u == 0x200F ||
+         (u >= 0x202A && u <= 0x202E) || (u >= 0x2066 && u <= 0x2069) || u == 0xFFFE || u == 0xFFFF;
+}
+
+std::uint32_t code_point(const std::string& s, std::size_t i, std::size_t n) {
+  const auto b = [&](std::size_t k) { return std::uint32_t(static_cast<unsigned char>(s[i + k])); };
+  if (n == 1) return b(0);
+  std::uint32_t u = b(0) & (0x7Fu >> n);
+  for (std::size_t k = 1; k < n; ++k) u = (u << 6) | (b(k) & 0x3F);
+  return u;
+}
+
 }  // namespace
 
 std::string clean_text(const std::string& s, bool controls, const char* keep) {
@@ -58,7 +74,13 @@ std::string clean_text(const std::string& s, bool controls, const char* keep) {
       ++i;
       continue;
     }
-    o.append(s, i, n);
+    if (controls && n > 1 && hidden(code_point(s, i, n))) {
+      char buf[12];
+      std::snprintf(buf, sizeof buf, "\\u%04X", unsigned(code_point(s, i, n)));
+      o += buf;
+    } else {
+      o.append(s, i, n);
+    }
     i += n;
   }
   return o;

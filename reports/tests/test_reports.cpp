@@ -178,6 +178,13 @@ TEST_CASE("reports: text from outside is made valid UTF-8 with its control bytes
   CHECK(clean_text("x\ny\tz", true, "\n") == "x\ny\\x09z");
   CHECK(clean_text("x\ny\x1B", false) == "x\ny\x1B");  // controls kept when asked
   CHECK(clean_text(std::string("a\0b", 3)) == "a\\x00b");
+  // C1 (U+009B is a one-code CSI), bidi overrides and isolates, XML's forbidden noncharacters.
+  CHECK(clean_text("a\xC2\x9B"
+                   "31mb") == "a\\u009B31mb");
+  CHECK(clean_text("x\xE2\x80\xAEtxt.exe \xE2\x81\xA6") == "x\\u202Etxt.exe \\u2066");
+  CHECK(clean_text("n\xEF\xBF\xBE\xEF\xBF\xBF") == "n\\uFFFE\\uFFFF");
+  CHECK(clean_text("\xC2\x85", false) == "\xC2\x85");                   // kept when asked
+  CHECK(clean_text("\xC2\xA0\xEF\xBF\xBD") == "\xC2\xA0\xEF\xBF\xBD");  // NBSP, U+FFFD stay
 }
 
 // A stage's second-tier verdict, limits included, survives a JSON write and read (the gate and

@@ -11,7 +11,8 @@ namespace mhc::reports {
 std::string fmt_g(double x, int digits = 3);
 
 // s with every byte that is not part of a valid UTF-8 sequence written as \xNN, and, where
-// `controls`, every control character (C0 and DEL) but those in `keep` as \xNN too.
+// `controls`, every control character (C0 and DEL) but those in `keep` as \xNN too, and C1
+// controls, bidirectional controls and U+FFFE/U+FFFF as \uNNNN.
 std::string clean_text(const std::string& s, bool controls = true, const char* keep = "");
 
 // Text for XML and HTML: clean_text (newlines and tabs kept), then & < > " ' as entities.
