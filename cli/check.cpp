@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "mhc/impl/cuda.hpp"
 #include "mhc/oracles/verdict.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/check.hpp"
 
 namespace mhc::cli {
@@ -81,8 +82,8 @@ Run add_check(CLI::App& app) {
     std::printf(
         "check: kernel %s, op %s, precision %s, n=%d d=%d iters=%d hc_eps=%g norm_eps=%g,"
         " %d cases x %zu tokens, seed %llu\n",
-        spec.kernel.c_str(), st->op.c_str(), st->precision.c_str(), cfg.n, cfg.d, cfg.iters,
-        cfg.hc_eps, cfg.norm_eps, spec.cases, spec.tokens,
+        reports::clean_text(spec.kernel).c_str(), st->op.c_str(), st->precision.c_str(), cfg.n,
+        cfg.d, cfg.iters, cfg.hc_eps, cfg.norm_eps, spec.cases, spec.tokens,
         static_cast<unsigned long long>(spec.seed));
     std::fflush(stdout);
     session.set_shard(spec.shard);

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "mhc/fixtures/fixture.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/check.hpp"
 #include "mhc/runner/compare.hpp"
 #include "mhc/runner/judge.hpp"
@@ -130,8 +131,9 @@ Run add_capture(CLI::App& app) {
                             "mhc-verify capture --kernel " + runner::shell_quote(spec.kernel) +
                                 " --op " + st->op + " --seed " + std::to_string(spec.seed) +
                                 (st->captured_sublayers ? " --captured-sublayers" : ""));
-    std::printf("capture: wrote %s (%s, %zu tokens, kernel %s)\n", st->out.c_str(), st->op.c_str(),
-                c.tokens, spec.kernel.c_str());
+    std::printf("capture: wrote %s (%s, %zu tokens, kernel %s)\n",
+                reports::clean_text(st->out).c_str(), st->op.c_str(), c.tokens,
+                reports::clean_text(spec.kernel).c_str());
     return session.finish(0);
   };
 }

@@ -6,6 +6,7 @@
 
 #include "mhc/impl/kernels.hpp"
 #include "mhc/reports/curves.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
 
@@ -93,7 +94,7 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
         rec.saved =
             save_case(spec.save_dir, backend->name + "_" + op + "_seed" + std::to_string(seed), c,
                       o.got, rec.repro);
-        if (!rec.saved.empty()) std::printf("SAVED: %s\n", rec.saved.c_str());
+        if (!rec.saved.empty()) std::printf("SAVED: %s\n", reports::clean_text(rec.saved).c_str());
       }
     } else if (v.state == oracles::State::skipped) {
       tally.skip_reason = v.stages.empty() ? "" : v.stages[0].reason;

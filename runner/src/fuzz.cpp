@@ -23,6 +23,7 @@
 #include "mhc/oracles/sinkhorn_theory.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/reports/curves.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
 
@@ -408,7 +409,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
             reports::CaseRecord rec = record(o, std::size_t(i), st->seed, "");
             rec.label = b->name + " on case " + std::to_string(i);
             if (o.got.empty()) {  // the kernel threw or returned an error: nothing to save
-              std::printf("FAIL: %s on case %llu: %s\n", b->name.c_str(),
+              std::printf("FAIL: %s on case %llu: %s\n", reports::clean_text(b->name).c_str(),
                           static_cast<unsigned long long>(i),
                           o.verdict.stages.at(0).reason.c_str());
             } else {

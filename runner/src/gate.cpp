@@ -19,6 +19,7 @@
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/ops.hpp"
 #include "mhc/reports/json_number.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/check.hpp"
 #include "mhc/runner/repro.hpp"
 
@@ -397,9 +398,10 @@ int GatePlan::run(Session& session) const {
     const json& be = base["entries"];
     for (std::size_t i = 0; i < specs.size(); ++i) {
       reports::Entry& e = session.report.entry(specs[i].id);
+      const std::string id = reports::clean_text(e.id);  // a plug-in names itself: for a terminal
       if (!be.contains(e.id)) {
         e.problem = "not in the baseline " + st->baseline + " (run with --update to record it)";
-        problems.push_back("NEW " + e.id + ": " + e.problem);
+        problems.push_back("NEW " + id + ": " + reports::clean_text(e.problem));
         fresh.insert(e.id);
         continue;
       }
@@ -410,9 +412,9 @@ int GatePlan::run(Session& session) const {
           const double was = from_num(bs[a.stage][stat]);
           const double now = std::string(stat) == "ratio_max" ? a.ratio_max : a.ratio_p99;
           if (!(now > allowance * was && now > was + floor)) continue;
-          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " + stat + " " +
-                             g(was) + " -> " + g(now) + " (allowance " + g(allowance) +
-                             "x, floor " + g(floor) + ")";
+          std::string line = "REGRESSED " + id + " stage " + a.stage + ": " + stat + " " + g(was) +
+                             " -> " + g(now) + " (allowance " + g(allowance) + "x, floor " +
+                             g(floor) + ")";
           e.problem = line.substr(10);
           problems.push_back(line + "\n  REPRO: " +
                              repro(check_case(specs[i], specs[i].seed + a.worst_case),
@@ -434,7 +436,7 @@ int GatePlan::run(Session& session) const {
             std::sort(growth.begin(), growth.end());
             const double median = growth[growth.size() / 2].first;
             if (median > allowance) {
-              std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": error grew " +
+              std::string line = "REGRESSED " + id + " stage " + a.stage + ": error grew " +
                                  g(median) + "x (normwise, median over the cases; allowance " +
                                  g(allowance) + "x)";
               e.problem = line.substr(10);
@@ -450,7 +452,7 @@ int GatePlan::run(Session& session) const {
         const auto it = a.states.find("pass");
         const int now_pass = it == a.states.end() ? 0 : it->second;
         if (was_pass == int(e.cases.size()) && now_pass < was_pass) {
-          std::string line = "REGRESSED " + e.id + " stage " + a.stage + ": " +
+          std::string line = "REGRESSED " + id + " stage " + a.stage + ": " +
                              std::to_string(now_pass) + " of " + std::to_string(e.cases.size()) +
                              " cases pass, baseline " + std::to_string(was_pass);
           e.problem = line.substr(10);
@@ -467,10 +469,10 @@ int GatePlan::run(Session& session) const {
                          : fresh.count(e.id) ? "NEW"
                          : e.problem.empty() ? "ok"
                                              : "REGRESSED";
-    std::printf("%-52s %6zu %5d %10.3g  %s\n", e.id.c_str(), e.cases.size(),
+    std::printf("%-52s %6zu %5d %10.3g  %s\n", reports::clean_text(e.id).c_str(), e.cases.size(),
                 e.count(oracles::State::fail), worst, status);
   }
-  for (const auto& p : problems) std::printf("%s\n", p.c_str());
+  for (const auto& p : problems) std::printf("%s\n", p.c_str());  // made of clean text
   if (st->update) {
     if (failed) {
       std::printf(
@@ -483,11 +485,11 @@ int GatePlan::run(Session& session) const {
     recorded.floor = floor;
     reports::write_atomic(st->baseline,
                           baseline_of(session.report, recorded, st->suite).dump(1) + "\n");
-    std::printf("gate: baseline %s recorded (%zu entries)\n", st->baseline.c_str(),
-                session.report.entries.size());
+    std::printf("gate: baseline %s recorded (%zu entries)\n",
+                reports::clean_text(st->baseline).c_str(), session.report.entries.size());
     return (0);
   }
-  for (const auto& line : skipped) std::printf("%s\n", line.c_str());
+  for (const auto& line : skipped) std::printf("%s\n", reports::clean_text(line).c_str());
   const bool ok = failed == 0 && problems.empty() && skipped.empty();
   std::printf("gate: %s (%d cases failed, %zu regressions or new entries)\n",
               run_outcome(ok).c_str(), failed, problems.size());

@@ -2,6 +2,7 @@
 #include "mhc/impl/plugin.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -371,16 +372,19 @@ reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t se
 std::string save_case(const std::string& dir, const std::string& name, const oracles::OpCase& c,
                       const oracles::Trace<float>& got, const std::string& producer,
                       const bnd::StoredFormats& stored) {
+  // The name carries a kernel's (a plug-in's path): only characters no shell or terminal acts on.
   std::string file = name;
   for (char& ch : file)
-    if (ch == ':' || ch == '/' || ch == ' ') ch = '_';
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && !(ch && std::strchr("._+=,-", ch)))
+      ch = '_';
   const std::string path = dir + "/" + file + ".h5";
   try {
     std::filesystem::create_directories(dir);
     fixtures::write_fixture(path, c, got, producer, stored);
     return path;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n", path.c_str(), e.what());
+    std::fprintf(stderr, "mhc-verify: warning: could not save %s: %s\n",
+                 reports::clean_text(path).c_str(), reports::clean_text(e.what()).c_str());
     return "";
   }
 }

@@ -15,6 +15,7 @@
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/parallel.hpp"
 #include "mhc/oracles/verdict.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
 
@@ -348,8 +349,9 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
     }
     const bool ok = r.wrong ? r.killed_at >= 0 && r.diagnosis_ok : r.failed == 0;
     bad += ok ? 0 : 1;
-    std::printf("%-34s %-6s %7d %8s %-9s %-28s %s\n", r.name.c_str(), r.wrong ? "wrong" : "legit",
-                r.cases, r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
+    std::printf("%-34s %-6s %7d %8s %-9s %-28s %s\n", reports::clean_text(r.name).c_str(),
+                r.wrong ? "wrong" : "legit", r.cases,
+                r.killed_at >= 0 ? std::to_string(r.killed_at).c_str() : "-",
                 r.stage.empty() ? "-" : r.stage.c_str(),
                 r.wrong
                     ? r.diagnosis.c_str()

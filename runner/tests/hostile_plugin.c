@@ -6,7 +6,8 @@
  * The harness must fail that case with what happened and go on. With MHC_HOSTILE_DEVICE set it
  * takes device memory and computes nothing (its outputs stay unwritten): a crashing device
  * plug-in (gpu_plugin.sh). MHC_HOSTILE_LOAD (segv, abort, exit0, hang) misbehaves in
- * mhc_plugin_v1 instead, while the harness reads the table. */
+ * mhc_plugin_v1 instead, while the harness reads the table. MHC_HOSTILE_NAME: the name it declares
+ * (text_hygiene.py: control characters in it). */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,5 +97,6 @@ const mhc_plugin* mhc_plugin_v1(void) {
   if (load && !strcmp(load, "hang"))
     for (;;) pause();
   if (getenv("MHC_HOSTILE_DEVICE")) table.memory = MHC_MEMORY_DEVICE;
+  if (getenv("MHC_HOSTILE_NAME")) table.name = getenv("MHC_HOSTILE_NAME");
   return &table;
 }
