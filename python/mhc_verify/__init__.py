@@ -119,17 +119,17 @@ class Judgement:
         return self.message()
 
 
-def _text(what: str, value: Any) -> str:
-    """A string argument as the C++ side takes it (a path as its str): valid UTF-8 text."""
+def _text(what: str, value: Any) -> bytes:
+    """A string argument as the C++ side takes it: UTF-8, where bytes that are not UTF-8 come
+    surrogate-escaped, as Python holds file names (os.fsencode) and as names come back."""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):
         raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
     try:
-        value.encode("utf-8")
+        return value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as e:
         raise ValueError(f"{what}: {value!r} is not valid text ({e.reason} at {e.start})") from None
-    return value
 
 
 def _threads(value: Any) -> int:
@@ -263,7 +263,7 @@ def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
         ins, _ = _arrays("inputs", case.get("inputs"))
         outs, stored = _arrays("outputs", case.get("outputs"))
         pars, _ = _arrays("params", case.get("params"))
-        names.append(_text("a case's name", str(name)))
+        names.append(_text("a case's name", str(name)))  # surrogate-escaped bytes allowed
         payload.append({"op": _text(f"cases[{name!r}]['op']", case["op"]),
                         "config": dict(case.get("config") or {}), "inputs": ins,
                         "outputs": outs, "params": pars, "stored": stored,

@@ -197,6 +197,14 @@ struct Options {
   Recorder* recorder = nullptr;
 };
 
+// Text for Python: bytes that are not UTF-8 (a file's or a case's name) as Python's own file
+// names hold them, surrogate-escaped, so that the name passed back selects the same case.
+py::str text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "surrogateescape");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
 // Judges a case and returns the verdict as plain data (what mhc_verify.Judgement holds).
 py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
                 const bnd::StoredFormats& stored, const std::vector<std::string>& zero_params,
@@ -227,25 +235,25 @@ py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
   entry.add_case(runner::record(o, 0, 0, repro));
   py::dict r;
   r["state"] = oracles::state_name(o.verdict.state);
-  r["first_divergent"] = o.verdict.first_divergent;
-  r["diagnosis"] = o.diagnosis;
+  r["first_divergent"] = text(o.verdict.first_divergent);
+  r["diagnosis"] = text(o.diagnosis);
   r["deviations"] = o.deviations;
-  r["repro"] = repro;
-  r["saved"] = saved;
-  r["table"] = runner::stage_table(entry);
+  r["repro"] = text(repro);
+  r["saved"] = text(saved);
+  r["table"] = text(runner::stage_table(entry));
   r["op"] = op;
   r["tokens"] = c.tokens;
   r["precision"] = precision;
   r["error_model"] = model;
   r["zero_params"] = zero_params;
-  r["name"] = c.file_case;
+  r["name"] = text(c.file_case);
   py::list stages;
   for (const auto& s : o.verdict.stages) {
     py::dict d;
     d["stage"] = s.stage;
     d["state"] = oracles::state_name(s.state);
     d["rule"] = s.rule;
-    d["reason"] = s.reason;
+    d["reason"] = text(s.reason);
     d["elements"] = s.elements;
     d["failed"] = s.failed;
     d["undecidable"] = s.undecidable;
@@ -258,7 +266,7 @@ py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
     if (s.has_noise) {
       py::dict n;
       n["state"] = oracles::state_name(s.noise.state);
-      n["reason"] = s.noise.reason;
+      n["reason"] = text(s.noise.reason);
       n["z_max"] = s.noise.z_max;
       n["z_rms"] = s.noise.z_rms;
       n["z_limit"] = s.noise.z_limit;
@@ -288,9 +296,11 @@ runner::TensorCase tensor_case(const py::dict& k) {
   const auto get = [&](const char* key) -> py::object {
     return k.contains(key) ? py::object(k[key]) : py::object(py::dict());
   };
-  const std::string precision = k.contains("precision") ? py::str(k["precision"]) : "fp32";
+  // str or the bytes mhc_verify._text makes of one
+  const std::string precision =
+      k.contains("precision") ? k["precision"].cast<std::string>() : std::string("fp32");
   return runner::from_tensors(
-      header(oracles::op_from_name(py::str(k["op"])), get("config"),
+      header(oracles::op_from_name(k["op"].cast<std::string>()), get("config"),
              oracles::precision_from_name(precision)),
       named(get("inputs"), "inputs"), named(get("params"), "params"),
       named(get("outputs"), "outputs",

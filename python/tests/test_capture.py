@@ -39,6 +39,22 @@ def test_a_capture_is_judged_case_by_case(capture, tmp_path):
     assert [r.name for r in mhc_verify.judge_file(path, cases=["2.post"])] == ["2.post"]
 
 
+def test_names_that_are_not_utf8_come_back_as_python_file_names_do(capture, tmp_path):
+    # A file and a case named with bytes that are not UTF-8 (a capture from another tool): judged,
+    # named back surrogate-escaped (os.fsdecode), and that name selects the case again.
+    import os
+    folder = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"dir\xff"))
+    os.makedirs(folder)
+    path, name = os.path.join(folder, "c.h5"), os.fsdecode(b"bad\xfe")
+    wrong = case(capture, "pre")
+    wrong["outputs"]["y"][0, 0] += 1.0
+    mhc_verify.write_capture(path, {name: wrong, "ok": case(capture, "post")})
+    results = mhc_verify.judge_file(path)
+    assert [(r.name, r.passed) for r in results] == [(name, False), ("ok", True)]
+    assert results[0].repro.endswith(r"/c.h5' --case $'bad\xFE'"), results[0].repro
+    assert [r.name for r in mhc_verify.judge_file(path, cases=[name])] == [name]
+
+
 def test_bad_captures_name_the_case(capture, tmp_path):
     good = case(capture, "pre")
     bad = dict(good, inputs={"x": good["inputs"]["x"][:, :2], "pre_mix": good["inputs"]["pre_mix"]})
