@@ -1,6 +1,8 @@
 // Markdown summary and JUnit XML of the report model.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -33,10 +35,36 @@ std::string xml(const std::string& raw) {
   return markup_escape(raw);
 }
 
+// Text from outside in a Markdown line or table cell, shown as it is: control bytes escaped, and
+// every character that would start markup (a code span, raw HTML, a link, emphasis, an entity,
+// the table's next cell) backslash-escaped; but '_' between letters or digits, which cannot
+// (CommonMark's flanking rules), so that names like hc_eps read as they are.
 std::string md_cell(const std::string& raw) {
+  const std::string t = clean_text(raw);
+  const auto alnum = [&](std::size_t i) {
+    return i < t.size() && std::isalnum(static_cast<unsigned char>(t[i]));
+  };
   std::string o;
-  for (char ch : clean_text(raw)) o += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const char ch = t[i];
+    const bool inert = ch == '_' && i > 0 && alnum(i - 1) && alnum(i + 1);
+    if (ch && std::strchr("\\`*_[]<>|&~", ch) && !inert) o += '\\';
+    o += ch;
+  }
   return o;
+}
+
+// Text from outside as a code span, taken literally by the reader (a REPRO line pastes as it
+// runs): fenced by one backtick more than its longest run of them, padded where it starts or ends
+// with one or with a space at both ends (the reader strips one space a side there).
+std::string md_code(const std::string& raw) {
+  const std::string t = clean_text(raw);
+  if (t.empty()) return t;
+  std::size_t run = 0, longest = 0;
+  for (char ch : t) longest = std::max(longest, run = ch == '`' ? run + 1 : 0);
+  const bool pad = t.front() == '`' || t.back() == '`' || (t.front() == ' ' && t.back() == ' ');
+  const std::string fence(longest + 1, '`'), space = pad ? " " : "";
+  return fence + space + t + space + fence;
 }
 
 // Sub-items explaining each catalogued deviation the text names, once per entry (`seen`).
@@ -101,13 +129,14 @@ std::string to_markdown(const Report& r) {
   const Meta& m = r.meta;
   const auto [entries, ok, cases, pass] = r.summary();
   o << "# mhc-verify report: " << (pass ? "PASS" : "FAIL") << "\n\n";
-  o << "`" << m.command << "`  \n";
-  o << "mhc-verify " << m.version << " (" << m.git_commit << "), " << m.compiler << ", "
-    << m.build_type << "; " << m.host << "; device: " << m.device << "  \n";
-  o << "started " << m.started << ", " << fmt_g(m.wall_s) << " s";
+  o << md_code(m.command) << "  \n";
+  o << "mhc-verify " << md_cell(m.version) << " (" << md_cell(m.git_commit) << "), "
+    << md_cell(m.compiler) << ", " << md_cell(m.build_type) << "; " << md_cell(m.host)
+    << "; device: " << md_cell(m.device) << "  \n";
+  o << "started " << md_cell(m.started) << ", " << fmt_g(m.wall_s) << " s";
   if (!r.complete)
     o << "; **incomplete**"
-      << (r.interrupted.empty() ? "" : " (interrupted by " + r.interrupted + ")");
+      << (r.interrupted.empty() ? "" : " (interrupted by " + md_cell(r.interrupted) + ")");
   o << "\n\n"
     << r.entries.size() << " entries, " << ok << " as expected, " << cases << " cases.\n\n";
   o << "| entry | result | expect | cases | pass | fail | undecidable | mistrusted | max ratio |\n";
@@ -123,8 +152,8 @@ std::string to_markdown(const Report& r) {
       };
       const std::string result = md_cell(entry_result(e));
       o << "| " << md_cell(e.id) << " | " << (e.ok() ? result : "**" + result + "**") << " | "
-        << e.expect << " | " << (e.cases.empty() ? "-" : std::to_string(e.cases.size())) << " | "
-        << count(oracles::State::pass) << " | " << count(oracles::State::fail) << " | "
+        << md_cell(e.expect) << " | " << (e.cases.empty() ? "-" : std::to_string(e.cases.size()))
+        << " | " << count(oracles::State::pass) << " | " << count(oracles::State::fail) << " | "
         << count(oracles::State::undecidable) << " | " << count(oracles::State::mistrusted) << " | "
         << (e.stages.empty() ? "-" : fmt_g(worst)) << " |\n";
     }
@@ -133,7 +162,8 @@ std::string to_markdown(const Report& r) {
     o << "\n## " << md_cell(e.id) << (e.ok() ? "" : " (NOT OK)") << "\n\n";
     if (!e.settings.empty()) {
       for (std::size_t i = 0; i < e.settings.size(); ++i)
-        o << (i ? ", " : "") << e.settings[i].first << "=" << e.settings[i].second;
+        o << (i ? ", " : "") << md_cell(e.settings[i].first) << "="
+          << md_cell(e.settings[i].second);
       o << "\n\n";
     }
     if (!e.problem.empty())
@@ -149,22 +179,23 @@ std::string to_markdown(const Report& r) {
            "| worst |\n";
       o << "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n";
       for (const auto& a : e.stages)
-        o << "| " << a.stage << " | " << state_count(a, "pass") << " | " << state_count(a, "fail")
-          << " | " << state_count(a, "undecidable") << " | " << state_count(a, "mistrusted")
-          << " | " << fmt_g(a.ratio_max) << " | " << fmt_g(a.ratio_p99) << " | "
-          << fmt_g(a.ratio_median) << " | " << fmt_g(a.max_ulp) << " | case " << a.worst_case
-          << " token " << a.worst.token << " elem " << a.worst.index << " |\n";
+        o << "| " << md_cell(a.stage) << " | " << state_count(a, "pass") << " | "
+          << state_count(a, "fail") << " | " << state_count(a, "undecidable") << " | "
+          << state_count(a, "mistrusted") << " | " << fmt_g(a.ratio_max) << " | "
+          << fmt_g(a.ratio_p99) << " | " << fmt_g(a.ratio_median) << " | " << fmt_g(a.max_ulp)
+          << " | case " << a.worst_case << " token " << a.worst.token << " elem " << a.worst.index
+          << " |\n";
     }
     for (const auto& c : e.cases) {
       if (c.verdict.state != oracles::State::fail) continue;
       const auto* s = first_divergent(c);
-      o << "\n- **fail** " << md_cell(case_name(c)) << ": first divergent stage `"
-        << c.verdict.first_divergent << "`" << (s ? ": " + md_cell(s->reason) : "") << "\n";
+      o << "\n- **fail** " << md_cell(case_name(c)) << ": first divergent stage "
+        << md_code(c.verdict.first_divergent) << (s ? ": " + md_cell(s->reason) : "") << "\n";
       if (!c.diagnosis.empty())
         o << "  - diagnosis: " << md_cell(c.diagnosis) << "\n"
           << md_explained(c.diagnosis, seen, "    ");
-      if (!c.repro.empty()) o << "  - `REPRO: " << md_cell(c.repro) << "`\n";
-      if (!c.saved.empty()) o << "  - saved: `" << md_cell(c.saved) << "`\n";
+      if (!c.repro.empty()) o << "  - REPRO: " << md_code(c.repro) << "\n";
+      if (!c.saved.empty()) o << "  - saved: " << md_code(c.saved) << "\n";
     }
   }
   return clean_text(o.str(), true, "\n");  // and what came from elsewhere: valid UTF-8
