@@ -15,6 +15,7 @@
 
 #include "mhc/fixtures/fixture.hpp"
 #include "mhc/oracles/error_model.hpp"
+#include "mhc/reports/text.hpp"
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
 #include "mhc/runner/repro.hpp"
@@ -374,16 +375,20 @@ PYBIND11_MODULE(_core, m) {
   // two thirds of a small judgement's time (bench/README.md, "The Python API in process").
   runner::keep_freed_memory();
   py::register_exception_translator([](std::exception_ptr p) {
+    // A message naming a file or case whose bytes are not UTF-8 (Python had made it empty).
+    const auto raise = [](PyObject* type, const char* what) {
+      PyErr_SetString(type, reports::clean_text(what, true, "\n\t").c_str());
+    };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const runner::TooLarge& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      raise(PyExc_ValueError, e.what());
     } catch (const std::invalid_argument& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      raise(PyExc_ValueError, e.what());
     } catch (const py::builtin_exception& e) {  // TypeError and the like, as raised
       e.set_error();
     } catch (const std::runtime_error& e) {  // a report path that cannot be written
-      PyErr_SetString(PyExc_OSError, e.what());
+      raise(PyExc_OSError, e.what());
     }
   });
   m.def("judge_file", &judge_file, py::arg("path"), py::arg("cases"), py::arg("error_model"),
