@@ -79,8 +79,8 @@ int main(int argc, char** argv) {
       names += (names.empty() ? "" : ", ") + sub->get_name();
     }
     if (!known) {
-      std::fprintf(stderr, "mhc-verify: error: unknown subcommand '%s' (known: %s)\n", argv[1],
-                   names.c_str());
+      std::fprintf(stderr, "mhc-verify: error: unknown subcommand '%s' (known: %s)\n",
+                   mhc::reports::clean_text(argv[1]).c_str(), names.c_str());
       return 2;
     }
   }
@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
       help += " " + sub->get_name();
       at = sub;
     }
-    std::fprintf(stderr, "mhc-verify: error: %s (see %s --help)\n", e.what(), help.c_str());
+    std::fprintf(stderr, "mhc-verify: error: %s (see %s --help)\n",
+                 mhc::reports::clean_text(e.what()).c_str(), help.c_str());
     return 2;
   }
   for (auto& [sub, run] : runs)

@@ -263,7 +263,8 @@ def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
         ins, _ = _arrays("inputs", case.get("inputs"))
         outs, stored = _arrays("outputs", case.get("outputs"))
         pars, _ = _arrays("params", case.get("params"))
-        names.append(_text("a case's name", str(name)))  # surrogate-escaped bytes allowed
+        # a str (surrogate-escaped bytes allowed) or the bytes themselves
+        names.append(_text("a case's name", os.fsdecode(name) if isinstance(name, bytes) else str(name)))
         payload.append({"op": _text(f"cases[{name!r}]['op']", case["op"]),
                         "config": dict(case.get("config") or {}), "inputs": ins,
                         "outputs": outs, "params": pars, "stored": stored,

@@ -22,7 +22,7 @@ def pytest_configure(config):
     if not folder:
         return
     os.makedirs(folder, exist_ok=True)
-    path = lambda name: os.path.join(folder, name)
+    path = lambda name: mhc_verify._text("--mhc-report", os.path.join(folder, name))
     config._mhc_recorder = _core.Recorder(json=path("report.json"), md=path("report.md"),
                                           html=path("report.html"), junit=path("junit.xml"))
     mhc_verify._recorder = config._mhc_recorder

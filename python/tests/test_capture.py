@@ -53,6 +53,9 @@ def test_names_that_are_not_utf8_come_back_as_python_file_names_do(capture, tmp_
     assert [(r.name, r.passed) for r in results] == [(name, False), ("ok", True)]
     assert results[0].repro.endswith(r"/c.h5' --case $'bad\xFE'"), results[0].repro
     assert [r.name for r in mhc_verify.judge_file(path, cases=[name])] == [name]
+    # The name given as the bytes themselves is the same name.
+    mhc_verify.write_capture(path, {b"bad\xfe": wrong})
+    assert [r.name for r in mhc_verify.judge_file(path)] == [name]
     # An error naming such a file names it escaped, as the command line does.
     with pytest.raises(ValueError, match=r"dir\\xFF/none\.h5"):
         mhc_verify.judge_file(os.path.join(folder, "none.h5"))

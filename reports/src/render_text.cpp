@@ -36,19 +36,30 @@ std::string xml(const std::string& raw) {
 }
 
 // Text from outside in a Markdown line or table cell, shown as it is: control bytes escaped, and
-// every character that would start markup (a code span, raw HTML, a link, emphasis, an entity,
-// the table's next cell) backslash-escaped; but '_' between letters or digits, which cannot
-// (CommonMark's flanking rules), so that names like hc_eps read as they are.
+// every character that would start markup (a code span, raw HTML, a link, emphasis, an entity, a
+// heading, the table's next cell) backslash-escaped; but '_' between letters or digits, which
+// cannot (CommonMark's flanking rules), so that names like hc_eps read as they are. Where the text
+// may open a line: its leading spaces as entities (no indented code), and a list's or a setext
+// heading's marker escaped.
 std::string md_cell(const std::string& raw) {
   const std::string t = clean_text(raw);
   const auto alnum = [&](std::size_t i) {
     return i < t.size() && std::isalnum(static_cast<unsigned char>(t[i]));
   };
+  const std::size_t lead = std::min(t.find_first_not_of(' '), t.size());
+  std::size_t digits = lead;  // "1." and "1)" open an ordered list
+  while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
   std::string o;
   for (std::size_t i = 0; i < t.size(); ++i) {
     const char ch = t[i];
+    if (i < lead) {
+      o += "&#32;";
+      continue;
+    }
     const bool inert = ch == '_' && i > 0 && alnum(i - 1) && alnum(i + 1);
-    if (ch && std::strchr("\\`*_[]<>|&~", ch) && !inert) o += '\\';
+    const bool opens = (i == lead && (ch == '-' || ch == '+' || ch == '=')) ||
+                       (i == digits && digits > lead && (ch == '.' || ch == ')'));
+    if ((ch && std::strchr("\\`*_[]<>|&~#", ch) && !inert) || opens) o += '\\';
     o += ch;
   }
   return o;
@@ -62,7 +73,8 @@ std::string md_code(const std::string& raw) {
   if (t.empty()) return t;
   std::size_t run = 0, longest = 0;
   for (char ch : t) longest = std::max(longest, run = ch == '`' ? run + 1 : 0);
-  const bool pad = t.front() == '`' || t.back() == '`' || (t.front() == ' ' && t.back() == ' ');
+  const bool pad = t.front() == '`' || t.back() == '`' ||
+                   (t.front() == ' ' && t.back() == ' ' && t.find_first_not_of(' ') != t.npos);
   const std::string fence(longest + 1, '`'), space = pad ? " " : "";
   return fence + space + t + space + fence;
 }

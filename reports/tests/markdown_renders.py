@@ -4,9 +4,10 @@ markdown_renders.py BIN FIXTURE: FIXTURE is a passing post capture. A copy that 
 off by 1%) is named with backticks, quotes, a command substitution, markup and a table's bar, and
 its producer attribute is raw HTML; `compare --md` must render (cmark, the CommonMark reference,
 with raw HTML let through as a permissive viewer would) with no element that came from the input,
-and the REPRO line's rendered text must be the REPRO line compare printed (the one that reruns
-the case, runner.repro_round_trip). Then the report merged again, with a stage name, an entry id
-and settings that hold Markdown and HTML: the same. Exit 77 without cmark.
+the name shown as it is, and the REPRO line's rendered text must be the REPRO line compare printed,
+which, run by bash, reruns the case and nothing else. Then the report merged again, with a stage
+name, an entry id, settings and facts that hold Markdown and HTML (a heading, a list, a code span
+of spaces): the same. Exit 77 without cmark.
 """
 import html
 import json
@@ -60,16 +61,33 @@ if elements(page):
 shown = [html.unescape(m) for m in re.findall(r"REPRO: <code>(.*?)</code>", page, re.S)]
 if printed and shown != printed:
     problems.append(f"the rendered REPRO is {shown!r}, compare printed {printed!r}")
-if HOSTILE not in html.unescape(re.sub(r"<[^>]*>", "", page)):
+text = html.unescape(re.sub(r"<[^>]*>", "", page))
+if HOSTILE not in text:
     problems.append("the producer is not shown as its text")
-if os.path.exists(os.path.join(tmp, "PWNED")):
-    problems.append("a command ran")
+if name not in text:
+    problems.append(f"the file's name is not shown as it is: {text!r}")
+if shown:  # pasted into bash: mhc-verify is BIN
+    bindir = os.path.join(tmp, "bin")
+    os.mkdir(bindir)
+    os.symlink(BIN, os.path.join(bindir, "mhc-verify"))
+    p = subprocess.run(["bash", "-c", shown[0]], capture_output=True, text=True, cwd=tmp,
+                       env=dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"]))
+    if p.returncode != 1 or "compare: FAIL (1 cases" not in p.stdout:
+        problems.append(f"the rendered REPRO did not rerun the case: exit {p.returncode}: {p.stderr}")
+    if os.path.exists(os.path.join(tmp, "PWNED")):
+        problems.append("the rendered REPRO ran a command from the name")
 
 # The same report merged, with fields a hand-edited report could hold.
 report = json.load(open(os.path.join(tmp, "r.json")))
 entry = report["entries"][0]
 entry["id"] = "<b>id</b> | # `x`"
-entry["settings"] = {"<em>k</em>": "[v](javascript:alert(4))"}
+entry["settings"] = {"# INJECTED heading": "[v](javascript:alert(4))", "<em>k</em>": "1. x"}
+entry["facts"] = {"- nested": "v", "  1) n": "=== <b>x</b>"}
+spaces = json.loads(json.dumps(entry))  # a second entry whose stage names are spaces
+spaces["id"] = "spaces"
+for c in spaces["cases"]:
+    c["first_divergent"] = "  "
+report["entries"].append(spaces)
 for c in entry["cases"]:
     c["first_divergent"] = "y`\n\n# INJECTED\n<script>alert(5)</script>\n|a|b|"
     for s in c["stages"]:
@@ -86,6 +104,13 @@ else:
         problems.append(f"merge's Markdown renders elements from the input: {elements(page)}")
     if page.count("<h1>") != 1:
         problems.append("merge's Markdown has a heading from the input")
+    text = html.unescape(re.sub(r"<[^>]*>", "", page))
+    for shown_as in ("# INJECTED heading=[v](javascript:alert(4))", "- nested: v",
+                     "  1) n: === <b>x</b>", "<em>k</em>=1. x"):
+        if shown_as not in text:
+            problems.append(f"merge's Markdown does not show {shown_as!r} as it is")
+    if "<code>  </code>" not in page:
+        problems.append("a code span of two spaces does not render as two spaces")
 
 shutil.rmtree(tmp)
 for line in problems:

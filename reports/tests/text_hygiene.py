@@ -71,6 +71,22 @@ if len(sys.argv) > 3:  # check and gate on a plug-in whose path is hostile
             problems.append(f"check saved a case as {f!r}")
     if not os.path.isdir(saved) or not os.listdir(saved):
         problems.append("check saved no failing case")
+    # Two plug-ins whose paths differ in a character the saved name replaces: two files.
+    two = os.path.join(tmp, "two")
+    for k in ("k\u00e4.so", "k\u00f6.so"):
+        shutil.copy(sys.argv[3], os.path.join(tmp, k))
+        subprocess.run([BIN, "check", "--kernel", "plugin:" + os.path.join(tmp, k), "--op",
+                        "split_sinkhorn", "--cases", "1", "--tokens", "2", "--hc-eps", "0.01",
+                        "--save-failures", two], capture_output=True)
+    if len(os.listdir(two)) != 2:
+        problems.append(f"two plug-ins' failures saved as {os.listdir(two)}")
+    # A kernel that cannot run the op: the reason names its path, escaped.
+    lacking = os.path.join(tmp.encode(), b"h\x1b[31m\xe2\x80\xae.so")
+    shutil.copy(sys.argv[4], lacking)
+    p = subprocess.run([BIN.encode(), b"check", b"--kernel", b"plugin:" + lacking, b"--op", b"post",
+                        b"--cases", b"1", b"--tokens", b"2", b"--dim", b"8"], capture_output=True)
+    if b"SKIPPED case 0" not in p.stdout or b"\x1b" in p.stdout or b"\xe2\x80\xae" in p.stdout:
+        problems.append(f"check of a plug-in without the op: {p.stdout!r}")
     suite, base = os.path.join(tmp, "s.suite"), os.path.join(tmp, "b.json")
     with open(suite, "w") as f:
         f.write(f"kernels plugin:{sys.argv[4]}\nops pre\ncases 1\ntokens 2\ndim 16\n")

@@ -87,7 +87,8 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
       for (const auto& s : v.stages)
         if (s.stage == v.first_divergent)
           std::printf("FAIL case %d (seed %llu): first divergent stage '%s': %s\n", i,
-                      static_cast<unsigned long long>(seed), s.stage.c_str(), s.reason.c_str());
+                      static_cast<unsigned long long>(seed), s.stage.c_str(),
+                      reports::clean_text(s.reason).c_str());
       if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
       std::printf("REPRO: %s\n", rec.repro.c_str());
       if (!spec.save_dir.empty() && !o.got.empty()) {
@@ -98,7 +99,8 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
       }
     } else if (v.state == oracles::State::skipped) {
       tally.skip_reason = v.stages.empty() ? "" : v.stages[0].reason;
-      if (tally.skipped++ == 0) std::printf("SKIPPED case %d: %s\n", i, tally.skip_reason.c_str());
+      if (tally.skipped++ == 0)
+        std::printf("SKIPPED case %d: %s\n", i, reports::clean_text(tally.skip_reason).c_str());
     } else if (v.state != oracles::State::pass) {
       ++tally.undecided;
     }

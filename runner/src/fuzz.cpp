@@ -399,7 +399,8 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
             if (o.verdict.state == oracles::State::skipped) {
               if (skipped[k]++ == 0) {
                 progress.done();
-                std::printf("SKIPPED: %s\n", o.verdict.stages.at(0).reason.c_str());
+                std::printf("SKIPPED: %s\n",
+                            reports::clean_text(o.verdict.stages.at(0).reason).c_str());
               }
               continue;
             }
@@ -411,7 +412,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
             if (o.got.empty()) {  // the kernel threw or returned an error: nothing to save
               std::printf("FAIL: %s on case %llu: %s\n", reports::clean_text(b->name).c_str(),
                           static_cast<unsigned long long>(i),
-                          o.verdict.stages.at(0).reason.c_str());
+                          reports::clean_text(o.verdict.stages.at(0).reason).c_str());
             } else {
               if (!st->save.empty()) {
                 rec.saved = save_case(

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -372,11 +373,25 @@ reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t se
 std::string save_case(const std::string& dir, const std::string& name, const oracles::OpCase& c,
                       const oracles::Trace<float>& got, const std::string& producer,
                       const bnd::StoredFormats& stored) {
-  // The name carries a kernel's (a plug-in's path): only characters no shell or terminal acts on.
+  // The name carries a kernel's (a plug-in's path): only characters no shell or terminal acts on,
+  // and where others were replaced, a hash of the name, so that two names stay two files.
   std::string file = name;
+  bool replaced = false;
   for (char& ch : file)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && !(ch && std::strchr("._+=,-", ch)))
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && !(ch && std::strchr("._+=,-", ch)) &&
+        ch != ':' && ch != '/' && ch != ' ') {
       ch = '_';
+      replaced = true;
+    } else if (ch == ':' || ch == '/' || ch == ' ') {
+      ch = '_';  // as always: plugin:dir/k.so -> plugin_dir_k.so
+    }
+  if (replaced) {
+    std::uint64_t h = 14695981039346656037ull;  // FNV-1a
+    for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+    char tag[20];
+    std::snprintf(tag, sizeof tag, "_%08llx", static_cast<unsigned long long>(h >> 32));
+    file += tag;
+  }
   const std::string path = dir + "/" + file + ".h5";
   try {
     std::filesystem::create_directories(dir);

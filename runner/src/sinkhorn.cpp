@@ -430,7 +430,8 @@ int run_gain(const GainSpec& spec, Session& session) {
       if (r.ran())
         kernels.emplace_back("kernel " + k, comb_sites(c, &r.got, spec.judging.threads, false));
       else
-        std::printf("SKIPPED: %s: %s\n", k.c_str(), r.verdict.stages.at(0).reason.c_str());
+        std::printf("SKIPPED: %s: %s\n", reports::clean_text(k).c_str(),
+                    reports::clean_text(r.verdict.stages.at(0).reason).c_str());
     }
     one("generated stack seed " + std::to_string(spec.seed) + " comb scale " +
             reports::fmt_g(spec.comb_scale, 9),
