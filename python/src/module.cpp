@@ -162,11 +162,8 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
 // A stable name for a case: FNV-1a over its op and tensors, so that a test that fails again
 // overwrites its own file.
 std::string case_key(const oracles::OpCase& c, const oracles::Trace<float>& got) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* p, std::size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
+  std::uint64_t h = 1469598103934665603ull;  // its own seed: the names files already have
+  auto mix = [&](const void* p, std::size_t n) { h = runner::fnv1a(p, n, h); };
   const std::string op = oracles::op_name(c.op);
   mix(op.data(), op.size());
   for (const auto* m : {&c.inputs, &c.params})

@@ -377,19 +377,15 @@ std::string save_case(const std::string& dir, const std::string& name, const ora
   // and where others were replaced, a hash of the name, so that two names stay two files.
   std::string file = name;
   bool replaced = false;
-  for (char& ch : file)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && !(ch && std::strchr("._+=,-", ch)) &&
-        ch != ':' && ch != '/' && ch != ' ') {
-      ch = '_';
-      replaced = true;
-    } else if (ch == ':' || ch == '/' || ch == ' ') {
-      ch = '_';  // as always: plugin:dir/k.so -> plugin_dir_k.so
-    }
+  for (char& ch : file) {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || (ch && std::strchr("._+=,-", ch))) continue;
+    replaced = replaced || !ch || !std::strchr(":/ ", ch);  // plugin:dir/k.so as always, no hash
+    ch = '_';
+  }
   if (replaced) {
-    std::uint64_t h = 14695981039346656037ull;  // FNV-1a
-    for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
     char tag[20];
-    std::snprintf(tag, sizeof tag, "_%08llx", static_cast<unsigned long long>(h >> 32));
+    std::snprintf(tag, sizeof tag, "_%08llx",
+                  static_cast<unsigned long long>(fnv1a(name.data(), name.size()) >> 32));
     file += tag;
   }
   const std::string path = dir + "/" + file + ".h5";

@@ -8,6 +8,8 @@
 // fails the case ("wrote_input") while its outputs are judged against the pristine case.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -117,6 +119,14 @@ oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
 // The report record of a judged case (index in the run, its seed, its REPRO line).
 reports::CaseRecord record(const Outcome& o, std::size_t index, std::uint64_t seed,
                            std::string repro);
+
+// FNV-1a of n bytes, continuing from h: stable names for saved cases.
+inline std::uint64_t fnv1a(const void* p, std::size_t n,
+                           std::uint64_t h = 14695981039346656037ull) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
 
 // Saves a case and the kernel's outputs as an mhc-fixture file in dir (created), named from
 // the kernel, op and seed; returns the path, or "" with a warning on stderr when it cannot.
