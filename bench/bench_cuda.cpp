@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   }
   // The sweep's token counts, each with its split of the columns (0: the launch's own).
   // At 8 tokens a block has fewer tokens than its width (the stages' rows past the last).
-  const std::pair<std::size_t, int> swept[] = {{8, 40}, {256, 8}, {16384, 0}, {65536, 0}};
+  const std::pair<std::size_t, int> swept[] = {
+      {8, 40}, {256, 8}, {4096, 0}, {16384, 0}, {65536, 0}};
   const auto in_sweep = [&](std::size_t T) {
     return std::any_of(std::begin(swept), std::end(swept),
                        [&](const auto& s) { return s.first == T; });
@@ -134,12 +135,14 @@ int main(int argc, char** argv) {
   }
   if (mode == "table") return 0;
   // The fused kernel's configurations on the same boundary (same method; the copy bandwidth of
-  // the table above), the shipped one first: unsplit at 16384 and 65536 tokens, and at 8 and 256
-  // tokens with the columns of every configuration in the same 40 and 8 splits.
+  // the table above), the shipped one first: with the launch's split at 4096, 16384 and 65536
+  // tokens, and at 8 and 256 tokens with the columns of every configuration in the same 40 and 8
+  // splits.
   std::printf(
       "\nconfigurations of the fused kernel (tb: tokens a block, cw: columns a chunk, s: stages, "
-      "L2: cp.async's L2 prefetch size, ws: a producer warp's bulk copies), random inputs; same: "
-      "outputs bit-identical to the first\n");
+      "L2: cp.async's L2 prefetch size, tma: a producer warp's tensor copies; splits: blocks a "
+      "token range, * where the launch chose it), random inputs; same: outputs bit-identical to "
+      "the first configuration's at the same split\n");
   std::printf("%-6s %7s %6s %-30s %10s %9s %5s\n", "dtype", "tokens", "splits", "config", "ms",
               "fraction", "same");
   int differing = 0;
@@ -148,9 +151,10 @@ int main(int argc, char** argv) {
       const auto& r = runs[{bf16, T}];
       for (const auto& v : cuda_bench_boundary_sweep(T, bf16, repeats, splits)) {
         const double gbps = r.bytes_per_token * double(T) / (v.ms * 1e-3) / 1e9;
+        const std::string used = std::to_string(v.splits) + (splits ? "" : "*");
         std::printf("%-6s %7zu %6s %-30s %10.4f %9.2f %5s\n", bf16 ? "bf16" : "fp32", T,
-                    splits ? std::to_string(splits).c_str() : "auto", v.name.c_str(), v.ms,
-                    gbps / r.copy_gbps, v.same_bits ? "yes" : "NO");
+                    used.c_str(), v.name.c_str(), v.ms, gbps / r.copy_gbps,
+                    v.same_bits ? "yes" : "NO");
         differing += v.same_bits ? 0 : 1;
         std::fflush(stdout);
       }

@@ -59,7 +59,8 @@ BackwardTiming cuda_bench_backward(std::size_t tokens, bool bf16, bool atomics, 
 struct TcTiming {
   std::string name;
   double ms = 0;
-  bool same_bits = false;
+  int splits = 0;          // the split the launch used
+  bool same_bits = false;  // as the shipped configuration's at that split
 };
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats,
                                                 int splits = 0);

@@ -12,8 +12,6 @@
 //   consumers store with 16-byte stores, or one lane a tensor store; ARITH > 0 adds that many
 //   dependent fused multiply-adds an element, to show whether arithmetic overlaps the copies.
 // Experiments, not a kernel: the figures and what they decided are in bench/README.md.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -124,39 +122,6 @@ __global__ void __launch_bounds__(128)
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-// Tensor copies of a box at (col, stream, token) (R, x) or (col, token) (f, y).
-__device__ __forceinline__ void tensor_load3(unsigned dst, const CUtensorMap* map, int c0, int c1,
-                                             int c2, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void tensor_load2(unsigned dst, const CUtensorMap* map, int c0, int c1,
-                                             unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void tensor_store3(const CUtensorMap* map, int c0, int c1, int c2,
-                                              unsigned src) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
-          map),
-      "r"(c0), "r"(c1), "r"(c2), "r"(src)
-      : "memory");
-}
-__device__ __forceinline__ void tensor_store2(const CUtensorMap* map, int c0, int c1,
-                                              unsigned src) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map),
-      "r"(c0), "r"(c1), "r"(src)
-      : "memory");
 }
 
 // ARITH dependent fused multiply-adds on each of a piece's 8 bf16 values, summed.
@@ -294,17 +259,6 @@ __global__ void count_differing(const u16* a, const u16* b, std::size_t count,
     if (a[i] != b[i]) atomicAdd(bad, 1ull);
 }
 
-// The driver's tensor-map encoder, through the runtime (no link to the driver library).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_encoder() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  MHC_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                  cudaEnableDefault, &q));
-  if (!fn || q != cudaDriverEntryPointSuccess)
-    throw std::runtime_error("cuda_bench_movement: the driver has no cuTensorMapEncodeTiled");
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-}
-
 int multiprocessors() {
   int dev = 0, sms = 0;
   MHC_CUDA_CHECK(cudaGetDevice(&dev));
@@ -337,26 +291,9 @@ struct Movement {
     MHC_CUDA_CHECK(cudaMemset(W.p, 0, W.n * 4));
     sync();
   }
-  // A box of (CW, TB) of a (d, T) tensor, or (CW, 4, TB) of a (d, 4, T) one.
+  // A box of (CW, TB) of a (d, T) tensor, or (CW, 4, TB) of a (d, 4, T) one, unswizzled.
   CUtensorMap map(u16* p, bool streams, int CW, int TB) const {
-    static const auto encode = tensor_encoder();
-    CUtensorMap m;
-    const cuuint64_t dims3[3] = {cuuint64_t(kD), cuuint64_t(kN), cuuint64_t(T)};
-    const cuuint64_t dims2[2] = {cuuint64_t(kD), cuuint64_t(T)};
-    const cuuint64_t strides3[2] = {cuuint64_t(kD) * 2, cuuint64_t(kN) * kD * 2};
-    const cuuint64_t strides2[1] = {cuuint64_t(kD) * 2};
-    const cuuint32_t box3[3] = {cuuint32_t(CW), cuuint32_t(kN), cuuint32_t(TB)};
-    const cuuint32_t box2[2] = {cuuint32_t(CW), cuuint32_t(TB)};
-    const cuuint32_t ones[3] = {1, 1, 1};
-    const CUresult e =
-        encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT16, streams ? 3 : 2, p, streams ? dims3 : dims2,
-               streams ? strides3 : strides2, streams ? box3 : box2, ones,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (e != CUDA_SUCCESS)
-      throw std::runtime_error("cuda_bench_movement: cuTensorMapEncodeTiled failed (" +
-                               std::to_string(int(e)) + ")");
-    return m;
+    return stream_map(p, streams ? kN : 1, kD, T, CW, TB, streams ? kN : 1, false);
   }
   // Times kernel k (a persistent grid: the multiprocessors times its occupancy), then checks
   // that one call on cleared outputs gives x = R and y = f.

@@ -19,6 +19,7 @@
 #include "bulk.cuh"
 #include "check.cuh"
 #include "device.cuh"
+#include "stage_layout.hpp"
 
 namespace mhc::impl::cuda_detail {
 namespace {
@@ -134,8 +135,9 @@ struct TcLayout {
   // A token's rows f, R_0..R_3 (CW each), padded so that the A fragments' rows g = 0..7 fall in
   // distinct banks (a stride of 8 mod 32 words for fp32 pairs; 20 or 4 for bf16 pairs at
   // CW = 32 or 64), each row 16-byte aligned.
-  static constexpr int TS = 5 * CW + 8;
-  static constexpr int kStreamBytes = TB * TS * int(sizeof(T));
+  using Rows = PaddedRows<int(sizeof(T)), TB, CW>;
+  static constexpr int TS = Rows::TS;
+  static constexpr int kStreamBytes = Rows::kBytes;
   static constexpr int kWFloats = N * CW * M;  // CW / 32 chunks of packed hc_fn
   static constexpr int kWSub = 32 * M;         // one stream's 32 columns
   static constexpr int kStageBytes = kStreamBytes + 4 * kWFloats;
@@ -291,24 +293,27 @@ struct TcPipeline {
   }
 };
 
-// Phase A on the chunk in stage sx (TB / 8 warps; lane 16 h + p: columns 2p, 2p+1 of each 32 of
-// tokens warp + NW (2i + h)): hc_post, the store of the new streams to x (they also replace the
-// residual in the stage), hc_pre to y, and each token's sum of squares into ss[i].
-template <class T, int D, int TB, int CW>
+// Phase A on the chunk in stage sx, whose rows sit as Rows says (TB / 8 warps; PhaseA: which
+// tokens and columns a lane takes): hc_post, the new streams (they also replace the residual in
+// the stage), hc_pre, and each token's sum of squares into ss[i]. The new streams and y are
+// stored to x and y, or with STAGED the stage keeps them (y in f's row, read before) for tensor
+// stores.
+template <class T, int D, int TB, int CW, class Rows, bool STAGED>
 __device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y, std::size_t t0,
                                            int nt, std::size_t ch, std::size_t d, float (&ss)[4]) {
   using L = TcLayout<T, TB, CW>;
   using P = typename Pair<T>::type;
-  constexpr int N = L::N, CO = L::CO, TS = L::TS, NW = L::NW;
+  constexpr int N = L::N, CO = L::CO, NW = L::NW;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int h = lane / 16, cp = 2 * (lane % 16);
+  const int cp = PhaseA::col(lane);
   const std::size_t cc0 = ch * CW + std::size_t(cp);
-  // Token warp + NW (h + 2i) of the block: its streams at xl + 2 i NW N d, its y at yl + 2 i NW d.
-  T* xl = x + (t0 + std::size_t(warp + NW * h)) * N * d + cc0;
-  T* yl = y + (t0 + std::size_t(warp + NW * h)) * d + cc0;
+  // Token PhaseA::token(i) of the block: its streams at xl + 2 i NW N d, its y at yl + 2 i NW d.
+  const int tb0 = PhaseA::token(warp, NW, lane, 0);
+  T* xl = STAGED ? nullptr : x + (t0 + std::size_t(tb0)) * N * d + cc0;
+  T* yl = STAGED ? nullptr : y + (t0 + std::size_t(tb0)) * d + cc0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int tb = warp + NW * (2 * i + h);
+    const int tb = PhaseA::token(warp, NW, lane, i);
     if (tb >= nt) continue;  // its rows in the stage are zero
     float co[CO];
 #pragma unroll
@@ -322,12 +327,11 @@ __device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y,
 #pragma unroll
     for (int c32 = 0; c32 < CW; c32 += 32) {
       const std::size_t cc = cc0 + std::size_t(c32);
-      T* row = sx + tb * TS + c32 + cp;
-      const float2 fv = to_float2(*reinterpret_cast<const P*>(row));
+      auto row = [&](int r) { return reinterpret_cast<P*>(sx + Rows::at(tb, r, c32 + cp)); };
+      const float2 fv = to_float2(*row(0));
       float2 rv[N];
 #pragma unroll
-      for (int j = 0; j < N; ++j)
-        rv[j] = to_float2(*reinterpret_cast<const P*>(row + (1 + j) * CW));
+      for (int j = 0; j < N; ++j) rv[j] = to_float2(*row(1 + j));
       float2 yv = make_float2(0, 0);
 #pragma unroll
       for (int kk = 0; kk < N; ++kk) {
@@ -341,37 +345,40 @@ __device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y,
           if (cc >= d) v.x = 0;
           if (cc + 1 >= d) v.y = 0;
         }
-        const P pv = from_float2(v, row);  // as stored
-        store_pair<D>(xl, std::size_t(2 * NW * i * N + kk) * d + std::size_t(c32), pv, cc, d);
-        *reinterpret_cast<P*>(row + (1 + kk) * CW) = pv;
+        const P pv = from_float2(v, sx);  // as stored
+        if (!STAGED)
+          store_pair<D>(xl, std::size_t(2 * NW * i * N + kk) * d + std::size_t(c32), pv, cc, d);
+        *row(1 + kk) = pv;
         v = to_float2(pv);
         ss[i] += v.x * v.x;
         ss[i] += v.y * v.y;
         yv.x += co[N + N * N + kk] * v.x;
         yv.y += co[N + N * N + kk] * v.y;
       }
-      store_pair<D>(yl, std::size_t(2 * NW * i) * d + std::size_t(c32), from_float2(yv, row), cc,
-                    d);
+      if (STAGED)
+        *row(0) = from_float2(yv, sx);
+      else
+        store_pair<D>(yl, std::size_t(2 * NW * i) * d + std::size_t(c32), from_float2(yv, sx), cc,
+                      d);
     }
   }
 }
 
-// Phase B on the chunk's new streams in stage sx and hc_fn's chunk w: warp w multiplies the new
-// stream k = w mod 4 of 32 of the chunk's tokens, 32 columns at a time ([32 tokens x 32 columns]),
-// by hc_fn's ([32 x 24]), on tf32 parts a ~ ah + al, b ~ bh + bl (split_tf32) as
-// ah bl + al bh + ah bh; bf16 streams are tf32 values already (al = 0: two products). Each 32
-// columns are summed from zero, then added to the running sums acc in fp32.
-template <class T, int TB, int CW>
+// Phase B on the chunk's new streams in stage sx (rows as Rows says; PhaseB: which elements a
+// lane reads) and hc_fn's chunk w: warp w multiplies the new stream k = w mod 4 of 32 of the
+// chunk's tokens, 32 columns at a time ([32 tokens x 32 columns]), by hc_fn's ([32 x 24]), on tf32
+// parts a ~ ah + al, b ~ bh + bl (split_tf32) as ah bl + al bh + ah bh; bf16 streams are tf32
+// values already (al = 0: two products). Each 32 columns are summed from zero, then added to the
+// running sums acc in fp32.
+template <class T, int TB, int CW, class Rows>
 __device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&acc)[2][3][4]) {
   using L = TcLayout<T, TB, CW>;
-  constexpr int N = L::N, TS = L::TS;
+  constexpr int N = L::N;
   constexpr bool fp32 = std::is_same<T, float>::value;  // bf16 values are tf32 values
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int g = lane / 4, tq = lane % 4;   // fragment coordinates
   const int k = warp % N, grp = warp / N;  // stream k of tokens 32 grp ..
 #pragma unroll
   for (int c32 = 0; c32 < CW; c32 += 32) {  // each 32 columns summed from zero
-    const T* xb = sx + 32 * grp * TS + (1 + k) * CW + c32;
     const float* wb = w + ((c32 / 32) * N + k) * L::kWSub;
     float part[2][3][4] = {};
 #pragma unroll
@@ -385,19 +392,21 @@ __device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&
       }
 #pragma unroll
       for (int a = 0; a < 2; ++a) {
-        // a0, a2 (k = tq, tq + 4: columns 8s + 2tq, +1) of rows g and g + 8: one access each.
-        const T* xa = xb + (16 * a + g) * TS + 8 * s + 2 * tq;
+        // a0, a2 (k = t, t + 4: columns 8s + 2t, +1) of rows g and g + 8: one access each.
+        const int col = c32 + PhaseB::col(lane, s);
+        const T* xa = sx + Rows::at(PhaseB::token(grp, lane, a, 0), 1 + k, col);
+        const T* xa8 = sx + Rows::at(PhaseB::token(grp, lane, a, 1), 1 + k, col);
         std::uint32_t ah[4], al[4] = {0, 0, 0, 0};
         if (fp32) {
           const float2 r0 = *reinterpret_cast<const float2*>(xa),
-                       r1 = *reinterpret_cast<const float2*>(xa + 8 * TS);
+                       r1 = *reinterpret_cast<const float2*>(xa8);
           split_tf32(r0.x, ah[0], al[0]);
           split_tf32(r1.x, ah[1], al[1]);
           split_tf32(r0.y, ah[2], al[2]);
           split_tf32(r1.y, ah[3], al[3]);
         } else {  // bf16 pairs: the low half is the first column
           const std::uint32_t w0 = *reinterpret_cast<const std::uint32_t*>(xa);
-          const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(xa + 8 * TS);
+          const std::uint32_t w1 = *reinterpret_cast<const std::uint32_t*>(xa8);
           ah[0] = w0 << 16;
           ah[1] = w1 << 16;
           ah[2] = w0 & 0xFFFF0000u;
@@ -496,13 +505,13 @@ __device__ __forceinline__ void tc_epilogue(unsigned char* smem, float* sumsq, c
   using L = TcLayout<T, TB, CW>;
   constexpr int N = L::N, M = L::M, NW = L::NW, NT = L::kThreads;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int g = lane / 4, tq = lane % 4, h = lane / 16;
+  const int g = lane / 4, tq = lane % 4;
   const int k = warp % N, grp = warp / N;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // over each half warp: token warp + NW (2i + h)
+  for (int i = 0; i < 4; ++i) {  // over each half warp: its token of round i
     float v = ss[i];
     for (int o = 8; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, 16);
-    if (lane % 16 == 0) sumsq[warp + NW * (2 * i + h)] = v;
+    if (lane % 16 == 0) sumsq[PhaseA::token(warp, NW, lane, i)] = v;
   }
   tc_sync<WS, NT>();  // every warp is done with the stages
   // [stream][token][row]; fragment r: token g (+8 for r >= 2), row 2 tq (+1 for odd r)
@@ -631,9 +640,10 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
     Pipe::wait();     // chunk ch has landed
     __syncthreads();  // ... for every thread; and the stage refilled next is no longer read
     pipe.fetch(ch + STAGES - 1, int((ch - ch0 + STAGES - 1) % STAGES));
-    tc_phase_a<T, D, TB, CW>(pipe.streams(st), coef, x, y, t0, nt, ch, d, ss);
+    tc_phase_a<T, D, TB, CW, typename L::Rows, false>(pipe.streams(st), coef, x, y, t0, nt, ch, d,
+                                                      ss);
     __syncthreads();  // the chunk's new streams are in the stage
-    tc_phase_b<T, TB, CW>(pipe.streams(st), pipe.w(st), acc);
+    tc_phase_b<T, TB, CW, typename L::Rows>(pipe.streams(st), pipe.w(st), acc);
     // A compiler fence: without it work of the next chunk is moved up into this one, which costs
     // registers and spills (bench/README.md, "The boundary on the GPU").
     asm volatile("" ::: "memory");
@@ -642,43 +652,61 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads,
   tc_epilogue<T, TB, CW>(smem, sumsq, ss, acc, nt, partial);
 }
 
-// boundary_tc with a producer warp (warp specialisation): the same stages, phases and
-// arithmetic, so the same bits at the same split, but the stages are filled by bulk copies (a
-// row piece each, into the same padded layout, and hc_fn's chunk in one) that the last warp
-// issues, tracked by a transaction barrier a stage; the computing warps wait on it, meet at a
-// barrier of their own between phase A and phase B, and free the stage on a second barrier after
-// phase B. No block barrier a chunk, and the copies run up to STAGES chunks ahead.
-// PF = 256 with 128-byte pieces also asks L2 for each row's next piece at even chunks (what
-// cp.async's L2::256B does for boundary_tc). Whole chunks only (D a multiple of CW).
-template <class T, int D, int STAGES, int TB, int CW, int PF, bool SPLIT>
+// A stage of boundary_tc_tma: the chunk's rows where tensor copies write them (SwizzledBoxes),
+// then hc_fn's packed chunk. The stages start 1024-byte aligned (the swizzle's period), so the
+// dynamic shared memory asks for 1 KB more to align its start.
+template <class T, int TB, int CW>
+struct TmaStage {
+  using Rows = SwizzledBoxes<int(sizeof(T)), TB, CW>;
+  static constexpr int kStreamBytes = Rows::kBytes;
+  static constexpr int kBytes = kStreamBytes + 4 * TcLayout<T, TB, CW>::kWFloats;
+  static constexpr int smem(int stages) { return stages * kBytes + 1024; }
+  // Blocks a multiprocessor holds, as TcLayout::blocks counts them.
+  static constexpr int blocks(int stages) {
+    const int b = 233472 / (smem(stages) + TB * (TcLayout<T, TB, CW>::CO + 1) * 4 + 1024);
+    return b < 1 ? 1 : b;
+  }
+  static_assert(kBytes % 1024 == 0, "every stage 1024-byte aligned");
+};
+
+// The stream tensors as tensor maps (stream_map): f and y [T][d], R and x [T][N][d], in boxes of
+// one row of TB tokens and 128 bytes of columns, 128-byte swizzled.
+struct TcMaps {
+  CUtensorMap f, R, x, y;
+};
+
+// boundary_tc with tensor copies and a producer warp (warp specialisation): the same phases and
+// arithmetic, so the same bits at the same split, on stages that one thread of the last warp
+// fills with tensor copies (a box a row and 128 bytes of columns, zero past the last token) and
+// a bulk copy of hc_fn's chunk, tracked by a transaction barrier a stage. The computing warps wait
+// on it; phase A leaves x and y in the stage (STAGED), and after a barrier of their own one
+// thread stores them with tensor stores (clipped at the last token), which run while phase B
+// reads the stage; once they have read it, the warps free the stage on a second barrier. No block
+// barrier a chunk, and the copies run up to STAGES chunks ahead. Whole chunks only.
+template <class T, int D, int STAGES, int TB, int CW, bool SPLIT>
 __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
-                                  TcLayout<T, TB, CW>::blocks(STAGES))
-    boundary_tc_ws(Dims c, std::size_t tokens, const T* f, const T* R, const float* post,
-                   const float* comb, const float* pre_mix, const float* Wp, T* x, T* y,
-                   float* partial) {
+                                  TmaStage<T, TB, CW>::blocks(STAGES))
+    boundary_tc_tma(Dims c, std::size_t tokens, const __grid_constant__ TcMaps maps,
+                    const float* post, const float* comb, const float* pre_mix, const float* Wp,
+                    float* partial) {
   using L = TcLayout<T, TB, CW>;
-  constexpr int N = L::N, NT = L::kThreads, NW = L::NW;
-  constexpr unsigned kPiece = CW * sizeof(T);
-  static_assert(D > 0 && D % CW == 0 && kPiece % 16 == 0 && (L::TS * sizeof(T)) % 16 == 0,
-                "whole chunks, each row piece a 16-byte-aligned bulk copy");
-  static_assert(L::N * TB * L::M * 4 <= STAGES * L::kStageBytes,
-                "the partial products reuse the stages");
-  extern __shared__ __align__(16) unsigned char smem[];
+  using St = TmaStage<T, TB, CW>;
+  using Rows = typename St::Rows;
+  constexpr int N = L::N, NT = L::kThreads, NW = L::NW, PC = Rows::PC;
+  static_assert(D > 0 && D % CW == 0, "whole chunks");
+  static_assert(sizeof(T) == 2, "bf16 streams: fp32's phase B reads would conflict (2-way)");
+  static_assert(N * TB * L::M * 4 <= STAGES * St::kBytes, "the partial products reuse the stages");
+  extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(16) float coef[TB * L::CO];
   __shared__ float sumsq[TB];
   __shared__ __align__(8) std::uint64_t bars[2 * STAGES];  // full, then empty, a stage
+  unsigned char* smem = smem_raw + (1024u - smem_addr(smem_raw) % 1024u) % 1024u;
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   constexpr std::size_t d = std::size_t(D);
   const TcChunks<SPLIT, CW> range(d);
   const std::size_t ch0 = range.ch0, ch1 = range.ch1;
   const unsigned s0 = smem_addr(smem), full0 = smem_addr(bars), empty0 = full0 + 8u * STAGES;
-  // The rows of tokens past the last are never copied: zero, as boundary_tc's stages hold them.
-  for (int e = int(threadIdx.x); e < STAGES * (TB - nt) * 5 * CW; e += NT + 32) {
-    const int st = e / ((TB - nt) * 5 * CW), q = e % ((TB - nt) * 5 * CW);
-    reinterpret_cast<T*>(smem + st * L::kStageBytes)[(nt + q / (5 * CW)) * L::TS + q % (5 * CW)] =
-        zero(f);
-  }
   if (threadIdx.x == 0) {
     for (int st = 0; st < STAGES; ++st) {
       bar_init(full0 + 8u * unsigned(st), 1);
@@ -687,28 +715,26 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
     bar_init_fence();
   }
   __syncthreads();
-  if (int(threadIdx.x) >= NT) {  // the producer warp
-    const int lane = int(threadIdx.x) - NT;
-    for (std::size_t ch = ch0; ch < ch1; ++ch) {
-      const std::size_t j = ch - ch0;
-      const int st = int(j % STAGES);
-      const unsigned full = full0 + 8u * unsigned(st);
-      if (j >= STAGES) bar_wait(empty0 + 8u * unsigned(st), unsigned(j / STAGES - 1) & 1u);
-      if (lane == 0) bar_expect(full, unsigned(5 * nt) * kPiece + 4u * L::kWFloats);
-      __syncwarp();
-      const unsigned base = s0 + unsigned(st * L::kStageBytes);
-      const bool ahead = PF == 256 && kPiece == 128 && ch % 2 == 0 && ch + 1 < ch1;
-      for (int r = lane; r < 5 * nt; r += 32) {
-        const int tb = r / 5, k = r % 5;
-        const std::size_t t = t0 + std::size_t(tb);
-        const T* src = (k == 0 ? f + t * d : R + (t * N + std::size_t(k - 1)) * d) + ch * CW;
-        bulk_load(base + unsigned((tb * L::TS + k * CW) * int(sizeof(T))), src, kPiece, full);
-        if (ahead) bulk_prefetch_l2(src + CW, kPiece);
-      }
-      if (lane == 0)
-        bulk_load(base + unsigned(L::kStreamBytes), Wp + ch * std::size_t(L::kWFloats),
+  const int tok = int(t0);       // a tensor copy's coordinates are 32-bit
+  if (int(threadIdx.x) >= NT) {  // the producer: one thread issues every copy
+    if (int(threadIdx.x) == NT)
+      for (std::size_t ch = ch0; ch < ch1; ++ch) {
+        const std::size_t j = ch - ch0;
+        const int st = int(j % STAGES);
+        const unsigned full = full0 + 8u * unsigned(st), base = s0 + unsigned(st * St::kBytes);
+        if (j >= STAGES) bar_wait(empty0 + 8u * unsigned(st), unsigned(j / STAGES - 1) & 1u);
+        bar_expect(full, unsigned(St::kBytes));  // a box's bytes count whole, zeros included
+#pragma unroll
+        for (int p = 0; p < Rows::P; ++p) {
+          const int col = int(ch) * CW + p * PC;
+          tensor_load2(base + unsigned(Rows::box(0, p)), &maps.f, col, tok, full);
+#pragma unroll
+          for (int k = 0; k < N; ++k)
+            tensor_load3(base + unsigned(Rows::box(1 + k, p)), &maps.R, col, k, tok, full);
+        }
+        bulk_load(base + unsigned(St::kStreamBytes), Wp + ch * std::size_t(L::kWFloats),
                   4u * L::kWFloats, full);
-    }
+      }
     return;
   }
   tc_coefficients<TB, L::CO, L::N, NT>(coef, post, comb, pre_mix, t0, nt);
@@ -719,18 +745,32 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   for (std::size_t ch = ch0; ch < ch1; ++ch) {
     const std::size_t j = ch - ch0;
     const int st = int(j % STAGES);
-    T* sx = reinterpret_cast<T*>(smem + st * L::kStageBytes);
+    const unsigned base = s0 + unsigned(st * St::kBytes);
+    T* sx = reinterpret_cast<T*>(smem + st * St::kBytes);
     bar_wait(full0 + 8u * unsigned(st), unsigned(j / STAGES) & 1u);  // chunk ch has landed
-    tc_phase_a<T, D, TB, CW>(sx, coef, x, y, t0, nt, ch, d, ss);
-    sync_threads_of<NT>();  // the chunk's new streams are in the stage
-    tc_phase_b<T, TB, CW>(
-        sx, reinterpret_cast<const float*>(smem + st * L::kStageBytes + L::kStreamBytes), acc);
-    fence_async_smem();  // phase A's stores to the stage before the copies that refill it
+    tc_phase_a<T, D, TB, CW, Rows, true>(sx, coef, nullptr, nullptr, t0, nt, ch, d, ss);
+    fence_async_smem();     // phase A's stores to the stage before the tensor stores and refill
+    sync_threads_of<NT>();  // the chunk's x and y are in the stage
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int p = 0; p < Rows::P; ++p) {
+        const int col = int(ch) * CW + p * PC;
+        tensor_store2(&maps.y, col, tok, base + unsigned(Rows::box(0, p)));
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          tensor_store3(&maps.x, col, k, tok, base + unsigned(Rows::box(1 + k, p)));
+      }
+      bulk_commit();
+    }
+    tc_phase_b<T, TB, CW, Rows>(
+        sx, reinterpret_cast<const float*>(smem + st * St::kBytes + St::kStreamBytes), acc);
+    if (threadIdx.x == 0) bulk_wait_read();  // the tensor stores have read the stage
     __syncwarp();
     if (lane == 0) bar_arrive(empty0 + 8u * unsigned(st));
     asm volatile("" ::: "memory");  // as in boundary_tc
   }
   tc_epilogue<T, TB, CW, true>(smem, sumsq, ss, acc, nt, partial);
+  if (threadIdx.x == 0) bulk_wait();  // x and y written before the block ends
 }
 
 // hc_fn packed for boundary_tc (pack_hc_fn_mma), padded to whole 128 columns so that every
@@ -769,32 +809,35 @@ struct TcWork {
   }
 };
 
-// boundary_tc, or with a producer warp (WS) boundary_tc_ws.
-template <class S, int D, int STAGES, int TB, int CW, int PF, bool WS, bool SPLIT>
-constexpr auto tc_kernel() {
-  if constexpr (WS)
-    return boundary_tc_ws<S, D, STAGES, TB, CW, PF, SPLIT>;
-  else
-    return boundary_tc<S, D, STAGES, TB, CW, PF, SPLIT>;
-}
-
 // The single pass in one configuration on T tokens, in `splits` blocks per token range (0: as
 // many as fill the multiprocessors once at this configuration's occupancy, with at least 128
-// columns a split; 1 once the token ranges alone fill them), then tc_finish_kernel. The workspace
-// is shared, so the lock is held until the launches, on the one (default) stream. WS: with a
-// producer warp (boundary_tc_ws).
-template <class S, int D, int STAGES, int TB, int CW, int PF, bool WS>
-void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
-               const float* comb, const float* pre_mix, const TcWeights& w, const float* scale,
-               const float* base, S* x, S* y, float* mixes, float* pre, float* postout,
-               float* combout, int splits) {
+// columns a split; 1 once the token ranges alone fill them), then tc_finish_kernel; returns the
+// split it used (a token's bits depend on it alone). The workspace is shared, so the lock is held
+// until the launches, on the one (default) stream. TMA: with tensor copies and a producer warp
+// (boundary_tc_tma; the stream tensors 16-byte aligned).
+template <class S, int D, int STAGES, int TB, int CW, int PF, bool TMA>
+int launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
+              const float* comb, const float* pre_mix, const TcWeights& w, const float* scale,
+              const float* base, S* x, S* y, float* mixes, float* pre, float* postout,
+              float* combout, int splits) {
   using L = TcLayout<S, TB, CW>;
   static_assert(128 % CW == 0, "TcWeights pads hc_fn to whole chunks of this width");
   if (w.n != c.n || w.d != c.d)
     throw std::invalid_argument("launch_tc: hc_fn packed for another shape");
-  constexpr int bytes = STAGES * L::kStageBytes, threads = L::kThreads + (WS ? 32 : 0);
-  const auto whole = tc_kernel<S, D, STAGES, TB, CW, PF, WS, false>();
-  const auto split = tc_kernel<S, D, STAGES, TB, CW, PF, WS, true>();
+  constexpr int bytes = [] {
+    if constexpr (TMA)
+      return TmaStage<S, TB, CW>::smem(STAGES);
+    else
+      return STAGES * L::kStageBytes;
+  }();
+  constexpr int threads = L::kThreads + (TMA ? 32 : 0);
+  const auto kernel = [](auto split) {
+    if constexpr (TMA)
+      return boundary_tc_tma<S, D, STAGES, TB, CW, decltype(split)::value>;
+    else
+      return boundary_tc<S, D, STAGES, TB, CW, PF, decltype(split)::value>;
+  };
+  const auto whole = kernel(std::false_type{}), split = kernel(std::true_type{});
   static const int slots = [&] {  // once: the stages exceed the default 48 KB
     for (auto k : {whole, split})
       MHC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -813,29 +856,43 @@ void launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float
   static TcWork work;
   std::lock_guard<std::mutex> lock(mu);
   work.reserve(S_ * ranges * std::size_t(TB * (L::M + 1)));
-  (S_ > 1 ? split : whole)<<<dim3(unsigned(ranges), unsigned(S_)), threads, bytes>>>(
-      c, T, f, R, post, comb, pre_mix, w.packed.p, x, y, work.partial);
+  const dim3 grid{unsigned(ranges), unsigned(S_)};
+  if constexpr (TMA) {
+    constexpr int PC = TmaStage<S, TB, CW>::Rows::PC;
+    const TcMaps maps{stream_map(f, 1, std::size_t(c.d), T, PC, TB),
+                      stream_map(R, kTcN, std::size_t(c.d), T, PC, TB),
+                      stream_map(x, kTcN, std::size_t(c.d), T, PC, TB),
+                      stream_map(y, 1, std::size_t(c.d), T, PC, TB)};
+    (S_ > 1 ? split : whole)<<<grid, threads, bytes>>>(c, T, maps, post, comb, pre_mix, w.packed.p,
+                                                       work.partial);
+  } else {
+    (S_ > 1 ? split : whole)<<<grid, threads, bytes>>>(c, T, f, R, post, comb, pre_mix, w.packed.p,
+                                                       x, y, work.partial);
+  }
   MHC_CUDA_LAUNCHED();
   tc_finish_kernel<TB><<<unsigned((T + 7) / 8), 128>>>(c, T, int(S_), work.partial, scale, base,
                                                        mixes, pre, postout, combout);
   MHC_CUDA_LAUNCHED();
+  return int(S_);
 }
 
 template <class S>
-using TcLaunch = void (*)(const Dims&, std::size_t, const S*, const S*, const float*, const float*,
-                          const float*, const TcWeights&, const float*, const float*, S*, S*,
-                          float*, float*, float*, float*, int);
+using TcLaunch = int (*)(const Dims&, std::size_t, const S*, const S*, const float*, const float*,
+                         const float*, const TcWeights&, const float*, const float*, S*, S*, float*,
+                         float*, float*, float*, int);
 
 // A configuration of boundary_tc: tokens a block, columns a chunk, pipeline stages, L2 prefetch
-// size in bytes (0: none), and whether a producer warp fills the stages (boundary_tc_ws).
-template <int TB_, int CW_, int STAGES_, int PF_, bool WS_ = false>
+// size in bytes (0: none; cp.async copies only), and whether tensor copies from a producer warp
+// fill the stages (boundary_tc_tma).
+template <int TB_, int CW_, int STAGES_, int PF_, bool TMA_ = false>
 struct TcConfig {
   static constexpr int TB = TB_, CW = CW_, STAGES = STAGES_, PF = PF_;
-  static constexpr bool WS = WS_;
+  static constexpr bool TMA = TMA_;
+  static_assert(!TMA || PF == 0, "tensor copies ask L2 for 256 bytes through their map");
 };
 template <class S, int D, class C>
 constexpr TcLaunch<S> tc_launch() {
-  return launch_tc<S, D, C::STAGES, C::TB, C::CW, C::PF, C::WS>;
+  return launch_tc<S, D, C::STAGES, C::TB, C::CW, C::PF, C::TMA>;
 }
 
 // The configuration cuda-fused runs, per stream type: the fastest of mhc-bench-cuda's sweep on
