@@ -681,8 +681,9 @@ struct TcMaps {
 // a bulk copy of hc_fn's chunk, tracked by a transaction barrier a stage. The computing warps wait
 // on it; phase A leaves x and y in the stage (STAGED), and after a barrier of their own one
 // thread stores them with tensor stores (clipped at the last token), which run while phase B
-// reads the stage; once they have read it, the warps free the stage on a second barrier. No block
-// barrier a chunk, and the copies run up to STAGES chunks ahead. Whole chunks only.
+// reads the stage; once they have read it, the warps free the stage on a second barrier. The
+// computing warps meet once a chunk, the producer never, and the copies run up to STAGES chunks
+// ahead. Whole chunks only.
 template <class T, int D, int STAGES, int TB, int CW, bool SPLIT>
 __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
                                   TmaStage<T, TB, CW>::blocks(STAGES))
@@ -824,6 +825,8 @@ int launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float*
   static_assert(128 % CW == 0, "TcWeights pads hc_fn to whole chunks of this width");
   if (w.n != c.n || w.d != c.d)
     throw std::invalid_argument("launch_tc: hc_fn packed for another shape");
+  if (D > 0 && c.d != D)  // the kernel's loops run to D
+    throw std::invalid_argument("launch_tc: instantiated for another width");
   constexpr int bytes = [] {
     if constexpr (TMA)
       return TmaStage<S, TB, CW>::smem(STAGES);

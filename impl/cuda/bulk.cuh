@@ -167,6 +167,8 @@ CUtensorMap stream_map(const E* p, int rows, std::size_t d, std::size_t T, int b
   constexpr std::size_t es = sizeof(E);
   if (reinterpret_cast<std::uintptr_t>(p) % 16 || d * es % 16)
     throw std::invalid_argument("stream_map: tensor copies need 16-byte aligned rows");
+  if (box_rows < 1 || box_rows > rows)
+    throw std::invalid_argument("stream_map: a box of more rows than the tensor has");
   const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(rows), cuuint64_t(T)};
   const cuuint64_t strides[2] = {cuuint64_t(d * es), cuuint64_t(std::size_t(rows) * d * es)};
   const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), cuuint32_t(box_tokens)};
