@@ -4,8 +4,10 @@
 // the fused kernel's configurations, each checked to give the shipped one's bits at the same
 // split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
 // fp32 and bf16 streams.
-// Usage: mhc-bench-cuda [repeats [table|sweep|movement]]; with `table`, the two tables without the
-// sweep; with `sweep`, the sweep and the rows of the first table that it needs; with `movement`,
+// Usage: mhc-bench-cuda [repeats [table|sweep [TOKENS,...]|movement]]; with `table`, the two
+// tables without the sweep; with `sweep`, the sweep and the rows of the first table that it needs
+// (at the token counts listed, of the sweep's own: one size under compute-sanitizer); with
+// `movement`,
 // only what the boundary's data movement alone reaches (bf16, 16384 and 65536 tokens; exit 1 if a
 // shape does not move every byte).
 // mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
@@ -17,6 +19,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda_boundary_timing.hpp"
 #include "mhc/impl/cuda.hpp"
@@ -80,11 +83,34 @@ int main(int argc, char** argv) {
   }
   // The sweep's token counts, each with its split of the columns (0: the launch's own).
   // At 8 tokens a block has fewer tokens than its width (the stages' rows past the last).
-  const std::pair<std::size_t, int> swept[] = {
+  std::vector<std::pair<std::size_t, int>> swept = {
       {8, 40}, {256, 8}, {4096, 0}, {16384, 0}, {65536, 0}};
+  if (argc > 3) {
+    if (mode != "sweep") {
+      std::fprintf(stderr, "mhc-bench-cuda: only `sweep` takes token counts, got '%s'\n", argv[3]);
+      return 2;
+    }
+    std::vector<std::pair<std::size_t, int>> chosen;
+    std::string list = argv[3];
+    for (std::size_t at = 0; at <= list.size();) {
+      const std::size_t end = std::min(list.find(',', at), list.size());
+      const std::string item = list.substr(at, end - at);
+      const auto it = std::find_if(swept.begin(), swept.end(),
+                                   [&](const auto& w) { return std::to_string(w.first) == item; });
+      if (it == swept.end()) {
+        std::fprintf(stderr,
+                     "mhc-bench-cuda: the sweep's token counts are 8, 256, 4096, 16384 and 65536, "
+                     "got '%s'\n",
+                     item.c_str());
+        return 2;
+      }
+      chosen.push_back(*it);
+      at = end + 1;
+    }
+    swept = chosen;
+  }
   const auto in_sweep = [&](std::size_t T) {
-    return std::any_of(std::begin(swept), std::end(swept),
-                       [&](const auto& s) { return s.first == T; });
+    return std::any_of(swept.begin(), swept.end(), [&](const auto& s) { return s.first == T; });
   };
   if (cuda_device_count() == 0) {
     std::printf("SKIP: no CUDA device\n");

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # bench_cuda_args.sh MHC_BENCH_CUDA: mhc-bench-cuda refuses repeats that are not a positive
-# integer and a mode other than `table`, `sweep` or `movement` (exit 2, naming what it got),
-# before it looks for a device, so that a typo cannot run the whole benchmark.
+# integer, a mode other than `table`, `sweep` or `movement`, and token counts the sweep does not
+# have or given to another mode (exit 2, naming what it got), before it looks for a device, so
+# that a typo cannot run the whole benchmark.
 set -u
-for args in "0" "20 sweeep" "20 tabel" "20 movment"; do
+for args in "0" "20 sweeep" "20 tabel" "20 movment" "1 sweep 8,300" "1 sweep 8," "1 table 8"; do
   out=$("$1" $args 2>&1)
   rc=$?
   [ $rc = 2 ] || { echo "FAIL: '$args' gave exit $rc, expected 2: $out"; exit 1; }
   bad=${args##* }
+  bad=${bad##*,}
+  [ "$args" = "1 table 8" ] && bad=8
   [[ $out == *"'$bad'"* ]] || { echo "FAIL: '$args': the message does not name '$bad': $out"; exit 1; }
 done
 echo "ok: bad repeats and modes refused with exit 2"
@@ -17,4 +20,7 @@ for mode in table sweep movement; do
   rc=$?
   [ $rc = 77 ] || { echo "FAIL: mode '$mode' gave exit $rc, expected 77 (no device): $out"; exit 1; }
 done
-echo "ok: table, sweep and movement accepted"
+out=$(CUDA_VISIBLE_DEVICES= "$1" 1 sweep 8,256 2>&1)
+rc=$?
+[ $rc = 77 ] || { echo "FAIL: 'sweep 8,256' gave exit $rc, expected 77 (no device): $out"; exit 1; }
+echo "ok: table, sweep (and sweep at some of its sizes) and movement accepted"
