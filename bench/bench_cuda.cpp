@@ -6,10 +6,9 @@
 // fp32 and bf16 streams.
 // Usage: mhc-bench-cuda [repeats [table|sweep [TOKENS,...]|movement]]; with `table`, the two
 // tables without the sweep; with `sweep`, the sweep and the rows of the first table that it needs
-// (at the token counts listed, of the sweep's own: one size under compute-sanitizer); with
-// `movement`,
-// only what the boundary's data movement alone reaches (bf16, 16384 and 65536 tokens; exit 1 if a
-// shape does not move every byte).
+// (only at the token counts listed, of the sweep's own: a small size under compute-sanitizer);
+// with `movement`, only what the boundary's data movement alone reaches (bf16, 16384 and 65536
+// tokens; exit 1 if a shape does not move every byte).
 // mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
 // compare two builds' bits.
 #include <algorithm>

@@ -79,10 +79,6 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
-// `bytes` at global src into L2, for a later copy.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
 // `bytes` from shared src to global dst, in this thread's bulk group (bulk_commit, then
 // bulk_wait_read before src is overwritten, bulk_wait before the block ends).
 __device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
