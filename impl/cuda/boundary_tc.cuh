@@ -676,14 +676,15 @@ struct TcMaps {
 };
 
 // boundary_tc with tensor copies and a producer warp (warp specialisation): the same phases and
-// arithmetic, so the same bits at the same split, on stages that one thread of the last warp
-// fills with tensor copies (a box a row and 128 bytes of columns, zero past the last token) and
-// a bulk copy of hc_fn's chunk, tracked by a transaction barrier a stage. The computing warps wait
-// on it; phase A leaves x and y in the stage (STAGED), and after a barrier of their own one
-// thread stores them with tensor stores (clipped at the last token), which run while phase B
-// reads the stage; once they have read it, the warps free the stage on a second barrier. The
-// computing warps meet once a chunk, the producer never, and the copies run up to STAGES chunks
-// ahead. Whole chunks only.
+// arithmetic, so the same bits at the same split, on stages whose data the first thread of the
+// last warp moves. It fills a stage with tensor copies (a box a row and 128 bytes of columns,
+// zero past the last token) and a bulk copy of hc_fn's chunk, counted on the stage's "full"
+// barrier. The computing warps wait on it; phase A leaves x and y in the stage (STAGED), and
+// once every warp's phase A is done (a barrier of their own) one thread arrives on "staged". The
+// producer then stores x and y with tensor stores (clipped at the last token) while phase B reads
+// the stage, and refills it once phase B is done ("empty", an arrival a warp) and its stores have
+// read it. The computing warps meet once a chunk and never wait for a copy they did not need,
+// and the copies run up to STAGES chunks ahead. Whole chunks only.
 template <class T, int D, int STAGES, int TB, int CW, bool SPLIT>
 __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
                                   TmaStage<T, TB, CW>::blocks(STAGES))
@@ -700,42 +701,68 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(16) float coef[TB * L::CO];
   __shared__ float sumsq[TB];
-  __shared__ __align__(8) std::uint64_t bars[2 * STAGES];  // full, then empty, a stage
+  __shared__ __align__(8) std::uint64_t bars[3 * STAGES];  // full, staged, empty: a stage each
   unsigned char* smem = smem_raw + (1024u - smem_addr(smem_raw) % 1024u) % 1024u;
   const std::size_t t0 = std::size_t(blockIdx.x) * TB;
   const int nt = int(min(std::size_t(TB), tokens - t0));
   constexpr std::size_t d = std::size_t(D);
   const TcChunks<SPLIT, CW> range(d);
-  const std::size_t ch0 = range.ch0, ch1 = range.ch1;
-  const unsigned s0 = smem_addr(smem), full0 = smem_addr(bars), empty0 = full0 + 8u * STAGES;
+  const std::size_t ch0 = range.ch0, n = range.ch1 - range.ch0;
+  const unsigned s0 = smem_addr(smem), b0 = smem_addr(bars);
+  const auto full = [&](int st) { return b0 + 8u * unsigned(st); };
+  const auto staged = [&](int st) { return b0 + 8u * unsigned(STAGES + st); };
+  const auto empty = [&](int st) { return b0 + 8u * unsigned(2 * STAGES + st); };
   if (threadIdx.x == 0) {
     for (int st = 0; st < STAGES; ++st) {
-      bar_init(full0 + 8u * unsigned(st), 1);
-      bar_init(empty0 + 8u * unsigned(st), NW);
+      bar_init(full(st), 1);
+      bar_init(staged(st), 1);
+      bar_init(empty(st), NW);
     }
     bar_init_fence();
   }
   __syncthreads();
-  const int tok = int(t0);       // a tensor copy's coordinates are 32-bit
-  if (int(threadIdx.x) >= NT) {  // the producer: one thread issues every copy
-    if (int(threadIdx.x) == NT)
-      for (std::size_t ch = ch0; ch < ch1; ++ch) {
-        const std::size_t j = ch - ch0;
-        const int st = int(j % STAGES);
-        const unsigned full = full0 + 8u * unsigned(st), base = s0 + unsigned(st * St::kBytes);
-        if (j >= STAGES) bar_wait(empty0 + 8u * unsigned(st), unsigned(j / STAGES - 1) & 1u);
-        bar_expect(full, unsigned(St::kBytes));  // a box's bytes count whole, zeros included
+  const int tok = int(t0);  // a tensor copy's coordinates are 32-bit
+  // Chunk j of the block's range: its column, its stage, and the parity of its stage's barriers.
+  const auto col = [&](std::size_t j, int p) { return int(ch0 + j) * CW + p * PC; };
+  const auto stage = [](std::size_t j) { return int(j % STAGES); };
+  const auto parity = [](std::size_t j) { return unsigned(j / STAGES) & 1u; };
+  if (int(threadIdx.x) >= NT) {  // the producer warp
+    if (int(threadIdx.x) == NT) {
+      const auto load = [&](std::size_t j) {
+        const unsigned base = s0 + unsigned(stage(j) * St::kBytes), bar = full(stage(j));
+        bar_expect(bar, unsigned(St::kBytes));  // a box's bytes count whole, zeros included
 #pragma unroll
         for (int p = 0; p < Rows::P; ++p) {
-          const int col = int(ch) * CW + p * PC;
-          tensor_load2(base + unsigned(Rows::box(0, p)), &maps.f, col, tok, full);
+          tensor_load2(base + unsigned(Rows::box(0, p)), &maps.f, col(j, p), tok, bar);
 #pragma unroll
           for (int k = 0; k < N; ++k)
-            tensor_load3(base + unsigned(Rows::box(1 + k, p)), &maps.R, col, k, tok, full);
+            tensor_load3(base + unsigned(Rows::box(1 + k, p)), &maps.R, col(j, p), k, tok, bar);
         }
-        bulk_load(base + unsigned(St::kStreamBytes), Wp + ch * std::size_t(L::kWFloats),
-                  4u * L::kWFloats, full);
+        bulk_load(base + unsigned(St::kStreamBytes), Wp + (ch0 + j) * std::size_t(L::kWFloats),
+                  4u * L::kWFloats, bar);
+      };
+      for (std::size_t j = 0; j < n && j < STAGES; ++j) load(j);
+      for (std::size_t j = 0; j < n; ++j) {
+        const unsigned base = s0 + unsigned(stage(j) * St::kBytes);
+        bar_wait(staged(stage(j)), parity(j));  // chunk j's x and y are in its stage
+#pragma unroll
+        for (int p = 0; p < Rows::P; ++p) {
+          tensor_store2(&maps.y, col(j, p), tok, base + unsigned(Rows::box(0, p)));
+#pragma unroll
+          for (int k = 0; k < N; ++k)
+            tensor_store3(&maps.x, col(j, p), k, tok, base + unsigned(Rows::box(1 + k, p)));
+        }
+        bulk_commit();
+        if (j + STAGES < n) {
+          bar_wait(empty(stage(j)), parity(j));  // phase B is done with the stage
+          bulk_wait_read();                      // and so are the stores
+          load(j + STAGES);
+        }
       }
+      bulk_wait_read();
+    }
+    sync_threads_of<NT + 32, 2>();            // the epilogue may reuse the stages
+    if (int(threadIdx.x) == NT) bulk_wait();  // x and y written before the block ends
     return;
   }
   tc_coefficients<TB, L::CO, L::N, NT>(coef, post, comb, pre_mix, t0, nt);
@@ -743,35 +770,21 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   float acc[2][3][4] = {};
   float ss[4] = {0, 0, 0, 0};
   const int lane = int(threadIdx.x) % 32;
-  for (std::size_t ch = ch0; ch < ch1; ++ch) {
-    const std::size_t j = ch - ch0;
-    const int st = int(j % STAGES);
-    const unsigned base = s0 + unsigned(st * St::kBytes);
-    T* sx = reinterpret_cast<T*>(smem + st * St::kBytes);
-    bar_wait(full0 + 8u * unsigned(st), unsigned(j / STAGES) & 1u);  // chunk ch has landed
-    tc_phase_a<T, D, TB, CW, Rows, true>(sx, coef, nullptr, nullptr, t0, nt, ch, d, ss);
+  for (std::size_t j = 0; j < n; ++j) {
+    T* sx = reinterpret_cast<T*>(smem + stage(j) * St::kBytes);
+    bar_wait(full(stage(j)), parity(j));  // chunk j has landed
+    tc_phase_a<T, D, TB, CW, Rows, true>(sx, coef, nullptr, nullptr, t0, nt, ch0 + j, d, ss);
     fence_async_smem();     // phase A's stores to the stage before the tensor stores and refill
     sync_threads_of<NT>();  // the chunk's x and y are in the stage
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int p = 0; p < Rows::P; ++p) {
-        const int col = int(ch) * CW + p * PC;
-        tensor_store2(&maps.y, col, tok, base + unsigned(Rows::box(0, p)));
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-          tensor_store3(&maps.x, col, k, tok, base + unsigned(Rows::box(1 + k, p)));
-      }
-      bulk_commit();
-    }
+    if (threadIdx.x == 0) bar_arrive(staged(stage(j)));
     tc_phase_b<T, TB, CW, Rows>(
-        sx, reinterpret_cast<const float*>(smem + st * St::kBytes + St::kStreamBytes), acc);
-    if (threadIdx.x == 0) bulk_wait_read();  // the tensor stores have read the stage
+        sx, reinterpret_cast<const float*>(smem + stage(j) * St::kBytes + St::kStreamBytes), acc);
     __syncwarp();
-    if (lane == 0) bar_arrive(empty0 + 8u * unsigned(st));
+    if (lane == 0) bar_arrive(empty(stage(j)));
     asm volatile("" ::: "memory");  // as in boundary_tc
   }
+  sync_threads_of<NT + 32, 2>();  // with the producer: its stores have read the stages
   tc_epilogue<T, TB, CW, true>(smem, sumsq, ss, acc, nt, partial);
-  if (threadIdx.x == 0) bulk_wait();  // x and y written before the block ends
 }
 
 // hc_fn packed for boundary_tc (pack_hc_fn_mma), padded to whole 128 columns so that every

@@ -131,11 +131,12 @@ __device__ __forceinline__ void tensor_store3(const CUtensorMap* map, int c0, in
       : "memory");
 }
 
-// A barrier of the first `threads` threads of the block (id 1: __syncthreads has 0), for warps
-// that work while a producer warp does not take part.
-template <int THREADS>
+// Named barrier ID (not 0: __syncthreads has it) of the first THREADS threads of the block, for
+// warps that work while a producer warp does not take part (or for them and the producer).
+template <int THREADS, int ID = 1>
 __device__ __forceinline__ void sync_threads_of() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+  static_assert(ID > 0 && ID < 16 && THREADS % 32 == 0, "a named barrier of whole warps");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
 }
 
 // The driver's tensor-map encoder, through the runtime (no link to the driver library).
