@@ -761,7 +761,8 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
       }
       bulk_wait_read();
     }
-    sync_threads_of<NT + 32, 2>();            // the epilogue may reuse the stages
+    __syncwarp();                   // the warp meets the barrier as one (bar.sync is .aligned)
+    sync_threads_of<NT + 32, 2>();  // the epilogue may reuse the stages
     if (int(threadIdx.x) == NT) bulk_wait();  // x and y written before the block ends
     return;
   }
