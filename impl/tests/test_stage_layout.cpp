@@ -65,7 +65,8 @@ void check_layout(const std::string& name) {
           for (int lane = 0; lane < 32; ++lane) {
             const int tb = PhaseA::token(warp, NW, lane, i), col = c32 + PhaseA::col(lane);
             addr.push_back(Rows::at(tb, r, col) * SZ);
-            REQUIRE(Rows::at(tb, r, col + 1) == Rows::at(tb, r, col) + 1);  // one access a pair
+            REQUIRE(Rows::at(tb, r, col + 1) == Rows::at(tb, r, col) + 1);  // one access a pair,
+            REQUIRE(Rows::at(tb, r, col) % 2 == 0);                         // aligned to its size
             if (r == 0) {
               ++cover[{tb, col}];
               ++cover[{tb, col + 1}];
@@ -90,6 +91,7 @@ void check_layout(const std::string& name) {
                 const int tb = PhaseB::token(grp, lane, a, e), col = c32 + PhaseB::col(lane, s);
                 addr.push_back(Rows::at(tb, 1 + k, col) * SZ);
                 REQUIRE(Rows::at(tb, 1 + k, col + 1) == Rows::at(tb, 1 + k, col) + 1);
+                REQUIRE(Rows::at(tb, 1 + k, col) % 2 == 0);
                 ++cov[{tb, col}];
                 ++cov[{tb, col + 1}];
               }
