@@ -45,9 +45,9 @@ struct SwizzledBoxes {
 };
 
 // Phase A, warp `warp` of NW (4 or 8), lane `lane`: round i (0..3) takes a token of each half
-// warp h, lane 16 h + p columns 2p and 2p + 1 of each 32. The two halves'
-// tokens are 4 apart, so that their rows fall in different banks (padded rows at TB = 64;
-// swizzled boxes, whose swizzle repeats every 8 tokens); round i adds 2 NW tokens.
+// warp h, lane 16 h + p columns 2p and 2p + 1 of each 32. The two halves' tokens are 4 apart, so
+// that their rows fall in different banks (padded rows at TB = 64; swizzled boxes, whose swizzle
+// repeats every 8 tokens); round i adds 2 NW tokens.
 struct PhaseA {
   MHC_HD static constexpr int token(int warp, int nw, int lane, int i) {
     return warp % 4 + 4 * (lane / 16) + 8 * (warp / 4) + 2 * nw * i;
