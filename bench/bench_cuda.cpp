@@ -97,10 +97,10 @@ int main(int argc, char** argv) {
       const auto it = std::find_if(swept.begin(), swept.end(),
                                    [&](const auto& w) { return std::to_string(w.first) == item; });
       if (it == swept.end()) {
-        std::fprintf(stderr,
-                     "mhc-bench-cuda: the sweep's token counts are 8, 256, 4096, 16384 and 65536, "
-                     "got '%s'\n",
-                     item.c_str());
+        std::string have;
+        for (const auto& w : swept) have += (have.empty() ? "" : ", ") + std::to_string(w.first);
+        std::fprintf(stderr, "mhc-bench-cuda: the sweep's token counts are %s, got '%s'\n",
+                     have.c_str(), item.c_str());
         return 2;
       }
       chosen.push_back(*it);

@@ -1,9 +1,6 @@
 #include "mhc/runner/tensors.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <set>
 #include <stdexcept>
 
