@@ -190,8 +190,9 @@ std::vector<Timed<S>> tc_configs() {
          {timed<S, TcConfig<32, 32, 2, 0>>(), timed<S, TcConfig<32, 32, 2, 128>>(),
           timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 64, 2, 0>>(),
           timed<S, TcConfig<64, 32, 2, 256>>(), timed<S, TcConfig<32, 64, 2, 0, true>>(),
-          timed<S, TcConfig<32, 64, 3, 0, true>>(), timed<S, TcConfig<32, 128, 2, 0, true>>(),
-          timed<S, TcConfig<64, 64, 2, 0, true>>(), timed<S, TcConfig<64, 64, 3, 0, true>>()})
+          timed<S, TcConfig<32, 64, 3, 0, true>>(), timed<S, TcConfig<32, 64, 4, 0, true>>(),
+          timed<S, TcConfig<32, 128, 2, 0, true>>(), timed<S, TcConfig<64, 64, 2, 0, true>>(),
+          timed<S, TcConfig<64, 64, 3, 0, true>>()})
       v.push_back(t);
   return v;
 }

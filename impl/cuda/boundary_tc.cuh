@@ -297,16 +297,17 @@ struct TcPipeline {
 // tokens and columns a lane takes): hc_post, the new streams (they also replace the residual in
 // the stage), hc_pre, and each token's sum of squares into ss[i]. The new streams and y are
 // stored to x and y, or with STAGED the stage keeps them (y in f's row, read before) for tensor
-// stores.
-template <class T, int D, int TB, int CW, class Rows, bool STAGED>
+// stores. A pass takes CWP of the chunk's columns from column c0 (each token's columns in order).
+template <class T, int D, int TB, int CW, class Rows, bool STAGED, int CWP = CW>
 __device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y, std::size_t t0,
-                                           int nt, std::size_t ch, std::size_t d, float (&ss)[4]) {
+                                           int nt, std::size_t ch, std::size_t d, float (&ss)[4],
+                                           int c0 = 0) {
   using L = TcLayout<T, TB, CW>;
   using P = typename Pair<T>::type;
   constexpr int N = L::N, CO = L::CO, NW = L::NW;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int cp = PhaseA::col(lane);
-  const std::size_t cc0 = ch * CW + std::size_t(cp);
+  const std::size_t cc0 = ch * CW + std::size_t(c0 + cp);
   // Token PhaseA::token(i) of the block: its streams at xl + 2 i NW N d, its y at yl + 2 i NW d.
   const int tb0 = PhaseA::token(warp, NW, lane, 0);
   T* xl = STAGED ? nullptr : x + (t0 + std::size_t(tb0)) * N * d + cc0;
@@ -325,9 +326,9 @@ __device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y,
       co[4 * q + 3] = v4.w;
     }
 #pragma unroll
-    for (int c32 = 0; c32 < CW; c32 += 32) {
+    for (int c32 = 0; c32 < CWP; c32 += 32) {
       const std::size_t cc = cc0 + std::size_t(c32);
-      auto row = [&](int r) { return reinterpret_cast<P*>(sx + Rows::at(tb, r, c32 + cp)); };
+      auto row = [&](int r) { return reinterpret_cast<P*>(sx + Rows::at(tb, r, c0 + c32 + cp)); };
       const float2 fv = to_float2(*row(0));
       float2 rv[N];
 #pragma unroll
@@ -369,16 +370,17 @@ __device__ __forceinline__ void tc_phase_a(T* sx, const float* coef, T* x, T* y,
 // chunk's tokens, 32 columns at a time ([32 tokens x 32 columns]), by hc_fn's ([32 x 24]), on tf32
 // parts a ~ ah + al, b ~ bh + bl (split_tf32) as ah bl + al bh + ah bh; bf16 streams are tf32
 // values already (al = 0: two products). Each 32 columns are summed from zero, then added to the
-// running sums acc in fp32.
-template <class T, int TB, int CW, class Rows>
-__device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&acc)[2][3][4]) {
+// running sums acc in fp32. A pass takes CWP of the chunk's columns from column c0.
+template <class T, int TB, int CW, class Rows, int CWP = CW>
+__device__ __forceinline__ void tc_phase_b(const T* sx, const float* w, float (&acc)[2][3][4],
+                                           int c0 = 0) {
   using L = TcLayout<T, TB, CW>;
   constexpr int N = L::N;
   constexpr bool fp32 = std::is_same<T, float>::value;  // bf16 values are tf32 values
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int k = warp % N, grp = warp / N;  // stream k of tokens 32 grp ..
 #pragma unroll
-  for (int c32 = 0; c32 < CW; c32 += 32) {  // each 32 columns summed from zero
+  for (int c32 = c0; c32 < c0 + CWP; c32 += 32) {  // each 32 columns summed from zero
     const float* wb = w + ((c32 / 32) * N + k) * L::kWSub;
     float part[2][3][4] = {};
 #pragma unroll
@@ -774,12 +776,19 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   for (std::size_t j = 0; j < n; ++j) {
     T* sx = reinterpret_cast<T*>(smem + stage(j) * St::kBytes);
     bar_wait(full(stage(j)), parity(j));  // chunk j has landed
-    tc_phase_a<T, D, TB, CW, Rows, true>(sx, coef, nullptr, nullptr, t0, nt, ch0 + j, d, ss);
+    // A pass a box of columns, not unrolled: at CW = 128 the whole chunk at once spills.
+#pragma unroll 1
+    for (int c = 0; c < CW; c += PC)
+      tc_phase_a<T, D, TB, CW, Rows, true, PC>(sx, coef, nullptr, nullptr, t0, nt, ch0 + j, d, ss,
+                                               c);
     fence_async_smem();     // phase A's stores to the stage before the tensor stores and refill
     sync_threads_of<NT>();  // the chunk's x and y are in the stage
     if (threadIdx.x == 0) bar_arrive(staged(stage(j)));
-    tc_phase_b<T, TB, CW, Rows>(
-        sx, reinterpret_cast<const float*>(smem + stage(j) * St::kBytes + St::kStreamBytes), acc);
+#pragma unroll 1
+    for (int c = 0; c < CW; c += PC)
+      tc_phase_b<T, TB, CW, Rows, PC>(
+          sx, reinterpret_cast<const float*>(smem + stage(j) * St::kBytes + St::kStreamBytes), acc,
+          c);
     __syncwarp();
     if (lane == 0) bar_arrive(empty(stage(j)));
     asm volatile("" ::: "memory");  // as in boundary_tc
