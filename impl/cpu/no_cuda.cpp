@@ -57,6 +57,7 @@ void cuda_mma_tf32(const float*, const float*, const float*, float*) {
   absent();
 }
 void cuda_fused_splits(int) {}
+void cuda_fused_tensor_copies(bool) {}
 Sublayers cuda_sublayers() {
   Sublayers s;
   s.attention = [](const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t,

@@ -29,7 +29,8 @@ namespace {
 
 using namespace cuda_detail;
 
-std::atomic<int> g_splits{0};  // cuda_fused_splits
+std::atomic<int> g_splits{0};              // cuda_fused_splits
+std::atomic<bool> g_tensor_copies{false};  // cuda_fused_tensor_copies
 
 void need_device(const KernelConfig& k) {
   if (cuda_device_count() == 0) throw NotCompiled("no CUDA device");
@@ -67,7 +68,7 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
   if (!T) return;
   if (fused && c.n == 4) {
     const TcWeights packed(c, W);  // the harness's hc_fn changes from call to call
-    (c.d == 5120 ? shipped_tc<S, 5120>() : shipped_tc<S, 0>())(
+    (c.d == 5120 ? shipped_tc<S, 5120>(g_tensor_copies.load()) : shipped_tc<S, 0>())(
         c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre, postout, combout,
         g_splits.load());
     return;
@@ -238,6 +239,9 @@ const Backend& cuda_fused() {
 
 void cuda_fused_splits(int splits) {
   g_splits = splits < 0 ? 0 : splits;
+}
+void cuda_fused_tensor_copies(bool on) {
+  g_tensor_copies = on;
 }
 
 void cuda_mma_tf32(const float* a, const float* b, const float* c, float* d) {
