@@ -177,10 +177,14 @@ template <class S, class C>
 Timed<S> timed() {
   return {tc_name<C>(), tc_launch<S, 5120, C>()};
 }
-// The configurations the sweep compares: the shipped one first, the reference of the bits.
+// The configurations the sweep compares on T tokens: the shipped one first, the reference of the
+// bits; where that is TmaTc, ShippedTc (cp.async) next.
 template <class S>
-std::vector<Timed<S>> tc_configs() {
-  std::vector<Timed<S>> v{{"shipped (" + tc_name<ShippedTc<S>>() + ")", shipped_tc<S, 5120>()}};
+std::vector<Timed<S>> tc_configs(std::size_t T) {
+  const bool tma = runs_tma<S, 5120>(T);
+  std::vector<Timed<S>> v{{"shipped (" + (tma ? tc_name<TmaTc>() : tc_name<ShippedTc<S>>()) + ")",
+                           shipped_tc<S, 5120>(T)}};
+  if (tma) v.push_back(timed<S, ShippedTc<S>>());
   if constexpr (std::is_same<S, float>::value)
     for (auto t : {timed<S, TcConfig<32, 32, 3, 256>>(), timed<S, TcConfig<32, 32, 3, 0>>(),
                    timed<S, TcConfig<32, 64, 2, 256>>(), timed<S, TcConfig<64, 32, 2, 256>>()})
@@ -201,7 +205,7 @@ template <class S>
 std::vector<TcTiming> sweep(std::size_t T, int repeats, int splits) {
   BenchData data(T, !std::is_same<S, float>::value);
   std::vector<TcTiming> out;
-  const auto configs = tc_configs<S>();
+  const auto configs = tc_configs<S>(T);
   // The shipped configuration's outputs at each split a configuration used: with splits = 0 the
   // launch picks its split from its occupancy, and a token's bits depend on the split alone.
   std::map<int, std::vector<std::uint8_t>> shipped;
@@ -297,8 +301,8 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   };
   // cuda-fused's launch at d = 5120: split as shipped, unsplit, and unsplit with hc_fn repacked
   // in the call; and the baseline's four launches.
-  const auto f32 = shipped_tc<float, 5120>();
-  const auto b16 = shipped_tc<bf16, 5120>();
+  const auto f32 = shipped_tc<float, 5120>(T);
+  const auto b16 = shipped_tc<bf16, 5120>(T);
   r.fused_ms =
       time([&](int k) { data.run<float>(f32, k); }, [&](int k) { data.run<bf16>(b16, k); });
   r.unsplit_ms =
@@ -324,9 +328,9 @@ std::uint64_t cuda_boundary_digest(std::size_t T, bool use_bf16, int splits) {
   BenchData data(T, use_bf16);
   data.poison();
   if (use_bf16)
-    data.run<bf16>(shipped_tc<bf16, 5120>(), 0, splits);
+    data.run<bf16>(shipped_tc<bf16, 5120>(T), 0, splits);
   else
-    data.run<float>(shipped_tc<float, 5120>(), 0, splits);
+    data.run<float>(shipped_tc<float, 5120>(T), 0, splits);
   sync();
   std::uint64_t h = 14695981039346656037ull;
   for (std::uint8_t b : data.outputs()) h = (h ^ b) * 1099511628211ull;

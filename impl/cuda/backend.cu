@@ -68,7 +68,7 @@ void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const
   if (!T) return;
   if (fused && c.n == 4) {
     const TcWeights packed(c, W);  // the harness's hc_fn changes from call to call
-    (c.d == 5120 ? shipped_tc<S, 5120>(g_tensor_copies.load()) : shipped_tc<S, 0>())(
+    (c.d == 5120 ? shipped_tc<S, 5120>(T, g_tensor_copies.load()) : shipped_tc<S, 0>(T))(
         c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre, postout, combout,
         g_splits.load());
     return;

@@ -684,7 +684,7 @@ struct TcMaps {
 // barrier. The computing warps wait on it; phase A leaves x and y in the stage (STAGED), and
 // once every warp's phase A is done (a barrier of their own) one thread arrives on "staged". The
 // producer then stores x and y with tensor stores (clipped at the last token) while phase B reads
-// the stage, and refills it once phase B is done ("empty", an arrival a warp) and its stores have
+// the stage, and refills it once phase B is done ("empty", an arrival a thread) and its stores have
 // read it. The computing warps meet once a chunk and never wait for a copy they did not need,
 // and the copies run up to STAGES chunks ahead. Whole chunks only.
 template <class T, int D, int STAGES, int TB, int CW, bool SPLIT>
@@ -696,7 +696,7 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   using L = TcLayout<T, TB, CW>;
   using St = TmaStage<T, TB, CW>;
   using Rows = typename St::Rows;
-  constexpr int N = L::N, NT = L::kThreads, NW = L::NW, PC = Rows::PC;
+  constexpr int N = L::N, NT = L::kThreads, PC = Rows::PC;
   static_assert(D > 0 && D % CW == 0, "whole chunks");
   static_assert(sizeof(T) == 2, "bf16 streams: fp32's phase B reads would conflict (2-way)");
   static_assert(N * TB * L::M * 4 <= STAGES * St::kBytes, "the partial products reuse the stages");
@@ -718,7 +718,7 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
     for (int st = 0; st < STAGES; ++st) {
       bar_init(full(st), 1);
       bar_init(staged(st), 1);
-      bar_init(empty(st), NW);
+      bar_init(empty(st), NT);
     }
     bar_init_fence();
   }
@@ -772,7 +772,6 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
   sync_threads_of<NT>();
   float acc[2][3][4] = {};
   float ss[4] = {0, 0, 0, 0};
-  const int lane = int(threadIdx.x) % 32;
   for (std::size_t j = 0; j < n; ++j) {
     T* sx = reinterpret_cast<T*>(smem + stage(j) * St::kBytes);
     bar_wait(full(stage(j)), parity(j));  // chunk j has landed
@@ -789,8 +788,7 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
       tc_phase_b<T, TB, CW, Rows, PC>(
           sx, reinterpret_cast<const float*>(smem + stage(j) * St::kBytes + St::kStreamBytes), acc,
           c);
-    __syncwarp();
-    if (lane == 0) bar_arrive(empty(stage(j)));
+    bar_arrive(empty(stage(j)));    // each thread after its reads: what racecheck can check
     asm volatile("" ::: "memory");  // as in boundary_tc
   }
   sync_threads_of<NT + 32, 2>();  // with the producer: its stores have read the stages
@@ -922,10 +920,10 @@ constexpr TcLaunch<S> tc_launch() {
 }
 
 // The configuration cuda-fused runs, per stream type: the fastest of mhc-bench-cuda's sweep on
-// the H200 (bench/README.md, "The boundary on the GPU"), which is also the sweep's reference. With
-// tensor_copies, bf16 at a fixed width runs boundary_tc_tma (TmaTc), the same bits: the
-// tests judge it so. Not shipped while racecheck's report on it is open (bench/README.md,
-// "Tensor copies into swizzled stages").
+// the H200 (bench/README.md, "The boundary on the GPU"), which is also the sweep's reference.
+// bf16 at a fixed width runs boundary_tc_tma (TmaTc) from kTmaTokens tokens, where it is faster
+// on the H200, and at every count with tensor_copies (for the tests): the same bits at the same
+// split, and the split is 1 there in both.
 template <class S>
 struct ShippedTc;
 template <>
@@ -933,10 +931,16 @@ struct ShippedTc<float> : TcConfig<32, 64, 2, 0> {};
 template <>
 struct ShippedTc<bf16> : TcConfig<32, 64, 2, 256> {};
 using TmaTc = TcConfig<64, 64, 3, 0, true>;
+constexpr std::size_t kTmaTokens = 16384;
 template <class S, int D>
-constexpr TcLaunch<S> shipped_tc(bool tensor_copies = false) {
+constexpr bool runs_tma(std::size_t tokens, bool tensor_copies = false) {
+  return std::is_same<S, bf16>::value && D > 0 && D % TmaTc::CW == 0 &&
+         (tensor_copies || tokens >= kTmaTokens);
+}
+template <class S, int D>
+constexpr TcLaunch<S> shipped_tc(std::size_t tokens, bool tensor_copies = false) {
   if constexpr (std::is_same<S, bf16>::value && D > 0 && D % TmaTc::CW == 0)
-    if (tensor_copies) return tc_launch<S, D, TmaTc>();
+    if (runs_tma<S, D>(tokens, tensor_copies)) return tc_launch<S, D, TmaTc>();
   return tc_launch<S, D, ShippedTc<S>>();
 }
 

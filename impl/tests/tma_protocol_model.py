@@ -25,6 +25,9 @@ MUTANTS = {
 }
 
 
+LANES = 32
+
+
 class MBarrier:
     def __init__(self, count):
         self.count, self.pending, self.tx, self.phase = count, count, 0, 0
@@ -61,7 +64,7 @@ def run(stages, n, nw, seed, mutant=None):
     rng = random.Random(seed)
     full = [MBarrier(1) for _ in range(stages)]
     staged = [MBarrier(1) for _ in range(stages)]
-    empty = [MBarrier(nw) for _ in range(stages)]
+    empty = [MBarrier(LANES * nw) for _ in range(stages)]  # an arrival a thread
     holds = [None] * stages  # ("in", j): chunk j loaded; ("out", j): its x and y written
     written = [set() for _ in range(stages)]  # warps whose phase A of the held chunk is done
     readers = [set() for _ in range(stages)]
@@ -150,7 +153,8 @@ def run(stages, n, nw, seed, mutant=None):
             readers[st].add(("B", w))
             yield None
             readers[st].discard(("B", w))
-            empty[st].arrive()
+            for _ in range(LANES):  # each thread after its own reads (the model's reads are a warp's)
+                empty[st].arrive()
             yield None
         if mutant != "epilogue":
             gen = barrier(2, w)

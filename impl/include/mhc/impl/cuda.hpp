@@ -37,9 +37,9 @@ const Backend& cuda_fused();  // the boundary in one pass over the streams
 // per 128 columns); 0, the default: as many as fill the device once at small token counts, 1 at
 // large ones. A token's bits depend on the split alone; the tests judge several.
 void cuda_fused_splits(int splits);
-// With `on`, cuda-fused's bf16 boundary at d = 5120 runs boundary_tc_tma, whose stages a producer
-// warp fills with tensor copies: a faster candidate, not shipped (off by default), with the same
-// bits. For the tests, which judge it.
+// cuda-fused's bf16 boundary at d = 5120 runs boundary_tc_tma, whose stages a producer warp fills
+// with tensor copies, from 16384 tokens (where it is faster); with `on`, at every token count, so
+// that the tests judge it at every split. The same bits at the same split.
 void cuda_fused_tensor_copies(bool on);
 
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
