@@ -923,7 +923,7 @@ constexpr TcLaunch<S> tc_launch() {
 // the H200 (bench/README.md, "The boundary on the GPU"), which is also the sweep's reference.
 // bf16 at a fixed width runs boundary_tc_tma (TmaTc) from kTmaTokens tokens, where it is faster
 // on the H200, and at every count with tensor_copies (for the tests): the same bits at the same
-// split, and the split is 1 there in both.
+// split, and there the split is 1 in both (132 multiprocessors).
 template <class S>
 struct ShippedTc;
 template <>
