@@ -932,14 +932,15 @@ template <>
 struct ShippedTc<bf16> : TcConfig<32, 64, 2, 256> {};
 using TmaTc = TcConfig<64, 64, 3, 0, true>;
 constexpr std::size_t kTmaTokens = 16384;
+template <class S, int D>  // TmaTc takes bf16 streams in whole chunks
+constexpr bool kTmaFits = D > 0 && D % TmaTc::CW == 0 && std::is_same<S, bf16>::value;
 template <class S, int D>
 constexpr bool runs_tma(std::size_t tokens, bool tensor_copies = false) {
-  return std::is_same<S, bf16>::value && D > 0 && D % TmaTc::CW == 0 &&
-         (tensor_copies || tokens >= kTmaTokens);
+  return kTmaFits<S, D> && (tensor_copies || tokens >= kTmaTokens);
 }
 template <class S, int D>
 constexpr TcLaunch<S> shipped_tc(std::size_t tokens, bool tensor_copies = false) {
-  if constexpr (std::is_same<S, bf16>::value && D > 0 && D % TmaTc::CW == 0)
+  if constexpr (kTmaFits<S, D>)
     if (runs_tma<S, D>(tokens, tensor_copies)) return tc_launch<S, D, TmaTc>();
   return tc_launch<S, D, ShippedTc<S>>();
 }
