@@ -39,13 +39,15 @@ for line in lines("bench.txt"):
             and f[2].isdigit():
         backward[(f[0], f[1], int(f[2]))] = dict(
             zip(["ms", "floor", "over", "fraction"], map(float, f[3:])))
-torch = {}  # (mode, dtype, tokens) -> ms; mode: eager, compile, backward-eager, backward-compile
+torch = {}  # (mode, dtype, tokens) -> ms, or "oom"; mode: eager, compile, backward-eager, ...
 for line in lines("torch.txt"):
     f = line.split()
-    if len(f) == 4 and f[0].startswith("torch-"):
+    if len(f) in (3, 4) and f[0].startswith("torch-") and f[1].isdigit() and \
+            (len(f) == 4 or f[2] == "out-of-memory"):
         parts = f[0].split("-")
         mode, dt = "-".join(parts[1:-2]), parts[-2]
-        torch[(mode, {"float32": "fp32", "bfloat16": "bf16"}.get(dt, dt), int(f[1]))] = float(f[2]) * 1e3
+        torch[(mode, {"float32": "fp32", "bfloat16": "bf16"}.get(dt, dt), int(f[1]))] = \
+            float(f[2]) * 1e3 if len(f) == 4 else "oom"
 
 print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
       "bytes / copy bandwidth); copy: fraction of copy bandwidth at (2n+2)d stream elements a token)")
@@ -54,12 +56,12 @@ head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "unsplit", "repac
 print("%-5s %7s %9s %9s %7s %6s %9s %9s %9s %9s %8s %9s" % head)
 
 
-def ms(v):
-    return "%9.4f" % v if v is not None else "%9s" % "-"
+def ms(v):  # a time, "oom" (PyTorch ran out of the device's memory) or none
+    return "%9.4f" % v if isinstance(v, float) else "%9s" % (v or "-")
 
 
 def ratio(a, b):
-    return "%.1fx" % (a / b) if a is not None and b else "-"
+    return "%.1fx" % (a / b) if isinstance(a, float) and b else "-"
 
 
 for dt in ("fp32", "bf16"):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_table.sh SOURCE_DIR: bench/gpu_table.py merges scripts/gpu-run's outputs into one table.
 # On a made-up run (two sizes per precision, eager for all, torch.compile for some, one campaign
-# passing and one failing, the backward at one size) every row carries our times and the PyTorch ones of the same dtype and
-# size, with the speedups eager / fused and compile / fused computed here by hand.
+# passing and one failing, the backward at one size) every row carries our times and the PyTorch
+# ones of the same dtype and size, with the speedups eager / fused and compile / fused computed
+# here by hand; a size PyTorch ran out of memory at reads 'oom', with no speedup.
 set -u
 src=$1
 d=$(mktemp -d)
@@ -19,6 +20,7 @@ bf16     16384    0.5000    0.5000    0.5100   12.0000    0.4000    0.0050    1.
 gradients      tokens         ms   floor ms  /floor  fraction
 deterministic    1024     2.0000     0.5000    4.00      0.25
 atomics          1024     1.0000     0.5000    2.00      0.50
+bf16   atomics          2048     0.8000     0.2500    3.20      0.31
 
 dtype   tokens splits config                                 ms  fraction  same
 fp32     16384   auto shipped (tb32 cw32 s3 L2:256)      1.0000      0.80   yes
@@ -32,6 +34,7 @@ torch-compile-float32-cuda 1 0.0005000 2000
 torch-compile-float32-cuda 16384 0.0025000 6553600
 torch-backward-eager-float32-cuda 1024 0.0100000 102400
 torch-backward-compile-float32-cuda 1024 0.0040000 256000
+torch-backward-eager-bfloat16-cuda 2048 out-of-memory
 T
 printf 'check: PASS (0 of 1000 cases failed)\n' > "$d/campaign-fp32.txt"
 printf 'noise\ncheck: FAIL (2 of 1000 cases failed)\n' > "$d/campaign-bf16.txt"
@@ -54,4 +57,7 @@ grep -q "^campaign bf16 .*check: FAIL (2 of 1000" "$d/table" || fail "bf16 campa
   fail "backward: $(row deterministic 1024)"
 [ "$(row atomics 1024)" = "atomics 1024 1.0000 0.5000 2.00 0.50 10.0000 4.0000 10.0x 4.0x" ] ||
   fail "backward atomics: $(row atomics 1024)"
-echo "ok: gpu_table.py merged 4 + 2 rows, 8 PyTorch timings and 2 campaign verdicts"
+# bf16's backward: autograd out of memory, no compiled timing
+[ "$(row atomics 2048)" = "atomics 2048 0.8000 0.2500 3.20 0.31 oom - - -" ] ||
+  fail "backward bf16: $(row atomics 2048)"
+echo "ok: gpu_table.py merged 4 + 3 rows, 8 PyTorch timings, an out-of-memory and 2 campaign verdicts"
