@@ -126,8 +126,10 @@ def main():
             try:
                 med = measure(fn, mode, T)
             except torch.cuda.OutOfMemoryError as e:  # this size only: the next may fit
+                med, why = None, str(e).splitlines()[0]
+            if med is None:  # out of the handler, the failed size's tensors are free
                 print(f"{name} {T} out-of-memory", flush=True)
-                print(f"{name} {T}: {str(e).splitlines()[0]}", file=sys.stderr)
+                print(f"{name} {T}: {why}", file=sys.stderr)
                 if device != "cpu":
                     torch.cuda.empty_cache()
                 continue
