@@ -135,5 +135,6 @@ def main():
                 continue
             print(f"{name} {T} {med:.7f} {T / med:.0f}", flush=True)
 
+
 if __name__ == "__main__":
     main()
