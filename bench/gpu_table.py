@@ -40,14 +40,13 @@ for line in lines("bench.txt"):
         backward[(f[0], f[1], int(f[2]))] = dict(
             zip(["ms", "floor", "over", "fraction"], map(float, f[3:])))
 torch = {}  # (mode, dtype, tokens) -> ms, or "oom"; mode: eager, compile, backward-eager, ...
-for line in lines("torch.txt"):
+for line in lines("torch.txt"):  # also '<name> unavailable (PyTorch ...)': no row
     f = line.split()
-    if len(f) in (3, 4) and f[0].startswith("torch-") and f[1].isdigit() and \
-            (len(f) == 4 or f[2] == "out-of-memory"):
+    if len(f) >= 3 and f[0].startswith("torch-") and f[1].isdigit():
         parts = f[0].split("-")
         mode, dt = "-".join(parts[1:-2]), parts[-2]
         torch[(mode, {"float32": "fp32", "bfloat16": "bf16"}.get(dt, dt), int(f[1]))] = \
-            float(f[2]) * 1e3 if len(f) == 4 else "oom"
+            "oom" if f[2] == "out-of-memory" else float(f[2]) * 1e3
 
 print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
       "bytes / copy bandwidth); copy: fraction of copy bandwidth at (2n+2)d stream elements a token)")

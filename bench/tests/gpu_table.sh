@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpu_table.sh SOURCE_DIR: bench/gpu_table.py merges scripts/gpu-run's outputs into one table.
 # On a made-up run (two sizes per precision, eager for all, torch.compile for some, one campaign
-# passing and one failing, the backward at one size) every row carries our times and the PyTorch
-# ones of the same dtype and size, with the speedups eager / fused and compile / fused computed
-# here by hand; a size PyTorch ran out of memory at reads 'oom', with no speedup.
+# passing and one failing, the backward at one size a precision) every row carries our times and
+# the PyTorch ones of the same dtype and size, with the speedups eager / fused and compile / fused
+# computed here by hand; a size PyTorch ran out of memory at reads 'oom', with no speedup, and a
+# PyTorch without torch.compile ('unavailable') leaves its column empty.
 set -u
 src=$1
 d=$(mktemp -d)
@@ -35,6 +36,7 @@ torch-compile-float32-cuda 16384 0.0025000 6553600
 torch-backward-eager-float32-cuda 1024 0.0100000 102400
 torch-backward-compile-float32-cuda 1024 0.0040000 256000
 torch-backward-eager-bfloat16-cuda 2048 out-of-memory
+torch-backward-compile-bfloat16-cuda unavailable (PyTorch 1.13.0a0)
 T
 printf 'check: PASS (0 of 1000 cases failed)\n' > "$d/campaign-fp32.txt"
 printf 'noise\ncheck: FAIL (2 of 1000 cases failed)\n' > "$d/campaign-bf16.txt"
@@ -60,4 +62,4 @@ grep -q "^campaign bf16 .*check: FAIL (2 of 1000" "$d/table" || fail "bf16 campa
 # bf16's backward: autograd out of memory, no compiled timing
 [ "$(row atomics 2048)" = "atomics 2048 0.8000 0.2500 3.20 0.31 oom - - -" ] ||
   fail "backward bf16: $(row atomics 2048)"
-echo "ok: gpu_table.py merged 4 + 3 rows, 8 PyTorch timings, an out-of-memory and 2 campaign verdicts"
+echo "ok: gpu_table.py merged 4 + 3 rows, 8 PyTorch timings, an out-of-memory, a PyTorch without compile and 2 campaign verdicts"
