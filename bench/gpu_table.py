@@ -2,7 +2,8 @@
 """One table of the boundary on the GPU from scripts/gpu-run's outputs: mhc-bench-cuda's rows
 (bench.txt), PyTorch eager and torch.compile (torch.txt, bench/torch_boundary.py's lines) and the
 differential campaigns' verdicts (campaign-*.txt), from one or more output folders (parts run
-separately). Usage: gpu_table.py OUT_DIR..."""
+separately). A PyTorch cell reads 'oom' where PyTorch ran out of the device's memory at that size,
+'-' where it was not timed. Usage: gpu_table.py OUT_DIR..."""
 import glob
 import os
 import sys
