@@ -65,6 +65,10 @@ struct TcTiming {
 std::vector<TcTiming> cuda_bench_boundary_sweep(std::size_t tokens, bool bf16, int repeats,
                                                 int splits = 0);
 
+// The tensor-copy shape the shipped launch chose for bf16 streams on this device, by timing its
+// candidates on its first call of 16384 tokens or more ("" before such a call).
+std::string cuda_fused_tma_shape();
+
 // A 64-bit FNV-1a digest of every output of cuda-fused's shipped launch on the benchmark's inputs
 // at T tokens with `splits` splits of the columns (0: the shipped choice), so that two builds of
 // the kernel can be shown to give the same bits (`mhc-bench-cuda digest` in each).

@@ -9,11 +9,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "buffers.cuh"
 #include "bulk.cuh"
@@ -921,9 +925,10 @@ constexpr TcLaunch<S> tc_launch() {
 
 // The configuration cuda-fused runs, per stream type: the fastest of mhc-bench-cuda's sweep on
 // the H200 (bench/README.md, "The boundary on the GPU"), which is also the sweep's reference.
-// bf16 at a fixed width runs boundary_tc_tma (TmaTc) from kTmaTokens tokens, where it is faster
-// on the H200, and at every count with tensor_copies (for the tests): the same bits at the same
-// split, and there the split is 1 in both (132 multiprocessors).
+// bf16 at a fixed width runs boundary_tc_tma from kTmaTokens tokens, in the fastest of TmaShapes
+// on the device (launch_tma_fastest), and TmaTc at every count with tensor_copies (for the
+// tests): the same bits at the same split, and there the split is 1 in each (132
+// multiprocessors).
 template <class S>
 struct ShippedTc;
 template <>
@@ -938,10 +943,65 @@ template <class S, int D>
 constexpr bool runs_tma(std::size_t tokens, bool tensor_copies = false) {
   return kTmaFits<S, D> && (tensor_copies || tokens >= kTmaTokens);
 }
+// The tensor-copy shapes that led the sweep on one device or another: TmaTc on the H200, 128
+// columns or 3 stages of 32 tokens on the H100 (bench/README.md, "A quarter of the registers").
+using TmaShapes = std::tuple<TmaTc, TcConfig<32, 128, 2, 0, true>, TcConfig<32, 64, 3, 0, true>>;
+constexpr int kTmaShapes = int(std::tuple_size<TmaShapes>::value);
+template <class S, int D, std::size_t... I>
+constexpr std::array<TcLaunch<S>, kTmaShapes> tma_launches(std::index_sequence<I...>) {
+  return {tc_launch<S, D, std::tuple_element_t<I, TmaShapes>>()...};
+}
+// The shape the process settled on (-1: none yet), per stream type and width.
+template <class S, int D>
+std::atomic<int> g_tma_shape{-1};
+// TmaShapes' fastest on this device, found by the first call: the shapes take turns, a round
+// untimed (the first launch sets a kernel's attributes), then three timed, and those at TmaTc's
+// split, which give TmaTc's bits, compete on their median. The first call's outputs, and every
+// later call's, are the fastest's.
+template <class S, int D>
+int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
+                       const float* comb, const float* pre_mix, const TcWeights& w,
+                       const float* scale, const float* base, S* x, S* y, float* mixes, float* pre,
+                       float* postout, float* combout, int splits) {
+  static constexpr auto shapes = tma_launches<S, D>(std::make_index_sequence<kTmaShapes>{});
+  const auto run = [&](int i) {
+    return shapes[std::size_t(i)](c, T, f, R, post, comb, pre_mix, w, scale, base, x, y, mixes, pre,
+                                  postout, combout, splits);
+  };
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    constexpr int kRounds = 3;
+    cudaEvent_t e0, e1;
+    MHC_CUDA_CHECK(cudaEventCreate(&e0));
+    MHC_CUDA_CHECK(cudaEventCreate(&e1));
+    int split[kTmaShapes];
+    float ms[kTmaShapes][kRounds];
+    for (int i = 0; i < kTmaShapes; ++i) split[i] = run(i);
+    for (int r = 0; r < kRounds; ++r)
+      for (int i = 0; i < kTmaShapes; ++i) {
+        MHC_CUDA_CHECK(cudaEventRecord(e0));
+        run(i);
+        MHC_CUDA_CHECK(cudaEventRecord(e1));
+        MHC_CUDA_CHECK(cudaEventSynchronize(e1));
+        MHC_CUDA_CHECK(cudaEventElapsedTime(&ms[i][r], e0, e1));
+      }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    int best = 0;
+    for (int i = 0; i < kTmaShapes; ++i) {
+      std::sort(ms[i], ms[i] + kRounds);
+      if (split[i] == split[0] && ms[i][kRounds / 2] < ms[best][kRounds / 2]) best = i;
+    }
+    g_tma_shape<S, D> = best;
+  });
+  return run(g_tma_shape<S, D>.load());
+}
 template <class S, int D>
 constexpr TcLaunch<S> shipped_tc(std::size_t tokens, bool tensor_copies = false) {
-  if constexpr (kTmaFits<S, D>)
-    if (runs_tma<S, D>(tokens, tensor_copies)) return tc_launch<S, D, TmaTc>();
+  if constexpr (kTmaFits<S, D>) {
+    if (tensor_copies) return tc_launch<S, D, TmaTc>();
+    if (runs_tma<S, D>(tokens)) return launch_tma_fastest<S, D>;
+  }
   return tc_launch<S, D, ShippedTc<S>>();
 }
 
