@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
       "device %s; boundary n=4 d=5120; CUDA events, median of %d after 50 ms of calls, inputs and "
       "packed hc_fn rotated past L2\n"
       "fused: shipped (columns split over blocks at small token counts; bf16 with tensor copies "
-      "from 16384 tokens); unsplit: one block a token range; repack: unsplit, hc_fn packed in the "
+      "from 16384 tokens, in the shape its first such call timed fastest); unsplit: one block a "
+      "token range; repack: unsplit, hc_fn packed in the "
       "call (the call as before the split);\n"
       "floor: max(empty kernel, all bytes / copy bandwidth); fraction: (2n+2)*d stream elements "
       "a token / time / copy bandwidth\n",

@@ -194,7 +194,8 @@ int run_all(Selection& take) {
   // and the same bits in two runs at the device's own choice (the finishing kernel adds the
   // splits in split order). 72 tokens: 3 ranges, one partial. d = 6000: 47 splits, more than
   // the finishing kernel copies at once. bf16 at d = 5120 again with tensor copies
-  // (cuda_fused_tensor_copies: boundary_tc_tma, which cuda-fused runs from 16384 tokens), whose
+  // (cuda_fused_tensor_copies: boundary_tc_tma, which cuda-fused runs from 16384 tokens in the
+  // fastest of its shapes; the sweep and the digests check that those give these bits), whose
   // bits must also be those of cp.async's kernel.
   const auto same_bits = [](const oracles::Trace<float>& a, const oracles::Trace<float>& b) {
     bool same = a.size() == b.size();

@@ -38,8 +38,9 @@ const Backend& cuda_fused();  // the boundary in one pass over the streams
 // large ones. A token's bits depend on the split alone; the tests judge several.
 void cuda_fused_splits(int splits);
 // cuda-fused's bf16 boundary at d = 5120 runs boundary_tc_tma, whose stages a producer warp fills
-// with tensor copies, from 16384 tokens (where it is faster); with `on`, at every token count, so
-// that the tests judge it at every split. The same bits at the same split.
+// with tensor copies, from 16384 tokens (where it is faster), in the shape its first such call
+// timed fastest; with `on`, its first shape (TmaTc) at every token count, so that the tests judge
+// it at every split. The same bits at the same split.
 void cuda_fused_tensor_copies(bool on);
 
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
