@@ -955,8 +955,8 @@ constexpr std::array<TcLaunch<S>, kTmaShapes> tma_launches(std::index_sequence<I
 template <class S, int D>
 std::atomic<int> g_tma_shape{-1};
 // TmaShapes' fastest on this device, found by the first call: the shapes take turns, a round
-// untimed (the first launch sets a kernel's attributes), then three timed, and those at TmaTc's
-// split, which give TmaTc's bits, compete on their median. The first call's outputs, and every
+// untimed, then three timed, and those at TmaTc's split, which give TmaTc's bits, compete on
+// their median (a shape the device cannot launch does not). The first call's outputs, and every
 // later call's, are the fastest's.
 template <class S, int D>
 int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
@@ -971,14 +971,22 @@ int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, con
   static std::once_flag once;
   std::call_once(once, [&] {
     constexpr int kRounds = 3;
+    int split[kTmaShapes];
+    for (int i = 0; i < kTmaShapes; ++i) {
+      try {
+        split[i] = run(i);               // untimed: a kernel's first launch sets its attributes
+      } catch (const std::exception&) {  // a shape this device cannot launch is no candidate
+        if (i == 0) throw;
+        split[i] = -1;
+      }
+    }
     cudaEvent_t e0, e1;
     MHC_CUDA_CHECK(cudaEventCreate(&e0));
     MHC_CUDA_CHECK(cudaEventCreate(&e1));
-    int split[kTmaShapes];
-    float ms[kTmaShapes][kRounds];
-    for (int i = 0; i < kTmaShapes; ++i) split[i] = run(i);
+    float ms[kTmaShapes][kRounds] = {};
     for (int r = 0; r < kRounds; ++r)
       for (int i = 0; i < kTmaShapes; ++i) {
+        if (split[i] != split[0]) continue;
         MHC_CUDA_CHECK(cudaEventRecord(e0));
         run(i);
         MHC_CUDA_CHECK(cudaEventRecord(e1));
