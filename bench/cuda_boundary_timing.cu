@@ -159,15 +159,6 @@ void measure_floor(int repeats, DeviceFloor& r) {
   r.copy_gbps = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
 }
 
-// A configuration's name, as the table shows it: "tb32 cw64 s2 L2:256".
-template <class C>
-std::string tc_name() {
-  std::string s = "tb" + std::to_string(C::TB) + " cw" + std::to_string(C::CW) + " s" +
-                  std::to_string(C::STAGES);
-  if (C::PF) s += " L2:" + std::to_string(C::PF);
-  if (C::TMA) s += " tma";
-  return s;
-}
 template <class S>
 struct Timed {
   std::string name;
@@ -200,12 +191,6 @@ std::vector<Timed<S>> tc_configs(std::size_t T) {
           timed<S, TcConfig<64, 64, 3, 0, true>>()})
       v.push_back(t);
   return v;
-}
-
-template <std::size_t... I>
-std::string tma_shape_name(int i, std::index_sequence<I...>) {
-  const std::string names[] = {tc_name<std::tuple_element_t<I, TmaShapes>>()...};
-  return i < 0 ? "" : names[i];
 }
 
 template <class S>
@@ -345,7 +330,8 @@ std::uint64_t cuda_boundary_digest(std::size_t T, bool use_bf16, int splits) {
 }
 
 std::string cuda_fused_tma_shape() {
-  return tma_shape_name(g_tma_shape<bf16, 5120>.load(), std::make_index_sequence<kTmaShapes>{});
+  const int i = g_tma_shape<bf16, 5120>.load();
+  return i < 0 ? "" : tma_names(std::make_index_sequence<kTmaShapes>{})[std::size_t(i)];
 }
 
 DeviceFloor cuda_device_floor(int repeats) {

@@ -57,7 +57,10 @@ void cuda_mma_tf32(const float*, const float*, const float*, float*) {
   absent();
 }
 void cuda_fused_splits(int) {}
-void cuda_fused_tensor_copies(bool) {}
+void cuda_fused_tensor_copies(int) {}
+std::vector<std::string> cuda_fused_tensor_copy_shapes() {
+  return {};
+}
 Sublayers cuda_sublayers() {
   Sublayers s;
   s.attention = [](const KernelConfig&, const BlockShape&, const BlockKnobs&, std::size_t,

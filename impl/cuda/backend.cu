@@ -14,7 +14,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backward.cuh"
 #include "boundary_tc.cuh"
@@ -29,8 +32,8 @@ namespace {
 
 using namespace cuda_detail;
 
-std::atomic<int> g_splits{0};              // cuda_fused_splits
-std::atomic<bool> g_tensor_copies{false};  // cuda_fused_tensor_copies
+std::atomic<int> g_splits{0};          // cuda_fused_splits
+std::atomic<int> g_tensor_copies{-1};  // cuda_fused_tensor_copies
 
 void need_device(const KernelConfig& k) {
   if (cuda_device_count() == 0) throw NotCompiled("no CUDA device");
@@ -240,8 +243,15 @@ const Backend& cuda_fused() {
 void cuda_fused_splits(int splits) {
   g_splits = splits < 0 ? 0 : splits;
 }
-void cuda_fused_tensor_copies(bool on) {
-  g_tensor_copies = on;
+void cuda_fused_tensor_copies(int shape) {
+  if (shape >= kTmaShapes)
+    throw std::invalid_argument("cuda_fused_tensor_copies: there are " +
+                                std::to_string(kTmaShapes) + " shapes");
+  g_tensor_copies = shape < 0 ? -1 : shape;
+}
+std::vector<std::string> cuda_fused_tensor_copy_shapes() {
+  const auto names = tma_names(std::make_index_sequence<kTmaShapes>{});
+  return {names.begin(), names.end()};
 }
 
 void cuda_mma_tf32(const float* a, const float* b, const float* c, float* d) {

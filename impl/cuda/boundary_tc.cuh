@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -926,9 +927,8 @@ constexpr TcLaunch<S> tc_launch() {
 // The configuration cuda-fused runs, per stream type: the fastest of mhc-bench-cuda's sweep on
 // the H200 (bench/README.md, "The boundary on the GPU"), which is also the sweep's reference.
 // bf16 at a fixed width runs boundary_tc_tma from kTmaTokens tokens, in the fastest of TmaShapes
-// on the device (launch_tma_fastest), and TmaTc at every count with tensor_copies (for the
-// tests): the same bits at the same split, and there the split is 1 in each (132
-// multiprocessors).
+// on the device (launch_tma_fastest): the same bits at the same split, and there the split is 1
+// in each (132 multiprocessors).
 template <class S>
 struct ShippedTc;
 template <>
@@ -936,21 +936,42 @@ struct ShippedTc<float> : TcConfig<32, 64, 2, 0> {};
 template <>
 struct ShippedTc<bf16> : TcConfig<32, 64, 2, 256> {};
 using TmaTc = TcConfig<64, 64, 3, 0, true>;
-constexpr std::size_t kTmaTokens = 16384;
-template <class S, int D>  // TmaTc takes bf16 streams in whole chunks
-constexpr bool kTmaFits = D > 0 && D % TmaTc::CW == 0 && std::is_same<S, bf16>::value;
-template <class S, int D>
-constexpr bool runs_tma(std::size_t tokens, bool tensor_copies = false) {
-  return kTmaFits<S, D> && (tensor_copies || tokens >= kTmaTokens);
-}
 // The tensor-copy shapes that led the sweep on one device or another: TmaTc on the H200, 128
 // columns or 3 stages of 32 tokens on the H100 (bench/README.md, "A quarter of the registers").
 using TmaShapes = std::tuple<TmaTc, TcConfig<32, 128, 2, 0, true>, TcConfig<32, 64, 3, 0, true>>;
 constexpr int kTmaShapes = int(std::tuple_size<TmaShapes>::value);
+constexpr std::size_t kTmaTokens = 16384;
+template <std::size_t... I>
+constexpr int tma_widest(std::index_sequence<I...>) {
+  return std::max({std::tuple_element_t<I, TmaShapes>::CW...});
+}
+template <class S, int D>  // the tensor copies take bf16 streams in whole chunks of every shape
+constexpr bool kTmaFits =
+    D > 0 &&
+    D % tma_widest(std::make_index_sequence<kTmaShapes>{}) == 0 && std::is_same<S, bf16>::value;
+template <class S, int D>
+constexpr bool runs_tma(std::size_t tokens) {
+  return kTmaFits<S, D> && tokens >= kTmaTokens;
+}
+// A configuration's name, as the benchmark shows it: "tb32 cw64 s2 L2:256".
+template <class C>
+std::string tc_name() {
+  std::string s = "tb" + std::to_string(C::TB) + " cw" + std::to_string(C::CW) + " s" +
+                  std::to_string(C::STAGES);
+  if (C::PF) s += " L2:" + std::to_string(C::PF);
+  if (C::TMA) s += " tma";
+  return s;
+}
+template <std::size_t... I>
+std::array<std::string, kTmaShapes> tma_names(std::index_sequence<I...>) {
+  return {tc_name<std::tuple_element_t<I, TmaShapes>>()...};
+}
 template <class S, int D, std::size_t... I>
 constexpr std::array<TcLaunch<S>, kTmaShapes> tma_launches(std::index_sequence<I...>) {
   return {tc_launch<S, D, std::tuple_element_t<I, TmaShapes>>()...};
 }
+template <class S, int D>
+constexpr auto kTmaLaunches = tma_launches<S, D>(std::make_index_sequence<kTmaShapes>{});
 // The shape the process settled on (-1: none yet), per stream type and width.
 template <class S, int D>
 std::atomic<int> g_tma_shape{-1};
@@ -963,10 +984,9 @@ int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, con
                        const float* comb, const float* pre_mix, const TcWeights& w,
                        const float* scale, const float* base, S* x, S* y, float* mixes, float* pre,
                        float* postout, float* combout, int splits) {
-  static constexpr auto shapes = tma_launches<S, D>(std::make_index_sequence<kTmaShapes>{});
   const auto run = [&](int i) {
-    return shapes[std::size_t(i)](c, T, f, R, post, comb, pre_mix, w, scale, base, x, y, mixes, pre,
-                                  postout, combout, splits);
+    return kTmaLaunches<S, D>[std::size_t(i)](c, T, f, R, post, comb, pre_mix, w, scale, base, x, y,
+                                              mixes, pre, postout, combout, splits);
   };
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -1004,10 +1024,12 @@ int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, con
   });
   return run(g_tma_shape<S, D>.load());
 }
+// What cuda-fused launches on T tokens; `shape` >= 0 (bf16 at a fixed width only): that one of
+// TmaShapes at every token count, so that the tests judge each shape at every split.
 template <class S, int D>
-constexpr TcLaunch<S> shipped_tc(std::size_t tokens, bool tensor_copies = false) {
+constexpr TcLaunch<S> shipped_tc(std::size_t tokens, int shape = -1) {
   if constexpr (kTmaFits<S, D>) {
-    if (tensor_copies) return tc_launch<S, D, TmaTc>();
+    if (shape >= 0) return kTmaLaunches<S, D>[std::size_t(shape)];
     if (runs_tma<S, D>(tokens)) return launch_tma_fastest<S, D>;
   }
   return tc_launch<S, D, ShippedTc<S>>();

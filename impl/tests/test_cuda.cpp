@@ -193,10 +193,9 @@ int run_all(Selection& take) {
   // against the oracle, from one block per token range to one per 128 columns (more are clamped),
   // and the same bits in two runs at the device's own choice (the finishing kernel adds the
   // splits in split order). 72 tokens: 3 ranges, one partial. d = 6000: 47 splits, more than
-  // the finishing kernel copies at once. bf16 at d = 5120 again with tensor copies
+  // the finishing kernel copies at once. bf16 at d = 5120 again in each shape with tensor copies
   // (cuda_fused_tensor_copies: boundary_tc_tma, which cuda-fused runs from 16384 tokens in the
-  // fastest of its shapes; the sweep and the digests check that those give these bits), whose
-  // bits must also be those of cp.async's kernel.
+  // shape its first call timed fastest), whose bits must also be those of cp.async's kernel.
   const auto same_bits = [](const oracles::Trace<float>& a, const oracles::Trace<float>& b) {
     bool same = a.size() == b.size();
     for (std::size_t i = 0; same && i < a.size(); ++i)
@@ -205,14 +204,18 @@ int run_all(Selection& take) {
                          a[i].values.size() * sizeof(float)) == 0;
     return same;
   };
+  std::vector<std::pair<int, int>> widths{{5120, -1}, {130, -1}, {6000, -1}};
+  const auto shapes = impl::cuda_fused_tensor_copy_shapes();
+  for (int i = 0; i < int(shapes.size()); ++i) widths.emplace_back(5120, i);
   for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
-    for (const auto& [d, tma] :
-         {std::pair<int, bool>{5120, false}, {130, false}, {6000, false}, {5120, true}}) {
+    for (const auto& [d, shape] : widths) {
+      const bool tma = shape >= 0;
       if (tma && prec != oracles::Precision::bf16()) continue;
       ref::Config cfg;
       cfg.d = d;
+      const std::string copies = tma ? " tensor copies " + shapes[std::size_t(shape)] : "";
       const auto at = format("cuda-fused boundary %-5s d=%-5d%s",
-                             oracles::precision_name(prec).c_str(), d, tma ? " tensor copies" : "");
+                             oracles::precision_name(prec).c_str(), d, copies.c_str());
       std::vector<int> chosen;
       for (int splits : {1, 2, 3, 17, 40, 1000})
         if (take(at + format(" splits=%-4d", splits))) chosen.push_back(splits);
@@ -220,7 +223,7 @@ int run_all(Selection& take) {
       const bool bits = take(twice);
       if (chosen.empty() && !bits) continue;
       const auto c = oracles::generate_case(oracles::Op::boundary, cfg, 72, 11, prec);
-      impl::cuda_fused_tensor_copies(tma);
+      impl::cuda_fused_tensor_copies(shape);
       for (int splits : chosen) {
         impl::cuda_fused_splits(splits);
         const auto v = runner::judge(impl::cuda_fused(), c, runner::Judging{}).verdict;
@@ -234,7 +237,7 @@ int run_all(Selection& take) {
       if (bits) {  // against cp.async at one split for both: the device's own may differ
         if (tma) impl::cuda_fused_splits(17);
         const auto a = runner::run_kernel(impl::cuda_fused(), c, 0);
-        if (tma) impl::cuda_fused_tensor_copies(false);
+        impl::cuda_fused_tensor_copies(-1);
         const auto b = runner::run_kernel(impl::cuda_fused(), c, 0);
         impl::cuda_fused_splits(0);
         const bool same = same_bits(a, b);
@@ -242,7 +245,7 @@ int run_all(Selection& take) {
         failures += same ? 0 : 1;
         std::printf("%-4s %s\n", same ? "ok" : "FAIL", twice.c_str());
       }
-      impl::cuda_fused_tensor_copies(false);
+      impl::cuda_fused_tensor_copies(-1);
     }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.

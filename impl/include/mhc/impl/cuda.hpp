@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "mhc/impl/kernels.hpp"
 
@@ -38,10 +39,13 @@ const Backend& cuda_fused();  // the boundary in one pass over the streams
 // large ones. A token's bits depend on the split alone; the tests judge several.
 void cuda_fused_splits(int splits);
 // cuda-fused's bf16 boundary at d = 5120 runs boundary_tc_tma, whose stages a producer warp fills
-// with tensor copies, from 16384 tokens (where it is faster), in the shape its first such call
-// timed fastest; with `on`, its first shape (TmaTc) at every token count, so that the tests judge
-// it at every split. The same bits at the same split.
-void cuda_fused_tensor_copies(bool on);
+// with tensor copies, from 16384 tokens (where it is faster), in whichever of its shapes its first
+// such call timed fastest. `shape` (an index into cuda_fused_tensor_copy_shapes()) runs that
+// shape at every token count, so that the tests judge each at every split; -1, the default, the
+// shipped choice. Every shape gives the same bits at the same split.
+void cuda_fused_tensor_copies(int shape);
+std::vector<std::string>
+cuda_fused_tensor_copy_shapes();  // "tb64 cw64 s3 tma", ... (none without CUDA)
 
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
 // fragment layout): a [16 x 8] and c, d [16 x 8] row-major, b [8 x 8] with b[k * 8 + j]. The
