@@ -121,8 +121,7 @@ int main(int argc, char** argv) {
       "packed hc_fn rotated past L2\n"
       "fused: shipped (columns split over blocks at small token counts; bf16 with tensor copies "
       "from 16384 tokens, in the shape its first such call timed fastest); unsplit: one block a "
-      "token range; repack: unsplit, hc_fn packed in the "
-      "call (the call as before the split);\n"
+      "token range; repack: unsplit, hc_fn packed in the call (the call as before the split);\n"
       "floor: max(empty kernel, all bytes / copy bandwidth); fraction: (2n+2)*d stream elements "
       "a token / time / copy bandwidth\n",
       cuda_device_name().c_str(), repeats);
