@@ -2,8 +2,9 @@
 """One table of the boundary on the GPU from scripts/gpu-run's outputs: mhc-bench-cuda's rows
 (bench.txt), PyTorch eager and torch.compile (torch.txt, bench/torch_boundary.py's lines) and the
 differential campaigns' verdicts (campaign-*.txt), from one or more output folders (parts run
-separately). A PyTorch cell reads 'oom' where PyTorch ran out of the device's memory at that size,
-'-' where it was not timed. Usage: gpu_table.py OUT_DIR..."""
+separately), with the tensor-copy shape that the device's bf16 rows from 16384 tokens ran (chosen
+there by timing). A PyTorch cell reads 'oom' where PyTorch ran out of the device's memory at that
+size, '-' where it was not timed. Usage: gpu_table.py OUT_DIR..."""
 import glob
 import os
 import sys
@@ -71,6 +72,8 @@ for dt in ("fp32", "bf16"):
         print("%-5s %7d %s %s %7.2f %6.2f %s %s %s %s %8s %9s" % (
             dt, T, ms(r["fused"]), ms(r["floor"]), r["over"], r["fraction"], ms(r["unsplit"]),
             ms(r["repack"]), ms(e), ms(c), ratio(e, r["fused"]), ratio(c, r["fused"])))
+for line in dict.fromkeys(l for l in lines("bench.txt") if l.startswith("fused bf16 from")):
+    print(line)  # which tensor-copy shape this device's bf16 rows from 16384 tokens ran
 if not torch:
     print("(PyTorch: not run, or no CUDA device for it)")
 for dt in ("fp32", "bf16"):  # a table per stream dtype, its rows as mhc-bench-cuda's less dtype

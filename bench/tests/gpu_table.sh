@@ -3,8 +3,9 @@
 # On a made-up run (two sizes per precision, eager for all, torch.compile for some, one campaign
 # passing and one failing, the backward at one size a precision) every row carries our times and
 # the PyTorch ones of the same dtype and size, with the speedups eager / fused and compile / fused
-# computed here by hand; a size PyTorch ran out of memory at reads 'oom', with no speedup, and a
-# PyTorch without torch.compile ('unavailable') leaves its column empty.
+# computed here by hand; a size PyTorch ran out of memory at reads 'oom', with no speedup, a
+# PyTorch without torch.compile ('unavailable') leaves its column empty, and the tensor-copy shape
+# the device's bf16 rows ran is named.
 set -u
 src=$1
 d=$(mktemp -d)
@@ -17,6 +18,7 @@ fp32         1    0.0100    0.1500    0.1600    0.1800    0.0050    0.0050    2.
 fp32     16384    1.0000    1.0000    1.0100   12.0000    0.8000    0.0050    1.25      0.80    4200.0
 bf16         1    0.0080    0.1100    0.1200    0.1800    0.0050    0.0050    1.60      0.00    4200.0
 bf16     16384    0.5000    0.5000    0.5100   12.0000    0.4000    0.0050    1.25      0.80    4200.0
+fused bf16 from 16384 tokens: tb32 cw128 s2 tma, the fastest tensor-copy shape here
 
 gradients      tokens         ms   floor ms  /floor  fraction
 deterministic    1024     2.0000     0.5000    4.00      0.25
@@ -51,6 +53,8 @@ row() { grep -E "^$1 +$2 " "$d/table" | tr -s ' '; }
 # bf16: eager only (15 / 0.5 = 30x), no compile timing: '-'
 [ "$(row bf16 16384)" = "bf16 16384 0.5000 0.4000 1.25 0.80 0.5000 0.5100 15.0000 - 30.0x -" ] ||
   fail "bf16 16384: $(row bf16 16384)"
+# the shape the bf16 rows from 16384 tokens ran, as mhc-bench-cuda chose it on the device
+grep -q "^fused bf16 from 16384 tokens: tb32 cw128 s2 tma" "$d/table" || fail "the bf16 shape"
 grep -q "^campaign fp32 .*check: PASS (0 of 1000" "$d/table" || fail "fp32 campaign verdict"
 grep -q "^campaign bf16 .*check: FAIL (2 of 1000" "$d/table" || fail "bf16 campaign verdict"
 [ "$(grep -c -E '^(fp32|bf16) ' "$d/table")" = 4 ] || fail "not one row per dtype and size"
@@ -62,4 +66,4 @@ grep -q "^campaign bf16 .*check: FAIL (2 of 1000" "$d/table" || fail "bf16 campa
 # bf16's backward: autograd out of memory, no compiled timing
 [ "$(row atomics 2048)" = "atomics 2048 0.8000 0.2500 3.20 0.31 oom - - -" ] ||
   fail "backward bf16: $(row atomics 2048)"
-echo "ok: gpu_table.py merged 4 + 3 rows, 8 PyTorch timings, an out-of-memory, a PyTorch without compile and 2 campaign verdicts"
+echo "ok: gpu_table.py merged 4 + 3 rows, 8 PyTorch timings, an out-of-memory, a PyTorch without compile, the bf16 shape and 2 campaign verdicts"
