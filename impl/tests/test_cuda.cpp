@@ -204,11 +204,11 @@ int run_all(Selection& take) {
                          a[i].values.size() * sizeof(float)) == 0;
     return same;
   };
-  std::vector<std::pair<int, int>> widths{{5120, -1}, {130, -1}, {6000, -1}};
+  std::vector<std::pair<int, int>> widths_shapes{{5120, -1}, {130, -1}, {6000, -1}};
   const auto shapes = impl::cuda_fused_tensor_copy_shapes();
-  for (int i = 0; i < int(shapes.size()); ++i) widths.emplace_back(5120, i);
+  for (int i = 0; i < int(shapes.size()); ++i) widths_shapes.emplace_back(5120, i);
   for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
-    for (const auto& [d, shape] : widths) {
+    for (const auto& [d, shape] : widths_shapes) {
       const bool tma = shape >= 0;
       if (tma && prec != oracles::Precision::bf16()) continue;
       ref::Config cfg;

@@ -44,8 +44,8 @@ void cuda_fused_splits(int splits);
 // shape at every token count, so that the tests judge each at every split; -1, the default, the
 // shipped choice. Every shape gives the same bits at the same split.
 void cuda_fused_tensor_copies(int shape);
-std::vector<std::string>
-cuda_fused_tensor_copy_shapes();  // "tb64 cw64 s3 tma", ... (none without CUDA)
+// The shapes' names, "tb64 cw64 s3 tma" first (none without CUDA).
+std::vector<std::string> cuda_fused_tensor_copy_shapes();
 
 // One mma.m16n8k8 on tf32 operands, d = a b + c, as cuda-fused's projection issues it (same
 // fragment layout): a [16 x 8] and c, d [16 x 8] row-major, b [8 x 8] with b[k * 8 + j]. The
