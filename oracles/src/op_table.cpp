@@ -488,6 +488,19 @@ bnd::Format declared_storage(const bnd::Declaration& d, const std::string& input
   return d.inputs;  // the stream tensors: x, residual, f, a captured sublayer's output
 }
 
+bnd::Format declared_output_storage(const OpCase& c, const std::string& stage) {
+  const bnd::Declaration& d = c.precision.decl;
+  const OpSpec& spec = op_spec(c.op);
+  if (spec.backward) {  // the gradients of stream inputs are stored as the streams
+    for (const auto& t : op_spec(spec.forward).inputs)
+      if (stage == "grad_" + t.name) return t.stream() ? d.streams : bnd::Format::fp32;
+    return bnd::Format::fp32;
+  }
+  const std::string last = stage.substr(stage.rfind('.') + 1);  // L0.attn.pre: pre
+  if (last == "experts") return bnd::Format::fp32;              // expert indices
+  return declared_storage(d, "upstream_" + last);
+}
+
 void need_backward_declaration(Op op, const Precision& p) {
   const OpSpec& spec = op_spec(op);
   if (!spec.backward || p == Precision::fp32()) return;

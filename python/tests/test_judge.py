@@ -259,6 +259,34 @@ def test_narrow_outputs_carry_their_rounding(capture, dtype):
         assert r16.passed
 
 
+@pytest.mark.parametrize("op", ["pre", "post"])
+def test_a_declared_bf16_output_is_rounded_once(capture, op):
+    # Under the bf16 declaration a stream output's rounding to bf16 is in its bound already: the
+    # values given as a bf16 tensor are judged exactly as given as float32, not with a second
+    # rounding on top. So a kernel that truncates to bf16 (an error of up to an ulp, where
+    # rounding to nearest is within half of one) fails in either container.
+    torch = pytest.importorskip("torch")
+    config, inputs, params, _ = capture(op, "--dim", "256", "--tokens", "4", "--precision", "bf16")
+    if op == "pre":  # y[c] = sum_k pre_mix[k] x[k, c] (docs/semantics.md, "hc_pre")
+        exact = np.einsum("tk,tkc->tc", inputs["pre_mix"].astype(np.float64), inputs["x"])
+    else:  # Y[k, c] = post[k] F[c] + sum_j C[j, k] R[j, c] ("hc_post")
+        exact = (inputs["post"].astype(np.float64)[:, :, None] * inputs["f"][:, None, :] +
+                 np.einsum("tjk,tjc->tkc", inputs["comb"].astype(np.float64), inputs["residual"]))
+    nearest = torch.from_numpy(exact).bfloat16()
+    cut = torch.from_numpy((exact.astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32))
+    assert (cut != nearest.float()).any()
+
+    def judged(value):
+        return mhc_verify.judge(op, config, inputs, {"y": value}, params, precision="bf16",
+                                save_dir=None)
+    near16, near32 = judged(nearest), judged(nearest.float())
+    assert near16.passed and near32.passed
+    assert near16.stage("y").ratio_max == near32.stage("y").ratio_max
+    for value in (cut.bfloat16(), cut):
+        r = judged(value)
+        assert not r.passed and r.first_divergent == "y"
+
+
 def test_fp16_datasets_in_a_file_carry_their_rounding(tmp_path):
     # a capture whose output y is rewritten as a float16 dataset is judged with fp16 storage;
     # the same values as float32 claim fp32 and fail

@@ -237,6 +237,10 @@ OpCase generate_block_case(Op op, const ref::Config& cfg, const ref::BlockConfig
 // stored so: what a kernel is given is what the oracle evaluates.
 bnd::Format declared_storage(const bnd::Declaration& d, const std::string& input);
 void store_declared(OpCase& c);
+// The format c's declaration stores an output stage in, its rounding then part of the stage's
+// bound: a mixes stage as `mixes`, pre, post, comb and next_pre_mix as `coefficients`, a backward's
+// gradient of a stream input and every other forward stage as `streams`; fp32 for the rest.
+bnd::Format declared_output_storage(const OpCase& c, const std::string& stage);
 // Throws invalid_argument unless a backward op can be judged under p: the pieces' and the
 // boundary's under declarations of inputs, weights and streams (docs/semantics.md, "The backward
 // ops"), the Block's and a stack's under fp32 only.
