@@ -31,7 +31,8 @@ writing weights and the comb through the Block's output, the final collapse and 
 layer.
 
 Each Site replaces an attribute (a function of a module or object) for the duration of the
-block, records every call's arguments and results by the names of the fixture layout
+block, records every call's arguments (copied before the call, so that a kernel writing into
+them is judged on what it was given) and results by the names of the fixture layout
 (mhc_verify.layout), and calls the original. Arguments beyond `args` (n, iters, eps, ...) and
 names the op does not take are ignored. Case k of a site is named "<k:04d>.<site>.<call>": the
 order of the forward (layer by layer), then the site, then its call count.
@@ -77,17 +78,19 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
                                        precision, cases, counts)
 
         def recording(*a, **kw):
-            result = fn(*a, **kw)
-            got = result if isinstance(result, (tuple, list)) else (result,)
             named = dict(zip(site.args, a))
             named.update({k: v for k, v in kw.items() if k in site.args})
+            # Copied before the call: a kernel that writes into its arguments (an hc_post into
+            # the residual's storage) is judged on what it was given.
+            inputs = {n: _copy(v) for n, v in named.items() if n in layout["inputs"]}
+            params = {n: _copy(v) for n, v in named.items() if n in layout["params"]}
+            result = fn(*a, **kw)
+            got = result if isinstance(result, (tuple, list)) else (result,)
             k = counts.get(site_name, 0)
             counts[site_name] = k + 1
             cases[f"{len(cases):04d}.{site_name}.{k}"] = {
                 "op": site.op, "config": {**(config or {}), **(site.config or {})},
-                "precision": precision,
-                "inputs": {n: _copy(v) for n, v in named.items() if n in layout["inputs"]},
-                "params": {n: _copy(v) for n, v in named.items() if n in layout["params"]},
+                "precision": precision, "inputs": inputs, "params": params,
                 "outputs": {n: _copy(v) for n, v in zip(site.returns, got)},
             }
             return result
@@ -200,14 +203,26 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
     stages depend on that token alone. Judging takes about 64 bytes per stage value (bench/README.md,
     "Judging limits"): 128 tokens of 4 layers at the V4.1 sizes, about 2 GB.
     `final_norm`: the weight of the norm after the last Block; `final`: the module that applies
-    it (its output is judged as final.norm; omit it and final.norm is computed, not judged)."""
+    it (its output is judged as final.norm; omit it and final.norm is computed, not judged).
+    The params are copied at each forward's start, so that through a training loop each forward
+    is judged with the weights it read (forwards in a row with equal weights share one copy)."""
     if not blocks:
         raise ValueError("capture_blocks: no blocks")
     params = {f"layers/{l}/{k}": v for l, b in enumerate(blocks) for k, v in b.params.items()}
     if final_norm is not None:
         params["final_norm/weight"] = final_norm
     forwards: List[Dict[str, Any]] = []
+    weights: List[Dict[str, Any]] = []  # the params as each forward read them
     handles = []
+
+    def snapshot():  # a copy at the forward's start, shared with the last while they are equal
+        import torch
+        last = weights[-1] if weights else None
+        if last is not None and all(
+                torch.equal(v.detach().to("cpu"), last[k]) if isinstance(v, torch.Tensor)
+                else v == last[k] for k, v in params.items()):
+            return last
+        return {k: _copy(v) for k, v in params.items()}
 
     def batched(t, trailing):  # [B, T, ...]: the stack's layout
         t = _copy(_first(t))
@@ -222,6 +237,7 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
         def hook(mod, args):
             if l == 0:
                 forwards.append({})
+                weights.append(snapshot())
             record(f"L{l}.x", args[0], 2)
         return hook
 
@@ -259,12 +275,13 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
     except BaseException:
         if forwards:
             forwards.pop()  # the forward the error interrupted: the others are written
+            weights.pop()
         raise
     finally:
         for h in handles:
             h.remove()
         cases = {}
-        for k, f in enumerate(forwards):
+        for k, (f, read) in enumerate(zip(forwards, weights)):
             if "L0.x" not in f:
                 continue
             for l in range(1, len(blocks)):
@@ -285,7 +302,7 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
                 cases[label] = {
                     "op": "stack",
                     "config": {**config, "layers": len(blocks), "sublayers": "captured"},
-                    "precision": precision, "inputs": {"x": part.pop("L0.x")}, "params": params,
+                    "precision": precision, "inputs": {"x": part.pop("L0.x")}, "params": read,
                     "outputs": part}
         if cases:
             mhc_verify.write_capture(path, cases, producer)

@@ -91,6 +91,40 @@ def test_torch_capture_records_every_call_by_name(tmp_path):
     assert all(r.passed and r.tokens == 10 for r in results)
 
 
+def test_torch_capture_records_the_arguments_as_the_call_was_given_them(tmp_path):
+    # Kernels that write into their arguments: an hc_post that writes the new streams into the
+    # residual's storage (legitimate: the residual is dead after it) passes, and an hc_pre that
+    # scales its reading weights in place, so that its result is twice the right one, fails.
+    torch = pytest.importorskip("torch")
+    import types
+
+    import mhc_verify.torch as mt
+
+    def pre_in_place(x, pre_mix):
+        pre_mix.mul_(2.0)
+        return (pre_mix.unsqueeze(-1) * x).sum(-2)
+
+    def post_into_residual(f, residual, post, comb):
+        new = post.unsqueeze(-1) * f.unsqueeze(-2) + comb.transpose(-1, -2) @ residual
+        return residual.copy_(new)
+
+    kernels = types.SimpleNamespace(pre=pre_in_place, post=post_into_residual)
+    g = torch.Generator().manual_seed(5)
+    x, pre_mix = torch.randn(3, 4, 8, generator=g), torch.rand(3, 4, generator=g)
+    f, post, comb = torch.randn(3, 8, generator=g), torch.rand(3, 4, generator=g), torch.rand(
+        3, 4, 4, generator=g)
+    sites = [mt.Site(kernels, "pre", op="pre", args=("x", "pre_mix"), returns=("y",)),
+             mt.Site(kernels, "post", op="post", args=("f", "residual", "post", "comb"),
+                     returns=("y",))]
+    path = tmp_path / "in_place.h5"
+    with mt.capture(path, sites, config={"dim": 8}):
+        kernels.pre(x, pre_mix)
+        kernels.post(f, x, post, comb)
+    results = mhc_verify.judge_file(path)
+    assert [(r.name, r.passed) for r in results] == [("0000.pre.0", False), ("0001.post.0", True)]
+    assert results[0].first_divergent == "y"
+
+
 STACK = ["--layers", "2", "--tokens", "3", "--batch", "2", "--dim", "16", "--heads", "2",
          "--head-dim", "4", "--experts", "4", "--top-k", "2", "--inter", "8",
          "--captured-sublayers"]
@@ -183,6 +217,31 @@ def test_capture_blocks_takes_each_sites_weights_when_given(tmp_path):
     judged = {s.stage for s in r.stages if s.state == "pass"}
     assert r.passed and {f"L{l}.{s}.{w}" for l in (0, 1) for s in ("attn", "ffn")
                          for w in ("pre", "post", "comb")} <= judged
+
+
+def test_capture_blocks_judges_each_forward_with_the_weights_it_read(tmp_path):
+    # Training: the weights change between forwards (an optimiser's step), and each forward is
+    # judged with the params as they were when it ran, not as they are at the end.
+    torch, mt, model, blocks, x = blocks_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = tmp_path / "steps.h5"
+    with mt.capture_blocks(path, blocks, {"hc_mult": 4, "dim": 16},
+                           final_norm=model.final_norm.weight, final=model.final_norm,
+                           tokens_per_case=None):
+        for _ in range(2):
+            loss = model(x[0]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():  # two forwards after the last step read the same weights
+            model(x[1])
+            model(x[0])
+    results = mhc_verify.judge_file(path)
+    assert [(r.name, r.passed) for r in results] == [(f"forward.{k}", True) for k in range(4)]
+    with h5py.File(path, "r") as f:
+        fn = [f[f"cases/forward.{k}/params/layers/0/attn/hc_fn"][()] for k in range(4)]
+    assert not np.array_equal(fn[0], fn[1]) and not np.array_equal(fn[1], fn[2])
+    assert np.array_equal(fn[2], fn[3])
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
