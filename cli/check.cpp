@@ -58,7 +58,8 @@ Run add_check(CLI::App& app) {
       "evaluated with a bound-carrying Scalar, which gives every element a derived bound on the\n"
       "error of any evaluation in the declared precision model. Prints a table per stage and a\n"
       "REPRO line per failing case. Exit 0: all pass; 1: a case failed; 2: bad input, or a kernel\n"
-      "that cannot run here (no device; an op or configuration it lacks).");
+      "that cannot run here (no device; an op or configuration it lacks); 3: UNDECIDED, no case\n"
+      "could be decided (each an infinite bound or a tie), so nothing was checked.");
 
   return [st]() -> int {
     if (st->list_kernels) {
@@ -100,9 +101,12 @@ Run add_check(CLI::App& app) {
                std::to_string(tally.nondeterministic) + " cases";
     if (tally.skipped)
       extra += ", " + std::to_string(tally.skipped) + " skipped: " + tally.skip_reason;
-    std::printf("check: %s (%d of %d cases failed%s)\n", runner::run_outcome(!tally.failed).c_str(),
+    const bool none_decided = !tally.failed && tally.undecided == tally.done - tally.skipped &&
+                              tally.undecided > 0 && !reports::interrupted();
+    std::printf("check: %s (%d of %d cases failed%s)\n",
+                none_decided ? runner::kUndecided : runner::run_outcome(!tally.failed).c_str(),
                 tally.failed, tally.done, extra.c_str());
-    return session.finish(tally.failed ? 1 : 0);
+    return session.finish(tally.failed ? 1 : none_decided ? runner::kUndecidedExit : 0);
   };
 }
 

@@ -39,6 +39,34 @@ def test_a_capture_is_judged_case_by_case(capture, tmp_path):
     assert [r.name for r in mhc_verify.judge_file(path, cases=["2.post"])] == ["2.post"]
 
 
+def test_a_capture_where_nothing_could_be_decided_is_not_a_pass(capture, tmp_path):
+    # Stream 0 of every column infinite: every y is infinite, its bound too, so every element is
+    # undecidable and no output checked. compare says UNDECIDED and exits 3, not PASS and 0; one
+    # decided case beside it makes the run a pass again.
+    path = tmp_path / "infinite.h5"
+    blind = case(capture, "pre")
+    blind["inputs"]["x"][:, 0, :] = np.inf
+    blind["outputs"]["y"][:] = np.inf
+    mhc_verify.write_capture(path, {"blind": blind})
+    [r] = mhc_verify.judge_file(path)
+    assert r.state == "undecidable"
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 3 and "compare: UNDECIDED (1 cases: 0 pass" in p.stdout, p.stdout
+    # merge reads such a report, and says the same of it alone
+    subprocess.run([BIN, "compare", str(path), "--json", str(tmp_path / "blind.json")])
+    p = subprocess.run([BIN, "merge", str(tmp_path / "blind.json")], capture_output=True, text=True)
+    assert p.returncode == 3 and "merge: UNDECIDED" in p.stdout, p.stdout + p.stderr
+    seen = tmp_path / "seen.h5"
+    mhc_verify.write_capture(seen, {"seen": case(capture, "pre")})
+    subprocess.run([BIN, "compare", str(seen), "--json", str(tmp_path / "seen.json")], check=True)
+    p = subprocess.run([BIN, "merge", str(tmp_path / "blind.json"), str(tmp_path / "seen.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "merge: PASS" in p.stdout, p.stdout + p.stderr
+    mhc_verify.write_capture(path, {"blind": blind, "seen": case(capture, "pre")})
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 0 and "compare: PASS (2 cases: 1 pass" in p.stdout, p.stdout
+
+
 def test_names_that_are_not_utf8_come_back_as_python_file_names_do(capture, tmp_path):
     # A file and a case named with bytes that are not UTF-8 (a capture from another tool): judged,
     # named back surrogate-escaped (os.fsdecode), and that name selects the case again.

@@ -1,6 +1,7 @@
 // mixes, split, hc_pre, hc_post and rmsnorm on inputs whose results are known in closed form.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "mhc/reference/mhc.hpp"
@@ -41,6 +42,25 @@ TEST_CASE("config: validate rejects n=0, d=0, iters=0 and negative or NaN eps", 
   c = mhc::ref::v41();
   c.norm_eps = std::nan("");
   CHECK_FALSE(mhc::ref::validate(c).empty());
+}
+
+// An eps beyond fp32's range is infinite in an fp32 kernel: every output NaN or undecidable, so
+// nothing would be judged (a wrong kernel passed so). The largest fp32 value is taken.
+TEST_CASE("config: validate rejects eps beyond fp32 and iters beyond 100000", "[config]") {
+  const double fp32_max = double(std::numeric_limits<float>::max());
+  for (const double eps : {fp32_max, std::nextafter(fp32_max, HUGE_VAL), 1e300}) {
+    Config c = mhc::ref::v41();
+    c.hc_eps = eps;
+    CHECK(mhc::ref::validate(c).empty() == (eps == fp32_max));
+    c = mhc::ref::v41();
+    c.norm_eps = eps;
+    CHECK(mhc::ref::validate(c).empty() == (eps == fp32_max));
+  }
+  Config c = mhc::ref::v41();
+  c.iters = 100000;
+  CHECK(mhc::ref::validate(c).empty());
+  c.iters = 100001;
+  CHECK(mhc::ref::validate(c) == "iters (sinkhorn_iters) must be in [1, 100000], got 100001");
 }
 
 // C[j,k] carries stream j INTO stream k (docs/semantics.md, "Traps", 1): with only stream 0

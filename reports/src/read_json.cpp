@@ -81,9 +81,9 @@ Report read_report(const std::string& path) {
     r.interrupted = j.at("interrupted").is_null() ? "" : j.at("interrupted").get<std::string>();
     r.exit_code = j.at("exit_code");
     // The exit codes a run ends with (README): anything else is not a report of ours.
-    if (r.exit_code != 0 && r.exit_code != 1 && r.exit_code != 2 && r.exit_code != 130 &&
-        r.exit_code != 143)
-      throw std::invalid_argument(path + ": /exit_code: expected 0, 1, 2, 130 or 143, got " +
+    if (r.exit_code != 0 && r.exit_code != 1 && r.exit_code != 2 && r.exit_code != 3 &&
+        r.exit_code != 130 && r.exit_code != 143)
+      throw std::invalid_argument(path + ": /exit_code: expected 0, 1, 2, 3, 130 or 143, got " +
                                   std::to_string(r.exit_code));
     if (!j.at("entries").is_array())
       throw std::invalid_argument(path + ": /entries: expected an array of entries");

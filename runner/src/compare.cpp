@@ -176,7 +176,10 @@ int run_compare(const CompareSpec& spec, Session& session) {
     else if (e.count(oracles::State::pass) > 0)
       ++pass;
   }
-  const std::string word = rc == 2 && !reports::interrupted() ? "INVALID" : run_outcome(rc == 0);
+  if (rc == 0 && pass == 0 && !es.empty() && !reports::interrupted()) rc = kUndecidedExit;
+  const std::string word = rc == 2 && !reports::interrupted() ? "INVALID"
+                           : rc == kUndecidedExit             ? kUndecided
+                                                              : run_outcome(rc == 0);
   std::printf(
       "compare: %s (%zu cases: %ld pass, %ld fail, %ld invalid, %ld undecided or skipped)\n",
       word.c_str(), es.size(), pass, fail, invalid, long(es.size()) - pass - fail - invalid);

@@ -9,6 +9,7 @@
 
 #include "mhc/reports/report.hpp"
 #include "mhc/reports/text.hpp"
+#include "mhc/runner/session.hpp"
 
 namespace mhc::runner {
 
@@ -66,7 +67,8 @@ int MergePlan::run(Session& session) {
   for (const std::size_t i : order) {
     auto& part = parts[i];
     const std::string campaign = campaign_of(part);
-    code = std::max(code, part.exit_code);
+    // A part that decided nothing may join parts that did: the merge decides that again below.
+    code = std::max(code, part.exit_code == kUndecidedExit ? 0 : part.exit_code);
     if (!part.complete) {
       complete = false;
       std::printf(
@@ -115,10 +117,19 @@ int MergePlan::run(Session& session) {
                        : ("NOT OK" + (e.problem.empty() ? "" : ": " + e.problem)).c_str());
   }
   const bool pass = ok == int(merged.entries.size()) && complete && code == 0;
+  std::size_t cases = 0, decided = 0;
+  for (const auto& e : merged.entries) {
+    cases += e.cases.size();
+    decided += std::size_t(e.count(oracles::State::pass) + e.count(oracles::State::fail));
+  }
+  const bool none_decided = pass && cases > 0 && decided == 0;
   std::printf("\nmerge: %s: %d of %zu entries as expected, from %zu reports%s\n",
-              pass ? "PASS" : "FAIL", ok, merged.entries.size(), parts.size(),
+              none_decided ? kUndecided
+              : pass       ? "PASS"
+                           : "FAIL",
+              ok, merged.entries.size(), parts.size(),
               complete ? "" : "; some incomplete or missing");
-  return pass ? 0 : 1;
+  return none_decided ? kUndecidedExit : pass ? 0 : 1;
 }
 
 }  // namespace mhc::runner

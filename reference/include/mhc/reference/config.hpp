@@ -88,13 +88,26 @@ inline Config v41() {
   return Config{};
 }
 
-// Empty when the configuration is one the reference accepts; otherwise what is wrong.
+// The most Sinkhorn rounds a case may ask for (what a fixture holds): far beyond any model's,
+// and a case of more would hold a run for hours.
+constexpr int kMaxIters = 100000;
+
+// Empty when the configuration is one the reference accepts; otherwise what is wrong. The eps
+// are constants of fp32 kernels: one beyond fp32's range is infinite there, and every output
+// then NaN or undecidable, which judges nothing.
 inline std::string validate(const Config& c) {
   if (c.n < 1) return "n (hc_mult) must be >= 1, got " + std::to_string(c.n);
   if (c.d < 1) return "d (dim) must be >= 1, got " + std::to_string(c.d);
-  if (c.iters < 1) return "iters (sinkhorn_iters) must be >= 1, got " + std::to_string(c.iters);
-  if (!(c.hc_eps >= 0) || !std::isfinite(c.hc_eps)) return "hc_eps must be finite and >= 0";
-  if (!(c.norm_eps >= 0) || !std::isfinite(c.norm_eps)) return "norm_eps must be finite and >= 0";
+  if (c.iters < 1 || c.iters > kMaxIters)
+    return "iters (sinkhorn_iters) must be in [1, " + std::to_string(kMaxIters) + "], got " +
+           std::to_string(c.iters);
+  constexpr double fp32_max = 3.4028234663852886e38;
+  if (!(c.hc_eps >= 0 && c.hc_eps <= fp32_max))
+    return "hc_eps must be >= 0 and finite in fp32 (at most 3.4028235e38), got " +
+           std::to_string(c.hc_eps);
+  if (!(c.norm_eps >= 0 && c.norm_eps <= fp32_max))
+    return "norm_eps must be >= 0 and finite in fp32 (at most 3.4028235e38), got " +
+           std::to_string(c.norm_eps);
   if (c.iters + c.sem.iters_delta < 1) return "iters + iters_delta must be >= 1";
   return {};
 }

@@ -69,6 +69,11 @@ void set_phase(const char* phase);
 // finished cases said, else PASS or FAIL.
 std::string run_outcome(bool ok);
 
+// The exit of a run that judged cases and decided none (every one undecidable: an infinite
+// bound, a routing tie): not a pass, since nothing was checked, and not a failure of the kernel.
+constexpr int kUndecidedExit = 3;
+constexpr const char* kUndecided = "UNDECIDED";
+
 // The concise per-stage table of an entry, printed at the end of a run (and in the Python API's
 // assertion messages).
 std::string stage_table(const reports::Entry& e);
