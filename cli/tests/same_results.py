@@ -3,7 +3,8 @@
 its shards, or run on different thread counts) hold the same results: the same entries (as a set,
 by id: shards list theirs in turn), each with the same cases, verdicts, stage aggregates, plots'
 samples, Sinkhorn curves and facts; the same exit code and summary. The metadata (command line,
-times, threads, shard) may differ, and so may the cases' judgement times. The entries IDs are of kernels that are not deterministic by
+times, threads, shard) may differ, and so may the cases' judgement times and a shard's REPRO
+lines by their ` --shards 1` (which pins a rerun unsharded in the shard's environment). The entries IDs are of kernels that are not deterministic by
 design (a sum in an order drawn anew on every call): for them the verdicts must agree, case by
 case, not the values."""
 import json
@@ -19,6 +20,8 @@ assert a.keys() == b.keys(), ("entries", sorted(a.keys() ^ b.keys()))
 for e in list(a.values()) + list(b.values()):  # timing fields
     for c in e["cases"]:
         c.pop("seconds", None)
+        if c.get("repro", "").endswith(" --shards 1"):
+            c["repro"] = c["repro"][:-len(" --shards 1")]
 for id_, e in a.items():
     if id_ in sys.argv[3:]:
         states = lambda x: [(c["index"], c["state"]) for c in x["cases"]]

@@ -74,7 +74,9 @@ CheckTally run_check(const CheckSpec& spec, Session& session) {
     set_phase("generating the case");
     const oracles::OpCase c = check_case(spec, seed);
     const Outcome o = judge(*backend, c, judging);
-    reports::CaseRecord rec = record(o, std::size_t(i), seed, repro(c, backend->name, spec.model));
+    reports::CaseRecord rec =
+        record(o, std::size_t(i), seed,
+               rerun_here(repro(c, backend->name, spec.model), spec.shard, spec.kernel_seconds));
     const oracles::Verdict& v = o.verdict;
     if (!o.nondeterministic.empty()) {
       if (tally.nondeterministic++ == 0)

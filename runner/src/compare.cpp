@@ -85,7 +85,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
       rc = 2;
     } else {
       const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.stored);
-      rec = record(o, index, 0, repro(fx.c, "", spec.model));
+      rec = record(o, index, 0, rerun_here(repro(fx.c, "", spec.model), spec.shard));
       rec.label = label;
       const auto& v = o.verdict;
       double worst = 0;

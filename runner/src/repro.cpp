@@ -87,4 +87,12 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
   return r;
 }
 
+std::string rerun_here(std::string repro, const Shard& shard, double kernel_seconds) {
+  if (repro.empty()) return repro;
+  if (shard.count > 1) repro += " --shards 1";
+  if (kernel_seconds > 0 && kernel_seconds != CheckSpec{}.kernel_seconds)
+    repro += " --kernel-timeout " + g9(kernel_seconds);
+  return repro;
+}
+
 }  // namespace mhc::runner

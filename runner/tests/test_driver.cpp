@@ -316,6 +316,22 @@ TEST_CASE("repro: words are quoted so that bash reads them back", "[repro]") {
   }
 }
 
+// A REPRO line reruns the case where its run ran: pinned unsharded in a sharded run (the case
+// is then the only one, which the shard's environment would give to shard 0 alone), with the
+// worker's time limit when it is not check's 60 s; nothing is added to an empty line.
+TEST_CASE("repro: a sharded run's and a time limit's lines rerun the case as it ran", "[repro]") {
+  const std::string line = "mhc-verify check --kernel cpu --op pre --seed 9 --cases 1";
+  runner::Shard whole, second;
+  second.index = 1;
+  second.count = 3;
+  CHECK(runner::rerun_here(line, whole) == line);
+  CHECK(runner::rerun_here(line, whole, 60) == line);
+  CHECK(runner::rerun_here(line, second) == line + " --shards 1");
+  CHECK(runner::rerun_here(line, second, 1.5) == line + " --shards 1 --kernel-timeout 1.5");
+  CHECK(runner::rerun_here(line, whole, 0.25) == line + " --kernel-timeout 0.25");
+  CHECK(runner::rerun_here("", second, 1.5).empty());
+}
+
 // The second tier at the V4.1 sizes, where the bounds of mixes are loose: every legitimate kernel
 // of the catalogue (and ours) passes it, and the two precision regressions that stay inside the
 // bounds (r to 11 bits, tf32 operands declared fp32) fail by rule "noise" wherever the tier

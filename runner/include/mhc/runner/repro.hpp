@@ -5,6 +5,7 @@
 
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/ops.hpp"
+#include "mhc/runner/shard.hpp"
 
 namespace mhc::runner {
 
@@ -13,6 +14,11 @@ namespace mhc::runner {
 // Block's shape); for a case read from or saved to a fixture: `mhc-verify compare FILE`. Empty
 // for a case changed after it was generated and not saved (nothing can rebuild it).
 std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::ErrorModel model);
+// A REPRO line with what the run's own options add, so that it reruns the case where the run ran:
+// `--shards 1` in a sharded run (else the shard's environment would take the one case away from a
+// shard other than the first), and a worker's time limit other than check's default (0: none to
+// repeat). Empty stays empty.
+std::string rerun_here(std::string repro, const Shard& shard, double kernel_seconds = 0);
 
 // A word quoted for the shell where it needs to be.
 std::string shell_quote(const std::string& word);
