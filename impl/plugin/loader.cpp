@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,39 +44,95 @@ mhc_config to_c(const KernelConfig& k, std::size_t T) {
   return c;
 }
 
-// Buffers as the plug-in wants them: host pointers as they are, or device copies (inputs copied
-// in, outputs copied in too, so that the poison reaches the device, and copied back after).
+// Buffers as the plug-in wants them: device copies (inputs copied in, outputs copied in too, so
+// that the poison reaches the device, and copied back after), or host copies fenced on both
+// sides: each array ends against a page no access may touch (a write or read past the end kills
+// the worker at once), and a canary fills the 64 bytes before it and the padding after it to
+// whole 64 bytes (checked after the call: a write there fails the call, naming the array). Every
+// host copy goes back after the call, the inputs too, so that a write into an input is still
+// seen as one.
 class Memory {
  public:
   explicit Memory(bool device) : device_(device) {}
   Memory(const Memory&) = delete;
   Memory& operator=(const Memory&) = delete;
   ~Memory() {
-    for (auto& b : bufs_) cuda_free(b.dev);
+    for (auto& b : bufs_)
+      if (device_)
+        cuda_free(b.dev);
+      else
+        ::munmap(b.map, b.map_bytes);
   }
   const float* in(const float* host, std::size_t count) {
     return place(const_cast<float*>(host), count, false);
   }
   float* out(float* host, std::size_t count) { return place(host, count, true); }
-  void finish() {
-    for (auto& b : bufs_)
-      if (b.output) cuda_copy_to_host(b.host, b.dev, b.bytes);
+  // After a call that returned 0; throws PluginError (prefixed by `who`) if it wrote outside.
+  void finish(const std::string& who) {
+    if (device_) {
+      for (auto& b : bufs_)
+        if (b.output) cuda_copy_to_host(b.host, b.dev, b.bytes);
+      return;
+    }
+    int ins = 0, outs = 0;
+    for (auto& b : bufs_) {
+      const int k = b.output ? outs++ : ins++;
+      const auto* front = static_cast<const unsigned char*>(b.map);
+      const auto* data = static_cast<const unsigned char*>(b.dev);
+      const bool before = !fenced(front, data), after = !fenced(data + b.bytes, front + b.body);
+      if (before || after)
+        throw PluginError(who + " wrote " + (before ? "before the start" : "past the end") +
+                          " of its " + (b.output ? "output " : "input ") + std::to_string(k + 1) +
+                          " (" + std::to_string(b.bytes / sizeof(float)) + " floats)");
+      if (b.output || std::memcmp(b.host, b.dev, b.bytes) != 0)
+        std::memcpy(b.host, b.dev, b.bytes);
+    }
   }
 
  private:
+  static constexpr unsigned char kCanary = 0xA5;
+  static constexpr std::size_t kFence = 64;
   struct Buf {
     float* host;
-    void* dev;
+    void* dev;  // the device copy, or the fenced host copy
     std::size_t bytes;
     bool output;
+    void* map = nullptr;  // host: the mapping, its bytes before the last page, and in all
+    std::size_t body = 0, map_bytes = 0;
   };
+  static bool fenced(const unsigned char* p, const unsigned char* end) {
+    for (; p < end; ++p)
+      if (*p != kCanary) return false;
+    return true;
+  }
   float* place(float* host, std::size_t count, bool output) {
-    if (!device_) return host;
     const std::size_t bytes = count * sizeof(float);
-    void* dev = cuda_alloc(bytes);
-    bufs_.push_back({host, dev, bytes, output});
-    cuda_copy_to_device(dev, host, bytes);
-    return static_cast<float*>(dev);
+    if (device_) {
+      void* dev = cuda_alloc(bytes);
+      bufs_.push_back({host, dev, bytes, output});
+      cuda_copy_to_device(dev, host, bytes);
+      return static_cast<float*>(dev);
+    }
+    const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+    const std::size_t padded = (bytes + kFence - 1) / kFence * kFence;
+    const std::size_t body = (kFence + padded + page - 1) / page * page;
+    void* map = ::mmap(nullptr, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    if (map == MAP_FAILED) throw PluginError("cannot map " + std::to_string(bytes) + " bytes");
+    auto* base = static_cast<unsigned char*>(map);
+    if (::mprotect(base + body, page, PROT_NONE) != 0) {
+      ::munmap(map, body + page);
+      throw PluginError("cannot fence an array of " + std::to_string(bytes) + " bytes");
+    }
+    std::memset(base, kCanary, body);
+    unsigned char* data = base + body - padded;  // 64-byte aligned, its padding before the fence
+    if (bytes) std::memcpy(data, host, bytes);
+    Buf b{host, data, bytes, output};
+    b.map = map;
+    b.body = body;
+    b.map_bytes = body + page;
+    bufs_.push_back(b);
+    return reinterpret_cast<float*>(data);
   }
   bool device_;
   std::vector<Buf> bufs_;
@@ -136,7 +193,7 @@ void call(const Loaded& p, const mhc_plugin* t, const char* op, bool present, F&
   const int rc = body(mem, err, sizeof err);
   err[sizeof err - 1] = 0;
   check("plug-in " + p.backend.name + " " + op, rc, err);
-  mem.finish();
+  mem.finish("plug-in " + p.backend.name + " " + op);
 }
 
 Backend wrap(Loaded& L) {

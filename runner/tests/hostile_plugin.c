@@ -2,7 +2,9 @@
  * case's kernel twice), or on call MHC_HOSTILE_AT (from 0), counted in the file MHC_HOSTILE_COUNT
  * names since a worker process is forked per call, as chosen by MHC_HOSTILE: segv, abort,
  * fpe (integer division by zero), stack (unbounded recursion), hang, exit0 (exit(0) from inside
- * the harness), ignore (ignores SIGINT and SIGTERM, then hangs), or nothing (a faithful hc_pre).
+ * the harness), ignore (ignores SIGINT and SIGTERM, then hangs), past (writes one float past the
+ * end of y), far (1000 floats past it), before (one float before its start), or nothing (a
+ * faithful hc_pre).
  * The harness must fail that case with what happened and go on. With MHC_HOSTILE_DEVICE set it
  * takes device memory and computes nothing (its outputs stay unwritten): a crashing device
  * plug-in (gpu_plugin.sh). MHC_HOSTILE_LOAD (segv, abort, exit0, hang) misbehaves in
@@ -47,7 +49,8 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
   (void)err, (void)err_size;
   const char* mode = getenv("MHC_HOSTILE");
   const char* at = getenv("MHC_HOSTILE_AT");
-  if (next_call() == (at ? atoi(at) : 2) && mode) {
+  const int hostile = next_call() == (at ? atoi(at) : 2);
+  if (hostile && mode) {
     if (!strcmp(mode, "segv")) *(volatile int*)(uintptr_t)16 = 1;
     if (!strcmp(mode, "abort")) abort();
     if (!strcmp(mode, "fpe")) return dividend / zero;
@@ -70,6 +73,12 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
              x[(t * (uint64_t)c->n + (uint64_t)j) * (uint64_t)c->d + (uint64_t)k];
       y[t * (uint64_t)c->d + (uint64_t)k] = s;
     }
+  if (mode && hostile) { /* the outputs are right; the writes beside them are not */
+    const uint64_t end = c->tokens * (uint64_t)c->d;
+    if (!strcmp(mode, "past")) y[end] = 1.0f;
+    if (!strcmp(mode, "far")) y[end + 999] = 1.0f;
+    if (!strcmp(mode, "before")) y[-1] = 1.0f;
+  }
   return 0;
 }
 

@@ -9,8 +9,9 @@ d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 fail() { echo "FAIL: $*"; cat "$d/out"; exit 1; }
 run=(check --kernel "plugin:$plugin" --op pre --cases 3 --tokens 2 --dim 8 --kernel-timeout 3)
+# past and far write beside right outputs: 2 x 8 floats end against a page no access may touch.
 for mode in segv:SIGSEGV abort:SIGABRT fpe:SIGFPE stack:SIGSEGV hang:"time limit of 3 s" \
-  exit0:"ended its process (exit code 0)" ignore:"time limit of 3 s"; do
+  exit0:"ended its process (exit code 0)" ignore:"time limit of 3 s" past:SIGSEGV far:SIGSEGV; do
   name=${mode%%:*} want=${mode#*:}
   rm -f "$d/count"
   MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=$name timeout 60 "$bin" "${run[@]}" --json "$d/$name.json" > "$d/out" 2>&1
@@ -21,6 +22,14 @@ for mode in segv:SIGSEGV abort:SIGABRT fpe:SIGFPE stack:SIGSEGV hang:"time limit
   grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "$name: the other cases did not pass"
   echo "ok: $name"
 done
+# A write just before an output's start lands in its canary, checked after the call.
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=before timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
+[ $? -eq 1 ] || fail "before: exit $?, expected 1"
+grep -q "FAIL case 1 (seed 2): first divergent stage 'kernel': .*hc_pre wrote before the start of its output 1 (16 floats)" \
+  "$d/out" || fail "before: no failure naming the output"
+grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "before: the other cases did not pass"
+echo "ok: before"
 rm -f "$d/count"
 MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=segv MHC_HOSTILE_AT=1 timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
 [ $? -eq 1 ] || fail "segv on a second run: exit $?, expected 1"
