@@ -84,8 +84,7 @@ class Memory {
         throw PluginError(who + " wrote " + (before ? "before the start" : "past the end") +
                           " of its " + (b.output ? "output " : "input ") + std::to_string(k + 1) +
                           " (" + std::to_string(b.bytes / sizeof(float)) + " floats)");
-      if (b.output || std::memcmp(b.host, b.dev, b.bytes) != 0)
-        std::memcpy(b.host, b.dev, b.bytes);
+      if (b.output || std::memcmp(b.host, b.dev, b.bytes) != 0) std::memcpy(b.host, b.dev, b.bytes);
     }
   }
 
@@ -116,8 +115,8 @@ class Memory {
     const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
     const std::size_t padded = (bytes + kFence - 1) / kFence * kFence;
     const std::size_t body = (kFence + padded + page - 1) / page * page;
-    void* map = ::mmap(nullptr, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+    void* map =
+        ::mmap(nullptr, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) throw PluginError("cannot map " + std::to_string(bytes) + " bytes");
     auto* base = static_cast<unsigned char*>(map);
     if (::mprotect(base + body, page, PROT_NONE) != 0) {
