@@ -161,15 +161,20 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
     ::munmap(mem, bytes);
     throw std::runtime_error("cannot start a worker process (fork failed)");
   }
+  // The worker leads a process group of its own: what a kernel forks goes with it, and a signal
+  // a kernel sends to its group (kill(0, ...)) stays there.
   if (pid == 0) {
+    ::setpgid(0, 0);
     ::close(pipe_fds[0]);
     child(b, c, threads, h, payload, capacity, std::size_t(j.limits.memory));
   }
+  ::setpgid(pid, pid);
   ::close(pipe_fds[1]);
   const auto start = std::chrono::steady_clock::now();
   int status = 0;
   bool timed_out = false, interrupted = false;
   auto stop_child = [&] {
+    ::kill(-pid, SIGKILL);
     ::kill(pid, SIGKILL);
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -186,6 +191,8 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
       }
       continue;
     }
+    // Gone while a process it forked still holds the pipe open.
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;
     if (reports::interrupted()) {  // the run stops: the case in progress is not waited for
       stop_child();
       interrupted = true;
@@ -199,6 +206,7 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
     }
   }
   ::close(pipe_fds[0]);
+  ::kill(-pid, SIGKILL);  // whatever the worker left running
   auto fail = [&](const std::string& why) {
     r.verdict = kernel_verdict(oracles::State::fail, "crashed", "the kernel's worker " + why);
   };

@@ -22,6 +22,33 @@ for mode in segv:SIGSEGV abort:SIGABRT fpe:SIGFPE stack:SIGSEGV hang:"time limit
   grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "$name: the other cases did not pass"
   echo "ok: $name"
 done
+# A kernel that forks a process and returns right outputs: the case passes, and what it forked
+# is killed with its worker (else it held the worker's pipe until the time limit, then stayed).
+rm -f "$d/count" "$d/pid"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=forkhang MHC_HOSTILE_PIDFILE=$d/pid timeout 60 "$bin" \
+  "${run[@]}" > "$d/out" 2>&1
+rc=$?
+sleep 0.5
+alive() {  # a process that exists and is not a zombie (an init that reaps no orphans keeps those)
+  [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" ] &&
+    [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]
+}
+if [ -s "$d/pid" ] && alive "$(cat "$d/pid")"; then
+  kill -9 "$(cat "$d/pid")"
+  fail "forkhang: the process it forked outlived its worker"
+fi
+[ -s "$d/pid" ] || fail "forkhang: the forked process never ran"
+[ $rc -eq 0 ] && grep -q "check: PASS (0 of 3 cases failed)" "$d/out" || fail "forkhang: exit $rc"
+echo "ok: forkhang"
+# A kernel that signals its process group ends its worker, not the harness (the group is the
+# worker's own).
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=killgroup timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "killgroup: exit $rc, expected 1"
+grep -q "FAIL case 1 (seed 2): first divergent stage 'kernel': the kernel's worker died of SIGTERM" \
+  "$d/out" || fail "killgroup: no failure naming SIGTERM"
+echo "ok: killgroup"
 # A write just before an output's start lands in its canary, checked after the call.
 rm -f "$d/count"
 MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=before timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
