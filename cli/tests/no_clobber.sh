@@ -56,7 +56,7 @@ ln -s target.h5 out.h5
 [ -L out.h5 ] && [ -f target.h5 ] || fail "capture replaced its symlink instead of its target"
 refused "n65.h5: hc_mult 65 is beyond what the format holds \(at most 64\): not written" \
   capture --op post --n 65 --dim 4 --out n65.h5
-refused "sinkhorn_iters 100001 is beyond what the format holds" \
+refused "iters \(sinkhorn_iters\) must be in \[1, 100000\], got 100001" \
   capture --op split_sinkhorn --iters 100001 --dim 4 --out it.h5
 ls n65.h5* it.h5* > /dev/null 2>&1 && fail "capture left a file it refused to write"
 echo "ok: no report replaced a file of its run, capture wrote no FIFO and kept its symlink"
