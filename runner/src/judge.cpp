@@ -152,11 +152,15 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
     // Within the worst-case bounds, every deviation too small to leave them would "explain" an
     // output that failed tighter ones: judge the alternatives by the bounds it failed instead.
     // (A failure of the second tier alone is not told apart so: its models assume the case's
-    // own semantics, and the diagnosis lists every deviation within the first tier's bounds.)
+    // own semantics, and the diagnosis lists every deviation within the first tier's bounds that
+    // changes a stage that failed.)
     const bool worst_case =
         j.model != oracles::ErrorModel::rigorous && oracles::within_worst_case(c, o.got, j.threads);
+    std::vector<std::string> failed;
+    for (const auto& s : o.verdict.stages)
+      if (s.state == oracles::State::fail) failed.push_back(s.stage);
     o.deviations = oracles::diagnose(c, o.got, j.threads,
-                                     worst_case ? j.model : oracles::ErrorModel::rigorous);
+                                     worst_case ? j.model : oracles::ErrorModel::rigorous, failed);
     o.diagnosis = worst_case && o.deviations.empty() ? oracles::kWithinWorstCase
                                                      : oracles::describe_diagnosis(o.deviations);
   }
