@@ -86,6 +86,10 @@ void copy_message(char* to, std::size_t size, const std::string& from) {
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_DFL);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // What a kernel prints goes to stderr: the harness's stdout carries its own lines only (a
+  // plug-in's "check: PASS" or "REPRO:" there would read as the harness's).
+  std::fflush(stdout);
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
   if (memory > 0) {
     std::ifstream status("/proc/self/status");
     unsigned long long vm_kb = 0;

@@ -49,6 +49,22 @@ rc=$?
 grep -q "FAIL case 1 (seed 2): first divergent stage 'kernel': the kernel's worker died of SIGTERM" \
   "$d/out" || fail "killgroup: no failure naming SIGTERM"
 echo "ok: killgroup"
+# What a plug-in prints goes to stderr: stdout has the harness's lines only.
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=stdout timeout 60 "$bin" "${run[@]}" > "$d/out" 2> "$d/err"
+rc=$?
+[ $rc -eq 0 ] || fail "stdout: exit $rc, expected 0"
+grep -q "REPRO: rm -rf /" "$d/out" && fail "stdout: the plug-in's lines are on the harness's stdout"
+grep -q "REPRO: rm -rf /" "$d/err" || fail "stdout: the plug-in's lines are lost"
+echo "ok: stdout"
+# SIGINT while a plug-in runs: the run ends as interrupted (130), its report says so too.
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=hang MHC_HOSTILE_AT=0 timeout --preserve-status -k 30 -s INT 2 "$bin" "${run[@]}" \
+  --json "$d/int.json" > "$d/out" 2>&1
+rc=$?
+[ $rc -eq 130 ] || fail "SIGINT during a call: exit $rc, expected 130"
+grep -q '"exit_code": 130' "$d/int.json" || fail "SIGINT during a call: the report's exit code"
+echo "ok: SIGINT during a call"
 # A write just before an output's start lands in its canary, checked after the call.
 rm -f "$d/count"
 MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=before timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
