@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -345,11 +346,13 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
     Target t;
     t.path = t.file = *p;
     auto fail = [&](const std::string& why) {
-      for (const auto& x : targets_)
+      for (const auto& x : targets_) {
         if (x.lock >= 0) {
           ::unlink((x.file + ".lock").c_str());
           ::close(x.lock);
         }
+        if (x.fifo >= 0) ::close(x.fifo);
+      }
       throw std::runtime_error("cannot write report " + *p + ": " + why);
     };
     if (*p == "-") {
@@ -364,6 +367,13 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
       if (::stat(t.file.c_str(), &st) == 0) {  // else a symlink to a file to be created
         if (S_ISDIR(st.st_mode)) fail("a directory");
         t.stream = !S_ISREG(st.st_mode);
+        if (S_ISFIFO(st.st_mode)) {  // without a reader, its open would wait for one forever
+          t.fifo = ::open(t.file.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+          if (t.fifo < 0)
+            fail(errno == ENXIO ? "a FIFO that no process reads (the run would wait for one)"
+                                : "cannot open the FIFO");
+          ::fcntl(t.fifo, F_SETFL, ::fcntl(t.fifo, F_GETFL) & ~O_NONBLOCK);
+        }
       }
     }
     if (!t.stream) {  // replacing a file the run reads or writes would lose it
@@ -389,17 +399,20 @@ Writer::Writer(Outputs out) : out_(std::move(out)), start_(std::chrono::steady_c
 }
 
 Writer::~Writer() {
-  for (const auto& t : targets_)
+  for (const auto& t : targets_) {
     if (t.lock >= 0) {
       ::unlink((t.file + ".lock").c_str());
       ::close(t.lock);
     }
+    if (t.fifo >= 0) ::close(t.fifo);
+  }
 }
 
 void Writer::put(const Target& t, const std::string& text) const {
   if (!t.stream) return write_atomic(t.file, text);
-  const int fd =
-      t.path == "-" ? ::dup(g_report_stdout) : ::open(t.file.c_str(), O_WRONLY | O_CLOEXEC);
+  const int fd = t.path == "-" ? ::dup(g_report_stdout)
+                 : t.fifo >= 0 ? ::dup(t.fifo)
+                               : ::open(t.file.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot write report " + t.path + ": cannot open it");
   std::fflush(stdout);
   std::size_t done = 0;

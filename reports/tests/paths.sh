@@ -2,7 +2,8 @@
 # paths.sh BIN: report paths as a user may give them. "-" is standard output (the final report
 # once, and nothing else: the run's lines go to stderr; a second report there is refused); a
 # device node is written in place, never replaced by a regular file; a symlink is followed and
-# stays a symlink; a directory is refused; a report another run holds is refused; fuzz leaves its
+# stays a symlink; a directory is refused; a report another run holds is refused; a FIFO no
+# process reads is refused at the start, one with a reader gets the final report; fuzz leaves its
 # report so far on disk while it runs.
 set -u
 bin=$1
@@ -50,4 +51,16 @@ kill -9 $pid 2>/dev/null
 /usr/bin/python3 -c "import json,sys; r=json.load(open('$d/fuzz.json')); \
 sys.exit(0 if r['entries'] and int(r['entries'][0]['facts'].get('cases', 0)) > 0 else 1)" ||
   fail "fuzz wrote no report of its cases while it ran: $(head -c 400 "$d/fuzz.json")"
+# A FIFO: refused at the start when no process reads it (its open would wait forever, past
+# SIGTERM); with a reader, that reader gets the final report whole.
+mkfifo "$d/fifo"
+timeout -k 5 20 "$bin" "${run[@]}" --json "$d/fifo" > /dev/null 2> "$d/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "a FIFO that no process reads" "$d/err" ||
+  fail "a FIFO with no reader: exit $rc, $(cat "$d/err")"
+cat "$d/fifo" > "$d/from-fifo" &
+reader=$!
+sleep 0.5  # the reader has opened its end
+timeout -k 5 20 "$bin" "${run[@]}" --json "$d/fifo" > /dev/null 2>&1 || fail "a FIFO with a reader: exit $?"
+wait $reader
+/usr/bin/python3 -c "import json; json.load(open('$d/from-fifo'))" || fail "the FIFO's reader got no report"
 echo "paths: ok"

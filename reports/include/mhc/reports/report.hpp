@@ -183,6 +183,7 @@ class Writer {
     std::string file;     // written: the symlink's target, or the path
     bool stream = false;  // "-", a device or a FIFO: written in place, final reports only
     int lock = -1;        // flock'ed PATH.lock of a regular file
+    int fifo = -1;        // a FIFO: opened (a reader there) when the run starts, written at its end
   };
   void put(const Target& t, const std::string& text) const;
   Outputs out_;
