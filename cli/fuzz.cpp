@@ -23,7 +23,14 @@ Run add_fuzz(CLI::App& app) {
       ->check(CLI::IsMember({"sinkhorn"}));
   auto* cases = app.add_option("--cases", st->cases, "cases to try (this shard's share of them)")
                     ->capture_default_str()
-                    ->check(whole_number());
+                    ->check(whole_number())
+                    ->check(CLI::Validator(
+                        [](std::string& s) -> std::string {  // 0 would check nothing, and pass
+                          return s.find_first_not_of('0') == std::string::npos
+                                     ? "expected at least 1 case, got " + s
+                                     : "";
+                        },
+                        "1.."));
   app.add_option("--seconds", st->seconds, "run for this long instead of a case count")
       ->excludes(cases)
       ->check(CLI::Validator(
