@@ -102,8 +102,8 @@ Run add_check(CLI::App& app) {
                std::to_string(tally.nondeterministic) + " cases";
     if (tally.skipped)
       extra += ", " + std::to_string(tally.skipped) + " skipped: " + tally.skip_reason;
-    const bool none_decided = !tally.failed && tally.undecided == tally.done - tally.skipped &&
-                              tally.undecided > 0 && !reports::interrupted();
+    const bool none_decided = runner::nothing_decided(tally.done - tally.skipped,
+                                                      tally.done - tally.skipped - tally.undecided);
     std::printf("check: %s (%d of %d cases failed%s)\n",
                 none_decided ? runner::kUndecided : runner::run_outcome(!tally.failed).c_str(),
                 tally.failed, tally.done, extra.c_str());

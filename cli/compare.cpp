@@ -62,8 +62,7 @@ Run add_compare(CLI::App& app) {
       "DIAGNOSIS and REPRO lines. Exit 0: all within bounds; 1: an output is not; 2: a file is\n"
       "unreadable or invalid (the message names the file, the dataset and what was expected),\n"
       "or a case has no outputs to judge (INVALID: counted apart from failures); 3: UNDECIDED,\n"
-      "no case could be decided (an infinite input gives infinite bounds), so nothing was "
-      "checked.");
+      "no case could be decided (an infinite input gives infinite bounds): nothing was checked.");
   return [st]() -> int {
     st->spec.model = oracles::error_model_from_name(st->model);
     if (!st->precision.empty()) st->spec.precision = oracles::precision_from_name(st->precision);

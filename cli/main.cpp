@@ -16,9 +16,8 @@ int main(int argc, char** argv) {
       "mhc-verify: differential verification of DeepSeek V4.1 multi-stream Hyper-Connection\n"
       "(mHC) kernels against a reference oracle evaluated in double and multiprecision.\n\n"
       "Exit codes: 0 all checks passed, 1 a check failed, 2 bad input, 3 nothing could be decided\n"
-      "(check, compare, merge: every case undecidable), 130/143 interrupted by SIGINT/SIGTERM "
-      "(the\n"
-      "report keeps the finished cases).\n"};
+      "(check, compare, merge: every case undecidable), 130/143 interrupted by SIGINT/SIGTERM\n"
+      "(the report keeps the finished cases).\n"};
   app.set_version_flag("--version", std::string("mhc-verify ") + MHC_VERSION);
   app.require_subcommand(1);
 

@@ -24,10 +24,9 @@ Run add_merge(CLI::App& app) {
       "joined: an entry several shards hold becomes the entry the unsharded run records, and a\n"
       "shard no file holds is named MISSING. Other entries keep their ids (a repeated id gets\n"
       "the file's name appended). Prints one line per entry and a verdict last. Exit 0 when every\n"
-      "entry met its expectation, every part completed with exit 0 (or 3) and no shard is "
-      "missing;\n"
-      "1 otherwise; 2 when a file is not a report, or two files are the same shard; 3 (UNDECIDED)\n"
-      "when no case of any part was decided.");
+      "entry met its expectation, every part completed with exit 0 (or 3) and no shard is\n"
+      "missing; 1 otherwise; 2 when a file is not a report, or two files are the same shard; 3\n"
+      "(UNDECIDED) when no case of any part was decided.");
   return [st]() -> int {
     runner::MergePlan plan(st->files);  // a file that is not a report fails before any output
     st->out.reads = st->files;

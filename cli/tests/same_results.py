@@ -4,9 +4,9 @@ its shards, or run on different thread counts) hold the same results: the same e
 by id: shards list theirs in turn), each with the same cases, verdicts, stage aggregates, plots'
 samples, Sinkhorn curves and facts; the same exit code and summary. The metadata (command line,
 times, threads, shard) may differ, and so may the cases' judgement times and a shard's REPRO
-lines by their ` --shards 1` (which pins a rerun unsharded in the shard's environment). The entries IDs are of kernels that are not deterministic by
-design (a sum in an order drawn anew on every call): for them the verdicts must agree, case by
-case, not the values."""
+lines by their ` --shards 1` (which pins a rerun unsharded in the shard's environment). The
+entries IDs are of kernels that are not deterministic by design (a sum in an order drawn anew on
+every call): for them the verdicts must agree, case by case, not the values."""
 import json
 import sys
 

@@ -1,6 +1,5 @@
 #include "mhc/oracles/diagnosis.hpp"
 
-#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -61,29 +60,27 @@ const std::vector<ref::BlockSemantics>& block_deviation_catalogue() {
 }
 
 std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads,
-                                  ErrorModel model, const std::vector<std::string>& failed) {
+                                  ErrorModel model, const std::vector<std::string>& failed,
+                                  const Trace<bnd::Bounded>* own) {
   std::vector<std::string> names;
-  // The failed stages' values under the case's own semantics.
-  std::vector<std::pair<std::string, std::vector<double>>> own;
-  if (!failed.empty())
-    for (const auto& st : oracle_trace(c, threads, model, {}, &got))
-      if (std::find(failed.begin(), failed.end(), st.name) != failed.end()) {
-        own.emplace_back(st.name, std::vector<double>());
-        for (const auto& b : st.values) own.back().second.push_back(b.v);
-      }
-  // Whether `trace` computes every failed stage as the own semantics do (none of them found in
-  // the oracle's trace, an anchored stage say: not known, so no).
+  auto values = [](const Trace<bnd::Bounded>& t, const std::string& name) {
+    const Trace<bnd::Bounded>::value_type* found = nullptr;
+    for (const auto& st : t)
+      if (st.name == name) found = &st;
+    return found;
+  };
+  // Whether `trace` has every failed stage as `own` has it (a stage `own` lacks, an anchored
+  // one, is not known to be the same).
   auto same = [&](const Trace<bnd::Bounded>& trace) {
-    if (own.empty() || own.size() < failed.size()) return false;
-    for (const auto& [name, values] : own)
-      for (const auto& st : trace)
-        if (st.name == name) {
-          if (st.values.size() != values.size()) return false;
-          for (std::size_t i = 0; i < values.size(); ++i)
-            if (!(st.values[i].v == values[i]) &&
-                !(std::isnan(st.values[i].v) && std::isnan(values[i])))
-              return false;
-        }
+    if (!own || failed.empty()) return false;
+    for (const auto& name : failed) {
+      const auto *a = values(*own, name), *b = values(trace, name);
+      if (!a || !b || a->values.size() != b->values.size()) return false;
+      for (std::size_t i = 0; i < a->values.size(); ++i)
+        if (!(a->values[i].v == b->values[i].v) &&
+            !(std::isnan(a->values[i].v) && std::isnan(b->values[i].v)))
+          return false;
+    }
     return true;
   };
   std::vector<OpCase> alternatives;

@@ -176,7 +176,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
     else if (e.count(oracles::State::pass) > 0)
       ++pass;
   }
-  if (rc == 0 && pass == 0 && !es.empty() && !reports::interrupted()) rc = kUndecidedExit;
+  if (rc == 0 && nothing_decided(long(es.size()), pass)) rc = kUndecidedExit;
   const std::string word = rc == 2 && !reports::interrupted() ? "INVALID"
                            : rc == kUndecidedExit             ? kUndecided
                                                               : run_outcome(rc == 0);

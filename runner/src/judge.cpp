@@ -159,8 +159,8 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
     std::vector<std::string> failed;
     for (const auto& s : o.verdict.stages)
       if (s.state == oracles::State::fail) failed.push_back(s.stage);
-    o.deviations = oracles::diagnose(c, o.got, j.threads,
-                                     worst_case ? j.model : oracles::ErrorModel::rigorous, failed);
+    o.deviations = oracles::diagnose(
+        c, o.got, j.threads, worst_case ? j.model : oracles::ErrorModel::rigorous, failed, &want);
     o.diagnosis = worst_case && o.deviations.empty() ? oracles::kWithinWorstCase
                                                      : oracles::describe_diagnosis(o.deviations);
   }

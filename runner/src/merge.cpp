@@ -122,7 +122,7 @@ int MergePlan::run(Session& session) {
     cases += e.cases.size();
     decided += std::size_t(e.count(oracles::State::pass) + e.count(oracles::State::fail));
   }
-  const bool none_decided = pass && cases > 0 && decided == 0;
+  const bool none_decided = pass && nothing_decided(long(cases), long(decided));
   std::printf("\nmerge: %s: %d of %zu entries as expected, from %zu reports%s\n",
               none_decided ? kUndecided
               : pass       ? "PASS"

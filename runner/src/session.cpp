@@ -161,6 +161,10 @@ void Progress::print(long done, const std::string& status) {
   std::fflush(stderr);
 }
 
+bool nothing_decided(long judged, long decided) {
+  return judged > 0 && decided == 0 && !reports::interrupted();
+}
+
 std::string run_outcome(bool ok) {
   if (const char* sig = reports::interrupted()) return std::string("INTERRUPTED by ") + sig;
   return ok ? "PASS" : "FAIL";

@@ -22,12 +22,13 @@ const std::vector<ref::BlockSemantics>& block_deviation_catalogue();
 
 // The names of the deviations under which the oracle (same case, same precision model, bounds
 // of the given error model) passes every stage the kernel produced; empty when none explains it.
-// `failed`: the stages that failed; a deviation that leaves all of them as the case's own
-// semantics computes them cannot explain the failure, and is not named (a failure of the second
-// tier alone passes the first under every such deviation).
+// `failed`: the stages that failed, and `own` the case's own oracle; a deviation that leaves all
+// of them as `own` has them cannot explain the failure, and is not named (a failure of the
+// second tier alone passes the first under every such deviation).
 std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads = 1,
                                   ErrorModel model = ErrorModel::rigorous,
-                                  const std::vector<std::string>& failed = {});
+                                  const std::vector<std::string>& failed = {},
+                                  const Trace<bnd::Bounded>* own = nullptr);
 
 // Whether the output passes every stage within the worst-case (rigorous) bounds of the case's own
 // semantics. A failure under tighter bounds is then explained by a deviation only under those

@@ -73,6 +73,9 @@ std::string run_outcome(bool ok);
 // bound, a routing tie): not a pass, since nothing was checked, and not a failure of the kernel.
 constexpr int kUndecidedExit = 3;
 constexpr const char* kUndecided = "UNDECIDED";
+// Whether a run that judged `judged` cases (skipped ones not counted) and decided `decided` of
+// them (passed or failed) ends so; an interrupted run ends as interrupted instead.
+bool nothing_decided(long judged, long decided);
 
 // The concise per-stage table of an entry, printed at the end of a run (and in the Python API's
 // assertion messages).
