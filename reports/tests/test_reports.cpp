@@ -1,14 +1,18 @@
 // The report model and its renderers on hand-built verdicts.
+#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "mhc/oracles/diagnosis.hpp"
 #include "mhc/reports/report.hpp"
@@ -160,6 +164,30 @@ TEST_CASE("reports: writes are atomic and name the file on failure", "[reports]"
   CHECK(nlohmann::json::parse(slurp(out.json))["summary"]["cases"] == 1);
   CHECK(slurp(out.junit).find("<testsuites") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// In a child: raise() delivers synchronously, so the signals arrive in the order and at the
+// times written, whatever the machine's load.
+int child_status(bool second_later) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    reports::install_interrupt_handler();
+    std::raise(SIGINT);
+    if (second_later) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    std::raise(SIGINT);  // `timeout` sends the process one, then its group another
+    ::_exit(reports::interrupted() != nullptr ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST_CASE("reports: a signal delivered twice at once stops the run once; a later one ends it",
+          "[reports][interrupt]") {
+  const int twice = child_status(false);
+  CHECK((WIFEXITED(twice) && WEXITSTATUS(twice) == 0));
+  const int later = child_status(true);
+  CHECK((WIFSIGNALED(later) && WTERMSIG(later) == SIGINT));
 }
 
 TEST_CASE("reports: text from outside is made valid UTF-8 with its control bytes escaped",

@@ -202,7 +202,8 @@ void reserve_stdout_for_reports();
 void write_atomic(const std::string& path, const std::string& text);
 
 // SIGINT and SIGTERM: the first sets a flag that long loops poll (so the run can write its
-// report of finished cases and exit); a second one ends the process at once.
+// report of finished cases and exit); a second one, a second or more later, ends the process at
+// once (sooner, it is the first delivered twice).
 void install_interrupt_handler();
 const char* interrupted();  // nullptr, "SIGINT" or "SIGTERM"
 
