@@ -422,7 +422,9 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
                 auto saved = oc;
                 saved.origin = oracles::OpCase::Origin::file;
                 saved.file = rec.saved;
-                if (!rec.saved.empty()) rec.repro = repro(saved, b->name, judging.model);
+                if (!rec.saved.empty())
+                  rec.repro = rerun_here(repro(saved, b->name, judging.model), st->shard,
+                                         st->kernel_seconds);
               }
               std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s)%s%s\n",
                           b->name.c_str(), static_cast<unsigned long long>(i),

@@ -417,8 +417,9 @@ int GatePlan::run(Session& session) const {
                              g(floor) + ")";
           e.problem = line.substr(10);
           problems.push_back(line + "\n  REPRO: " +
-                             repro(check_case(specs[i], specs[i].seed + a.worst_case),
-                                   specs[i].kernel, specs[i].model));
+                             rerun_here(repro(check_case(specs[i], specs[i].seed + a.worst_case),
+                                              specs[i].kernel, specs[i].model),
+                                        st->shard, specs[i].kernel_seconds));
         }
         // The error itself, however far below the bound: the median over the cases of its
         // growth, each error floored at u = 2^-24 (below that, fp32 cannot tell). Baselines
@@ -440,9 +441,11 @@ int GatePlan::run(Session& session) const {
                                  g(median) + "x (normwise, median over the cases; allowance " +
                                  g(allowance) + "x)";
               e.problem = line.substr(10);
-              problems.push_back(line + "\n  REPRO: " +
-                                 repro(check_case(specs[i], specs[i].seed + growth.back().second),
-                                       specs[i].kernel, specs[i].model));
+              problems.push_back(
+                  line + "\n  REPRO: " +
+                  rerun_here(repro(check_case(specs[i], specs[i].seed + growth.back().second),
+                                   specs[i].kernel, specs[i].model),
+                             st->shard, specs[i].kernel_seconds));
             }
           }
         }

@@ -308,8 +308,9 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
         const oracles::Verdict& verdict = o.verdict;
         ++r.cases;
         reports::Entry& e = session.report.entry(r.name);
-        reports::CaseRecord rec = record(o, std::size_t(i), st->seed + std::uint64_t(i),
-                                         repro(c, r.backend.name, st->model));
+        reports::CaseRecord rec =
+            record(o, std::size_t(i), st->seed + std::uint64_t(i),
+                   rerun_here(repro(c, r.backend.name, st->model), st->shard));
         rec.diagnosis.clear();
         e.add_case(std::move(rec));
         if (verdict.state == oracles::State::undecidable) ++r.undecided;
