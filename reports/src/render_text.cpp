@@ -270,7 +270,7 @@ std::string to_junit(const Report& r) {
       }
     }
     if (!r.complete && tc.empty())
-      tc.push_back({"finished", "skipped", "the run was interrupted", "", -1});
+      tc.push_back({"finished", "skipped", "the run did not finish", "", -1});
     int f = 0, sk = 0;
     for (const auto& c : tc) {
       f += c.kind == "failure";
@@ -312,10 +312,27 @@ std::string to_junit(const Report& r) {
     }
     suites << "  </testsuite>\n";
   }
+  // A run that has not finished is an error of its own: the file a killed or interrupted run
+  // leaves holds passing cases only, and a CI page that reads it must not show green.
+  int errors = 0;
+  if (!r.complete) {
+    errors = 1;
+    ++tests;
+    const std::string why =
+        r.interrupted.empty()
+            ? "the run has not finished (it is still running, or it was killed): the tests above "
+              "are the cases judged before this file was written"
+            : "the run was interrupted by " + r.interrupted +
+                  ": the tests above are the cases it finished";
+    suites << "  <testsuite name=\"mhc-verify run\" tests=\"1\" failures=\"0\" errors=\"1\" "
+              "skipped=\"0\">\n    <testcase classname=\"mhc-verify run\" name=\"finished\">\n"
+              "      <error message=\""
+           << xml(why) << "\"/>\n    </testcase>\n  </testsuite>\n";
+  }
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"mhc-verify\" tests=\""
-    << tests << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\""
-    << seconds(r.meta.subcommand == "merge" ? total : r.meta.wall_s) << ">\n"
+    << tests << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" skipped=\""
+    << skipped << "\"" << seconds(r.meta.subcommand == "merge" ? total : r.meta.wall_s) << ">\n"
     << suites.str() << "</testsuites>\n";
   return o.str();
 }

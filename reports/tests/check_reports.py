@@ -50,11 +50,12 @@ def check_junit(path):
         if el.tag == "testcase" and el.get("name") == "problem":
             print(f"{path}: a test named 'problem' in {el.get('classname')}: name it by its entry")
             return False
-    total = {k: 0 for k in ("tests", "failures", "skipped")}
+    total = {k: 0 for k in ("tests", "failures", "errors", "skipped")}
     for suite in root.findall("testsuite"):
         cases = suite.findall("testcase")
         counts = {"tests": len(cases),
                   "failures": sum(1 for c in cases if c.find("failure") is not None),
+                  "errors": sum(1 for c in cases if c.find("error") is not None),
                   "skipped": sum(1 for c in cases if c.find("skipped") is not None)}
         for k, v in counts.items():
             if int(suite.get(k)) != v:

@@ -393,6 +393,24 @@ TEST_CASE("reports: JUnit has times and names a problem's test by its entry", "[
         std::string::npos);
 }
 
+TEST_CASE("reports: JUnit of a run that did not finish has an error, whatever its cases say",
+          "[reports]") {
+  reports::Report r;
+  r.meta.subcommand = "check";
+  r.entry("check cpu boundary fp32").add_case(make_case(0, State::pass, 0.5));
+  r.complete = true;
+  CHECK(reports::to_junit(r).find("<error") == std::string::npos);
+  r.complete = false;  // as written during the run, and left so by a SIGKILL
+  std::string x = reports::to_junit(r);
+  CHECK(x.find("<testsuites name=\"mhc-verify\" tests=\"2\" failures=\"0\" errors=\"1\"") !=
+        std::string::npos);
+  CHECK(x.find("<testcase classname=\"mhc-verify run\" name=\"finished\">\n      <error "
+               "message=\"the run has not finished") != std::string::npos);
+  r.interrupted = "SIGTERM";
+  x = reports::to_junit(r);
+  CHECK(x.find("<error message=\"the run was interrupted by SIGTERM") != std::string::npos);
+}
+
 namespace {
 
 reports::MapCell map_cell(const std::string& family, double scale, double eps, int rounds,
