@@ -502,6 +502,14 @@ __device__ __forceinline__ void tc_sync() {
     __syncthreads();
 }
 
+// tc_finish_kernel is launched as a programmatic dependent of the single pass: once every block
+// of the pass has called release_finish (after its main loop), the finishing blocks may start and
+// wait in griddepcontrol.wait until the pass has ended and its stores are visible. So the second
+// launch overlaps the pass's epilogue instead of following it; the wait is what orders the sums.
+__device__ __forceinline__ void release_finish() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // After the block's last chunk (the stages no longer in use): the sums of squares over each half
 // warp, the four streams' partial products through shared memory (reusing the stages), summed
 // per token ((k0 + k1) + k2) + k3, stored in the block's slice of `partial` ([S][ranges][TB]
@@ -514,6 +522,7 @@ __device__ __forceinline__ void tc_epilogue(unsigned char* smem, float* sumsq, c
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, tq = lane % 4;
   const int k = warp % N, grp = warp / N;
+  release_finish();
 #pragma unroll
   for (int i = 0; i < 4; ++i) {  // over each half warp: its token of round i
     float v = ss[i];
@@ -564,6 +573,7 @@ __global__ void __launch_bounds__(128)
       partial + (t0 / TB) * std::size_t(TB * (M + 1)) + (t0 % TB) * std::size_t(M + 1);
   const unsigned sbuf = unsigned(__cvta_generic_to_shared(buf));
   float v[2] = {0, 0};  // elements threadIdx.x and + 128 (count <= 200)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the pass has ended (release_finish)
   for (int s0 = 0; s0 < S; s0 += KB) {
     const int nb = min(KB, S - s0);
     for (int e = int(threadIdx.x); e < nb * per; e += NT) {
@@ -768,8 +778,9 @@ __global__ void __launch_bounds__(TcLayout<T, TB, CW>::kThreads + 32,
       }
       bulk_wait_read();
     }
-    __syncwarp();                   // the warp meets the barrier as one (bar.sync is .aligned)
-    sync_threads_of<NT + 32, 2>();  // the epilogue may reuse the stages
+    __syncwarp();  // the warp meets the barrier as one (bar.sync is .aligned)
+    release_finish();
+    sync_threads_of<NT + 32, 2>();            // the epilogue may reuse the stages
     if (int(threadIdx.x) == NT) bulk_wait();  // x and y written before the block ends
     return;
   }
@@ -899,8 +910,17 @@ int launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float*
                                                        x, y, work.partial);
   }
   MHC_CUDA_LAUNCHED();
-  tc_finish_kernel<TB><<<unsigned((T + 7) / 8), 128>>>(c, T, int(S_), work.partial, scale, base,
-                                                       mixes, pre, postout, combout);
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t finish{};
+  finish.gridDim = dim3(unsigned((T + 7) / 8));
+  finish.blockDim = dim3(128);
+  finish.attrs = &dependent;
+  finish.numAttrs = 1;
+  MHC_CUDA_CHECK(cudaLaunchKernelEx(&finish, tc_finish_kernel<TB>, c, T, int(S_),
+                                    static_cast<const float*>(work.partial), scale, base, mixes,
+                                    pre, postout, combout));
   MHC_CUDA_LAUNCHED();
   return int(S_);
 }
