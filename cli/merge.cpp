@@ -31,8 +31,8 @@ Run add_merge(CLI::App& app) {
     runner::MergePlan plan(st->files);  // a file that is not a report fails before any output
     st->out.reads = st->files;
     runner::Session session(st->out);
-    const int rc = session.finish(plan.run(session));
-    return rc;
+    const int code = plan.run(session);
+    return session.finish(code, plan.complete());
   };
 }
 

@@ -18,7 +18,7 @@ PY
 )
 [ -n "$repro" ] || { echo "FAIL: no failing case with a REPRO line"; cat "$d/out"; exit 1; }
 echo "REPRO: $repro"
-"$bin" ${repro#mhc-verify } > "$d/again" 2>&1
+eval "\"\$bin\" ${repro#mhc-verify }" > "$d/again" 2>&1  # the line is quoted for the shell
 rc=$?
 [ "$rc" -eq 1 ] || { echo "FAIL: the REPRO line exited $rc"; cat "$d/again"; exit 1; }
 grep -m1 '^FAIL case' "$d/again"

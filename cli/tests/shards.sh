@@ -50,6 +50,13 @@ for k in 0 1 2 3; do
 done
 clean "$bin" merge "$d"/gate[0-3].json --json "$d/gate-m.json" > "$d/out" 2>&1 || fail "gate merge"
 equal "$d/gate.json" "$d/gate-m.json"
+# Passing shards with one missing: the merge fails, and its report and JUnit say it is incomplete
+# (a CI page reading the JUnit file must not show green).
+clean "$bin" merge "$d"/gate[0-2].json --json "$d/gate-3.json" --junit "$d/gate-3.xml" > "$d/out" 2>&1
+[ $? -eq 1 ] && grep -q "^MISSING shard 3 of 4 of " "$d/out" || fail "a passing merge with a shard missing"
+grep -q '"complete": false' "$d/gate-3.json" || fail "the merge of a missing shard says complete"
+grep -q '<error message="a part of the merge did not finish, or is missing' "$d/gate-3.xml" ||
+  fail "the JUnit of a merge with a shard missing has no error"
 clean JOB_COMPLETION_INDEX=0 "$bin" "${gate[@]}" --shards 4 --update > "$d/out" 2>&1
 [ $? -eq 2 ] && grep -q "run it unsharded" "$d/out" || fail "a sharded --update was accepted"
 

@@ -270,7 +270,7 @@ std::string to_junit(const Report& r) {
       }
     }
     if (!r.complete && tc.empty())
-      tc.push_back({"finished", "skipped", "the run did not finish", "", -1});
+      tc.push_back({"no case finished", "skipped", "the run did not finish", "", -1});
     int f = 0, sk = 0;
     for (const auto& c : tc) {
       f += c.kind == "failure";
@@ -319,11 +319,13 @@ std::string to_junit(const Report& r) {
     errors = 1;
     ++tests;
     const std::string why =
-        r.interrupted.empty()
-            ? "the run has not finished (it is still running, or it was killed): the tests above "
-              "are the cases judged before this file was written"
-            : "the run was interrupted by " + r.interrupted +
-                  ": the tests above are the cases it finished";
+        !r.interrupted.empty() ? "the run was interrupted by " + r.interrupted +
+                                     ": the tests above are the cases it finished"
+        : r.meta.subcommand == "merge"
+            ? "a part of the merge did not finish, or is missing (the merge's INCOMPLETE and "
+              "MISSING lines name them): the tests above are the cases the parts hold"
+            : "the run has not finished (it is still running, or an error or a kill stopped "
+              "it): the tests above are the cases judged before this file was written";
     suites << "  <testsuite name=\"mhc-verify run\" tests=\"1\" failures=\"0\" errors=\"1\" "
               "skipped=\"0\">\n    <testcase classname=\"mhc-verify run\" name=\"finished\">\n"
               "      <error message=\""

@@ -456,13 +456,14 @@ long long monotonic_ns() {
 
 // The first signal asks the run to stop; one that comes at least a second later ends the process.
 // One sooner is the same request delivered twice: `timeout` and job controls signal the process
-// and then its whole group, microseconds apart.
+// and then its whole group, microseconds apart, and another thread may be handling the first (its
+// time not stored yet: 0, read as just now).
 extern "C" void on_signal(int sig) {
   const long long now = monotonic_ns();
   int none = 0;
   if (g_signal.compare_exchange_strong(none, sig)) {
     g_first_ns.store(now);
-  } else if (now - g_first_ns.load() >= 1000000000LL) {
+  } else if (const long long first = g_first_ns.load(); first != 0 && now - first >= 1000000000LL) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
   }

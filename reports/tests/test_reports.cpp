@@ -170,6 +170,7 @@ TEST_CASE("reports: writes are atomic and name the file on failure", "[reports]"
 // times written, whatever the machine's load.
 int child_status(bool second_later) {
   const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
   if (pid == 0) {
     reports::install_interrupt_handler();
     std::raise(SIGINT);

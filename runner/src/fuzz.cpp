@@ -423,8 +423,7 @@ int run_fuzz(const FuzzSpec& spec, Session& session) {
                 saved.origin = oracles::OpCase::Origin::file;
                 saved.file = rec.saved;
                 if (!rec.saved.empty())
-                  rec.repro = rerun_here(repro(saved, b->name, judging.model), st->shard,
-                                         st->kernel_seconds);
+                  rec.repro = rerun_here(repro(saved, b->name, judging.model), st->shard);
               }
               std::printf("COUNTEREXAMPLE: %s disagrees with the oracle on case %llu (%s)%s%s\n",
                           b->name.c_str(), static_cast<unsigned long long>(i),

@@ -48,7 +48,7 @@ int MergePlan::run(Session& session) {
   auto& parts = parts_;
   auto& merged = session.report;
   int code = 0;
-  bool complete = true;
+  bool& complete = complete_;
   // Parts in the order given, a campaign's shards together and by index from its first one.
   std::vector<std::size_t> order(parts.size());
   std::iota(order.begin(), order.end(), 0);

@@ -46,7 +46,7 @@ bool Session::stop() const {
   return reports::interrupted() != nullptr;
 }
 
-int Session::finish(int code) {
+int Session::finish(int code, bool complete) {
   if (const char* sig = reports::interrupted()) {
     report.interrupted = sig;
     report.complete = false;
@@ -54,7 +54,7 @@ int Session::finish(int code) {
     std::fprintf(stderr, "mhc-verify: interrupted by %s: the report holds the finished cases\n",
                  sig);
   } else {
-    report.complete = true;
+    report.complete = complete;
   }
   report.exit_code = code;
   writer_.write(report, true);

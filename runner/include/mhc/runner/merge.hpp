@@ -19,8 +19,11 @@ class MergePlan {
   // every entry met its expectation and every part completed with exit 0, and no shard is
   // missing; else 1.
   int run(Session& session);
+  // After run: every part complete and no shard missing.
+  bool complete() const { return complete_; }
 
  private:
+  bool complete_ = true;
   std::vector<std::string> files_;
   std::vector<reports::Report> parts_;
 };

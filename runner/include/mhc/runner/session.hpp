@@ -27,7 +27,9 @@ class Session {
   // True once SIGINT or SIGTERM arrived: stop starting cases, then call finish.
   bool stop() const;
   // Writes the final report; returns the exit code: `code`, or 128 + signal when interrupted.
-  int finish(int code);
+  // complete: false when the run holds less than it set out to (a merge with a part incomplete
+  // or missing); the report says so, as an interrupted one does.
+  int finish(int code, bool complete = true);
 
  private:
   reports::Writer writer_;
