@@ -394,6 +394,12 @@ int GatePlan::run(Session& session) const {
   std::set<std::string> fresh;  // entries not in the baseline
   const double allowance = st->update ? suite.allowance : base.value("allowance", suite.allowance);
   const double floor = st->update ? suite.floor : base.value("floor", suite.floor);
+  // The line that reruns case k of entry i where this run ran.
+  const auto rerun = [&](std::size_t i, std::size_t k) {
+    return rerun_here(
+        repro(check_case(specs[i], specs[i].seed + k), specs[i].kernel, specs[i].model), st->shard,
+        specs[i].kernel_seconds);
+  };
   if (!st->update) {
     const json& be = base["entries"];
     for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -416,10 +422,7 @@ int GatePlan::run(Session& session) const {
                              " -> " + g(now) + " (allowance " + g(allowance) + "x, floor " +
                              g(floor) + ")";
           e.problem = line.substr(10);
-          problems.push_back(line + "\n  REPRO: " +
-                             rerun_here(repro(check_case(specs[i], specs[i].seed + a.worst_case),
-                                              specs[i].kernel, specs[i].model),
-                                        st->shard, specs[i].kernel_seconds));
+          problems.push_back(line + "\n  REPRO: " + rerun(i, a.worst_case));
         }
         // The error itself, however far below the bound: the median over the cases of its
         // growth, each error floored at u = 2^-24 (below that, fp32 cannot tell). Baselines
@@ -441,11 +444,7 @@ int GatePlan::run(Session& session) const {
                                  g(median) + "x (normwise, median over the cases; allowance " +
                                  g(allowance) + "x)";
               e.problem = line.substr(10);
-              problems.push_back(
-                  line + "\n  REPRO: " +
-                  rerun_here(repro(check_case(specs[i], specs[i].seed + growth.back().second),
-                                   specs[i].kernel, specs[i].model),
-                             st->shard, specs[i].kernel_seconds));
+              problems.push_back(line + "\n  REPRO: " + rerun(i, growth.back().second));
             }
           }
         }

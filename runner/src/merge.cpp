@@ -48,7 +48,7 @@ int MergePlan::run(Session& session) {
   auto& parts = parts_;
   auto& merged = session.report;
   int code = 0;
-  bool& complete = complete_;
+  complete_ = true;
   // Parts in the order given, a campaign's shards together and by index from its first one.
   std::vector<std::size_t> order(parts.size());
   std::iota(order.begin(), order.end(), 0);
@@ -70,7 +70,7 @@ int MergePlan::run(Session& session) {
     // A part that decided nothing may join parts that did: the merge decides that again below.
     code = std::max(code, part.exit_code == kUndecidedExit ? 0 : part.exit_code);
     if (!part.complete) {
-      complete = false;
+      complete_ = false;
       std::printf(
           "INCOMPLETE %s%s\n", files_[i].c_str(),
           part.interrupted.empty() ? "" : (" (interrupted by " + part.interrupted + ")").c_str());
@@ -98,7 +98,7 @@ int MergePlan::run(Session& session) {
     const int count = std::stoi(campaign.substr(0, campaign.find(' ')));
     for (int k = 0; k < count; ++k)
       if (!given.count(k)) {
-        complete = false;
+        complete_ = false;
         std::printf("MISSING shard %d of %d of `%s`\n", k, count,
                     reports::clean_text(campaign.substr(campaign.find(' ') + 1)).c_str());
       }
@@ -116,7 +116,7 @@ int MergePlan::run(Session& session) {
                 e.ok() ? (e.expect == "fail" ? "caught, as expected" : "ok")
                        : ("NOT OK" + (e.problem.empty() ? "" : ": " + e.problem)).c_str());
   }
-  const bool pass = ok == int(merged.entries.size()) && complete && code == 0;
+  const bool pass = ok == int(merged.entries.size()) && complete_ && code == 0;
   std::size_t cases = 0, decided = 0;
   for (const auto& e : merged.entries) {
     cases += e.cases.size();
@@ -128,7 +128,7 @@ int MergePlan::run(Session& session) {
               : pass       ? "PASS"
                            : "FAIL",
               ok, merged.entries.size(), parts.size(),
-              complete ? "" : "; some incomplete or missing");
+              complete_ ? "" : "; some incomplete or missing");
   return none_decided ? kUndecidedExit : pass ? 0 : 1;
 }
 

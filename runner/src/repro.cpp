@@ -90,7 +90,8 @@ std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::
 std::string rerun_here(std::string repro, const Shard& shard, double kernel_seconds) {
   if (repro.empty()) return repro;
   if (shard.count > 1) repro += " --shards 1";
-  if (kernel_seconds > 0 && kernel_seconds != CheckSpec{}.kernel_seconds)
+  const bool check = repro.rfind("mhc-verify check ", 0) == 0;  // compare runs no kernel
+  if (check && kernel_seconds > 0 && kernel_seconds != CheckSpec{}.kernel_seconds)
     repro += " --kernel-timeout " + g9(kernel_seconds);
   return repro;
 }

@@ -330,6 +330,8 @@ TEST_CASE("repro: a sharded run's and a time limit's lines rerun the case as it 
   CHECK(runner::rerun_here(line, second, 1.5) == line + " --shards 1 --kernel-timeout 1.5");
   CHECK(runner::rerun_here(line, whole, 0.25) == line + " --kernel-timeout 0.25");
   CHECK(runner::rerun_here("", second, 1.5).empty());
+  const std::string file = "mhc-verify compare case.h5";  // no kernel runs: no time limit
+  CHECK(runner::rerun_here(file, second, 1.5) == file + " --shards 1");
 }
 
 // The second tier at the V4.1 sizes, where the bounds of mixes are loose: every legitimate kernel

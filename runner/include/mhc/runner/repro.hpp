@@ -16,8 +16,8 @@ namespace mhc::runner {
 std::string repro(const oracles::OpCase& c, const std::string& kernel, oracles::ErrorModel model);
 // A REPRO line with what the run's own options add, so that it reruns the case where the run ran:
 // `--shards 1` in a sharded run (else the shard's environment would take the one case away from a
-// shard other than the first), and a worker's time limit other than check's default (0: none to
-// repeat). Empty stays empty.
+// shard other than the first), and on a `check` line a worker's time limit other than check's
+// default (0: none to repeat; a `compare` line runs no kernel). Empty stays empty.
 std::string rerun_here(std::string repro, const Shard& shard, double kernel_seconds = 0);
 
 // A word quoted for the shell where it needs to be.
