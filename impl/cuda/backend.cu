@@ -249,6 +249,9 @@ void cuda_fused_tensor_copies(int shape) {
                                 std::to_string(kTmaShapes) + " shapes");
   g_tensor_copies = shape < 0 ? -1 : shape;
 }
+void cuda_fused_poison_sums(bool on) {
+  g_poison_sums = on;
+}
 std::vector<std::string> cuda_fused_tensor_copy_shapes() {
   const auto names = tma_names(std::make_index_sequence<kTmaShapes>{});
   return {names.begin(), names.end()};

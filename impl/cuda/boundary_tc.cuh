@@ -832,6 +832,10 @@ struct TcWeights {
   }
 };
 
+// The tests' hook (cuda_fused_poison_sums): NaN into the sums' workspace before each pass, so that
+// a finish that read them before the pass stored them would give NaN, not the previous call's sums.
+std::atomic<bool> g_poison_sums{false};
+
 // The sums of every token range and split ([S][ranges][TB][M + 1]), kept for the process and
 // grown as needed.
 struct TcWork {
@@ -896,6 +900,8 @@ int launch_tc(const Dims& c, std::size_t T, const S* f, const S* R, const float*
   static TcWork work;
   std::lock_guard<std::mutex> lock(mu);
   work.reserve(S_ * ranges * std::size_t(TB * (L::M + 1)));
+  if (g_poison_sums.load())
+    MHC_CUDA_CHECK(cudaMemsetAsync(work.partial, 0xFF, work.partials * sizeof(float)));
   const dim3 grid{unsigned(ranges), unsigned(S_)};
   if constexpr (TMA) {
     constexpr int PC = TmaStage<S, TB, CW>::Rows::PC;

@@ -44,6 +44,10 @@ void cuda_fused_splits(int splits);
 // shape at every token count, so that the tests judge each at every split; -1, the default, the
 // shipped choice. Every shape gives the same bits at the same split.
 void cuda_fused_tensor_copies(int shape);
+// Tests only: cuda-fused's boundary fills the workspace of its splits' sums with NaN before each
+// pass, so that a finishing kernel that read the sums before the pass stored them (its launch
+// overlaps the pass) gives NaN rather than the previous call's identical sums.
+void cuda_fused_poison_sums(bool on);
 // The shapes' names, "tb64 cw64 s3 tma" first (none without CUDA).
 std::vector<std::string> cuda_fused_tensor_copy_shapes();
 
