@@ -305,10 +305,11 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   r.baseline_ms =
       time([&](int k) { data.run_baseline<float>(k); }, [&](int k) { data.run_baseline<bf16>(k); });
   measure_floor(repeats, r);
-  {  // the call's bytes copied (half read, half written), rotated over as many copies
+  {  // the call's bytes copied (half read, half written), rotated over 256 MB (past L2)
     const std::size_t half = std::size_t(r.bytes / 2);
-    Dev<std::uint8_t> a(half * std::size_t(data.copies)), b(a.n);
-    r.same_copy_ms = median_ms(repeats, data.copies, [&](int k) {
+    const int copies = int(std::max<std::size_t>(1, (std::size_t(256) << 20) / half));
+    Dev<std::uint8_t> a(half * std::size_t(copies)), b(a.n);
+    r.same_copy_ms = median_ms(repeats, copies, [&](int k) {
       const std::size_t at = half * std::size_t(k);
       MHC_CUDA_CHECK(cudaMemcpyAsync(b.p + at, a.p + at, half, cudaMemcpyDeviceToDevice));
     });

@@ -192,10 +192,10 @@ int run_all(Selection& take) {
   // cuda-fused's boundary with its columns split over blocks (cuda_fused_splits): every split
   // against the oracle, from one block per token range to one per 128 columns (more are clamped),
   // and the same bits in two runs at the device's own choice (the finishing kernel adds the
-  // splits in split order); at the device's split and at 40, judged with the splits' sums
-  // poisoned before the pass: the finishing kernel starts before the pass ends (a programmatic
-  // dependent launch), and one that read a sum before its block stored it gives NaN, where the
-  // workspace would otherwise hold the previous call's identical sum. 72 tokens: 3 ranges, one
+  // splits in split order); unsplit and at 40 splits, judged with the splits' sums poisoned
+  // before the pass: the finishing kernel starts before the pass ends (a programmatic dependent
+  // launch), and one that read a sum before its block stored it gives NaN, where the workspace
+  // would otherwise hold the previous call's identical sum. 72 tokens: 3 ranges, one
   // partial. d = 6000: 47 splits, more than the finishing kernel copies at once. bf16 at d = 5120
   // again in each shape with tensor copies (cuda_fused_tensor_copies: boundary_tc_tma, which
   // cuda-fused runs from 16384 tokens in the shape its first call timed fastest), whose bits must
@@ -220,40 +220,30 @@ int run_all(Selection& take) {
       const std::string copies = tma ? " tensor copies " + shapes[std::size_t(shape)] : "";
       const auto at = format("cuda-fused boundary %-5s d=%-5d%s",
                              oracles::precision_name(prec).c_str(), d, copies.c_str());
-      std::vector<int> chosen;
+      std::vector<std::pair<int, bool>> chosen;  // splits, sums poisoned
       for (int splits : {1, 2, 3, 17, 40, 1000})
-        if (take(at + format(" splits=%-4d", splits))) chosen.push_back(splits);
+        if (take(at + format(" splits=%-4d", splits))) chosen.emplace_back(splits, false);
+      for (int splits : {1, 40})  // unsplit, and many blocks storing sums
+        if (take(at + format(" splits=%-4d sums poisoned", splits)))
+          chosen.emplace_back(splits, true);
       const std::string twice = at + (tma ? " the bits of cp.async" : " the same bits twice");
       const bool bits = take(twice);
-      const std::string poisoned = at + " sums poisoned before each pass";
-      const bool poison = take(poisoned);
-      if (chosen.empty() && !bits && !poison) continue;
+      if (chosen.empty() && !bits) continue;
       const auto c = oracles::generate_case(oracles::Op::boundary, cfg, 72, 11, prec);
       impl::cuda_fused_tensor_copies(shape);
-      for (int splits : chosen) {
+      for (const auto& [splits, poisoned] : chosen) {
         impl::cuda_fused_splits(splits);
+        impl::cuda_fused_poison_sums(poisoned);
         const auto v = runner::judge(impl::cuda_fused(), c, runner::Judging{}).verdict;
+        impl::cuda_fused_poison_sums(false);
         ++runs;
         const bool ok = v.state != oracles::State::fail;
         failures += ok ? 0 : 1;
-        std::printf("%-4s %s splits=%-4d %s %s\n", ok ? "ok" : "FAIL", at.c_str(), splits,
-                    oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
+        std::printf("%-4s %s splits=%-4d%s %s %s\n", ok ? "ok" : "FAIL", at.c_str(), splits,
+                    poisoned ? " sums poisoned" : "", oracles::state_name(v.state).c_str(),
+                    v.first_divergent.c_str());
       }
       impl::cuda_fused_splits(0);
-      if (poison) {  // the device's own split, and 40: many blocks storing sums
-        for (int splits : {0, 40}) {
-          impl::cuda_fused_splits(splits);
-          impl::cuda_fused_poison_sums(true);
-          const auto v = runner::judge(impl::cuda_fused(), c, runner::Judging{}).verdict;
-          impl::cuda_fused_poison_sums(false);
-          ++runs;
-          const bool ok = v.state != oracles::State::fail;
-          failures += ok ? 0 : 1;
-          std::printf("%-4s %s splits=%-4d %s %s\n", ok ? "ok" : "FAIL", poisoned.c_str(), splits,
-                      oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
-        }
-        impl::cuda_fused_splits(0);
-      }
       if (bits) {  // against cp.async at one split for both: the device's own may differ
         if (tma) impl::cuda_fused_splits(17);
         const auto a = runner::run_kernel(impl::cuda_fused(), c, 0);
