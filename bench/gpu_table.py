@@ -32,7 +32,7 @@ for line in lines("bench.txt"):
         continue
     ours[(f[0], int(f[1]))] = dict(zip(
         ["fused", "unsplit", "repack", "base", "floor", "launch", "over", "fraction", "copy",
-         "same copy"], values))  # same copy: from the runs that time it
+         "same copy"], values))  # rows of runs before same copy was timed lack it
 backward = {}  # (dtype, gradients, tokens) -> columns of mhc-bench-cuda's backward table
 for line in lines("bench.txt"):
     f = line.split()

@@ -832,8 +832,7 @@ struct TcWeights {
   }
 };
 
-// The tests' hook (cuda_fused_poison_sums): NaN into the sums' workspace before each pass, so that
-// a finish that read them before the pass stored them would give NaN, not the previous call's sums.
+// cuda_fused_poison_sums (tests only): NaN into the sums' workspace before each pass.
 std::atomic<bool> g_poison_sums{false};
 
 // The sums of every token range and split ([S][ranges][TB][M + 1]), kept for the process and

@@ -195,11 +195,11 @@ int run_all(Selection& take) {
   // splits in split order); unsplit and at 40 splits, judged with the splits' sums poisoned
   // before the pass: the finishing kernel starts before the pass ends (a programmatic dependent
   // launch), and one that read a sum before its block stored it gives NaN, where the workspace
-  // would otherwise hold the previous call's identical sum. 72 tokens: 3 ranges, one
-  // partial. d = 6000: 47 splits, more than the finishing kernel copies at once. bf16 at d = 5120
-  // again in each shape with tensor copies (cuda_fused_tensor_copies: boundary_tc_tma, which
-  // cuda-fused runs from 16384 tokens in the shape its first call timed fastest), whose bits must
-  // also be those of cp.async's kernel.
+  // would otherwise hold the previous call's identical sum. 72 tokens: 3 ranges, one partial.
+  // d = 6000: 47 splits, more than the finishing kernel copies at once. bf16 at d = 5120 again in
+  // each shape with tensor copies (cuda_fused_tensor_copies: boundary_tc_tma, which cuda-fused
+  // runs from 16384 tokens in the shape its first call timed fastest), whose bits must also be
+  // those of cp.async's kernel.
   const auto same_bits = [](const oracles::Trace<float>& a, const oracles::Trace<float>& b) {
     bool same = a.size() == b.size();
     for (std::size_t i = 0; same && i < a.size(); ++i)
