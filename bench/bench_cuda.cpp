@@ -124,21 +124,23 @@ int main(int argc, char** argv) {
       "token range; repack: unsplit, hc_fn packed in the call (the call as before the split);\n"
       "floor: max(empty kernel, all bytes / copy bandwidth); fraction: (2n+2)*d stream elements "
       "a token / time / copy bandwidth; same copy: a device-to-device copy of all bytes (half "
-      "read, half written), timed like the calls\n",
+      "read, half written), timed like the calls; queued: the device's time a call, calls queued "
+      "back to back; host: the host's time to queue a call\n",
       cuda_device_name().c_str(), repeats);
-  std::printf("%-6s %7s %9s %9s %9s %9s %9s %9s %7s %9s %9s %9s\n", "dtype", "tokens", "fused ms",
-              "unsplit", "repack", "base ms", "floor ms", "launch", "/floor", "fraction",
-              "copy GB/s", "same copy");
+  std::printf("%-6s %7s %9s %9s %9s %9s %9s %9s %7s %9s %9s %9s %9s %9s\n", "dtype", "tokens",
+              "fused ms", "unsplit", "repack", "base ms", "floor ms", "launch", "/floor",
+              "fraction", "copy GB/s", "same copy", "queued", "host");
   std::map<std::pair<bool, std::size_t>, BoundaryTiming> runs;
   for (bool bf16 : {false, true})
     for (std::size_t T : {1u, 8u, 64u, 256u, 1024u, 4096u, 16384u, 65536u}) {
       if (mode == "sweep" && !in_sweep(T)) continue;
       const auto r = runs[{bf16, T}] = cuda_bench_boundary(T, bf16, repeats);
       const double gbps = r.bytes_per_token * double(T) / (r.fused_ms * 1e-3) / 1e9;
-      std::printf("%-6s %7zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %9.2f %9.1f %9.4f\n",
-                  bf16 ? "bf16" : "fp32", T, r.fused_ms, r.unsplit_ms, r.repack_ms, r.baseline_ms,
-                  r.floor_ms(), r.launch_ms, r.fused_ms / r.floor_ms(), gbps / r.copy_gbps,
-                  r.copy_gbps, r.same_copy_ms);
+      std::printf(
+          "%-6s %7zu %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %9.2f %9.1f %9.4f %9.4f %9.4f\n",
+          bf16 ? "bf16" : "fp32", T, r.fused_ms, r.unsplit_ms, r.repack_ms, r.baseline_ms,
+          r.floor_ms(), r.launch_ms, r.fused_ms / r.floor_ms(), gbps / r.copy_gbps, r.copy_gbps,
+          r.same_copy_ms, r.queued_ms, r.host_ms);
       std::fflush(stdout);
     }
   if (!cuda_fused_tma_shape().empty())

@@ -31,11 +31,14 @@ DeviceFloor cuda_device_floor(int repeats);
 // the columns at small token counts (the shipped choice); unsplit_ms is one block per 32 tokens,
 // and repack_ms the same with hc_fn repacked in every call (the call as it was before the split).
 // same_copy_ms: a device-to-device copy of the call's bytes (half read, half written), timed the
-// same way: what moving them alone costs at this size, launch included.
+// same way: what moving them alone costs at this size, launch included. queued_ms and host_ms:
+// the shipped call queued back to back (queued_ms in cuda_timing.cuh), the device's time a call
+// and the host's time to queue one.
 struct BoundaryTiming : DeviceFloor {  // bytes: streams, coefficients, hc_fn
   std::size_t tokens = 0;
   bool bf16 = false;
   double fused_ms = 0, unsplit_ms = 0, repack_ms = 0, baseline_ms = 0, same_copy_ms = 0;
+  double queued_ms = 0, host_ms = 0;
   double bytes_per_token = 0;  // (2n + 2) d stream elements
 };
 BoundaryTiming cuda_bench_boundary(std::size_t tokens, bool bf16, int repeats);

@@ -46,4 +46,37 @@ double median_ms(int repeats, int copies, F launch) {
   return double(ms[ms.size() / 2]);
 }
 
+// `calls` calls of launch(i % copies) queued back to back, `rounds` times: the device's time a
+// call (CUDA events around them) and the host's time to queue one (its clock around the same
+// loop), each the median over the rounds. Where the two are close, the host's launches bound the
+// call (bench/README.md, "Where a decode step's time goes"). After median_ms: no warm-up here.
+struct QueuedTiming {
+  double device_ms = 0, host_ms = 0;
+};
+template <class F>
+QueuedTiming queued_ms(int rounds, int calls, int copies, F launch) {
+  cudaEvent_t e0, e1;
+  MHC_CUDA_CHECK(cudaEventCreate(&e0));
+  MHC_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> device, host;
+  for (int r = 0; r < rounds; ++r) {
+    impl::cuda_detail::sync();
+    const auto h0 = std::chrono::steady_clock::now();
+    MHC_CUDA_CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < calls; ++i) launch(i % copies);
+    MHC_CUDA_CHECK(cudaEventRecord(e1));
+    const auto h1 = std::chrono::steady_clock::now();
+    MHC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    device.push_back(double(t) / calls);
+    host.push_back(std::chrono::duration<double, std::milli>(h1 - h0).count() / calls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(device.begin(), device.end());
+  std::sort(host.begin(), host.end());
+  return {device[device.size() / 2], host[host.size() / 2]};
+}
+
 }  // namespace mhc::bench

@@ -24,7 +24,7 @@ def lines(name):
 ours = {}  # (dtype, tokens) -> columns of mhc-bench-cuda's first table
 for line in lines("bench.txt"):
     f = line.split()
-    if len(f) not in (11, 12) or f[0] not in ("fp32", "bf16") or not f[1].isdigit():
+    if len(f) not in (11, 12, 14) or f[0] not in ("fp32", "bf16") or not f[1].isdigit():
         continue
     try:  # the first table's rows; the sweep's rows have words among their fields
         values = [float(v) for v in f[2:]]
@@ -32,7 +32,7 @@ for line in lines("bench.txt"):
         continue
     ours[(f[0], int(f[1]))] = dict(zip(
         ["fused", "unsplit", "repack", "base", "floor", "launch", "over", "fraction", "copy",
-         "same copy"], values))  # rows of runs before same copy was timed lack it
+         "same copy", "queued", "host"], values))  # older runs' rows lack the last two or three
 backward = {}  # (dtype, gradients, tokens) -> columns of mhc-bench-cuda's backward table
 for line in lines("bench.txt"):
     f = line.split()
@@ -53,10 +53,11 @@ for line in lines("torch.txt"):  # also '<name> unavailable (PyTorch ...)': no r
 
 print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
       "bytes / copy bandwidth); copy: fraction of copy bandwidth at (2n+2)d stream elements a token; "
-      "same copy: a device-to-device copy of the same bytes)")
-head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "same copy", "unsplit", "repacked",
-        "eager", "compile", "x eager", "x compile")
-print("%-5s %7s %9s %9s %7s %6s %9s %9s %9s %9s %9s %8s %9s" % head)
+      "same copy: a device-to-device copy of the same bytes; queued: the device's time a call, "
+      "calls queued back to back; host: the host's time to queue a call)")
+head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "same copy", "queued", "host",
+        "unsplit", "repacked", "eager", "compile", "x eager", "x compile")
+print("%-5s %7s %9s %9s %7s %6s %9s %9s %9s %9s %9s %9s %9s %8s %9s" % head)
 
 
 def ms(v):  # a time, "oom" (PyTorch ran out of the device's memory) or none
@@ -71,10 +72,10 @@ for dt in ("fp32", "bf16"):
     for T in sorted({k[1] for k in ours if k[0] == dt}):
         r = ours[(dt, T)]
         e, c = torch.get(("eager", dt, T)), torch.get(("compile", dt, T))
-        print("%-5s %7d %s %s %7.2f %6.2f %s %s %s %s %s %8s %9s" % (
+        print("%-5s %7d %s %s %7.2f %6.2f %s %s %s %s %s %s %s %8s %9s" % (
             dt, T, ms(r["fused"]), ms(r["floor"]), r["over"], r["fraction"], ms(r.get("same copy")),
-            ms(r["unsplit"]), ms(r["repack"]), ms(e), ms(c), ratio(e, r["fused"]),
-            ratio(c, r["fused"])))
+            ms(r.get("queued")), ms(r.get("host")), ms(r["unsplit"]), ms(r["repack"]), ms(e),
+            ms(c), ratio(e, r["fused"]), ratio(c, r["fused"])))
 for line in dict.fromkeys(l for l in lines("bench.txt") if l.startswith("fused bf16 from")):
     print(line)  # which tensor-copy shape this device's bf16 rows from 16384 tokens ran
 if not torch:
