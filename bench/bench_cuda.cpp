@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
       "floor: max(empty kernel, all bytes / copy bandwidth); fraction: (2n+2)*d stream elements "
       "a token / time / copy bandwidth; same copy: a device-to-device copy of all bytes (half "
       "read, half written), timed like the calls; queued: the device's time a call, calls queued "
-      "back to back; host: the host's time to queue a call\n",
+      "back to back (median of 5 rounds); host: the host's time to queue a call (its clock, the "
+      "same rounds)\n",
       cuda_device_name().c_str(), repeats);
   std::printf("%-6s %7s %9s %9s %9s %9s %9s %9s %7s %9s %9s %9s %9s %9s\n", "dtype", "tokens",
               "fused ms", "unsplit", "repack", "base ms", "floor ms", "launch", "/floor",

@@ -297,7 +297,7 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   const auto b16 = shipped_tc<bf16, 5120>(T);
   r.fused_ms =
       time([&](int k) { data.run<float>(f32, k); }, [&](int k) { data.run<bf16>(b16, k); });
-  {  // 5 rounds of at least 10 calls and about 2 ms each (up to 200 calls)
+  {  // 5 rounds of at least 10 calls and 2 ms of them (at most 200 calls)
     const int calls = int(std::min(200.0, std::max(10.0, 2.0 / r.fused_ms)));
     const QueuedTiming q = queued_ms(5, calls, data.copies, [&](int k) {
       if (use_bf16)

@@ -61,11 +61,11 @@ QueuedTiming queued_ms(int rounds, int calls, int copies, F launch) {
   std::vector<double> device, host;
   for (int r = 0; r < rounds; ++r) {
     impl::cuda_detail::sync();
-    const auto h0 = std::chrono::steady_clock::now();
     MHC_CUDA_CHECK(cudaEventRecord(e0));
+    const auto h0 = std::chrono::steady_clock::now();
     for (int i = 0; i < calls; ++i) launch(i % copies);
-    MHC_CUDA_CHECK(cudaEventRecord(e1));
     const auto h1 = std::chrono::steady_clock::now();
+    MHC_CUDA_CHECK(cudaEventRecord(e1));
     MHC_CUDA_CHECK(cudaEventSynchronize(e1));
     float t = 0;
     MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
