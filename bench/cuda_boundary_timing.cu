@@ -295,19 +295,18 @@ BoundaryTiming cuda_bench_boundary(std::size_t T, bool use_bf16, int repeats) {
   // in the call; and the baseline's four launches.
   const auto f32 = shipped_tc<float, 5120>(T);
   const auto b16 = shipped_tc<bf16, 5120>(T);
-  r.fused_ms =
-      time([&](int k) { data.run<float>(f32, k); }, [&](int k) { data.run<bf16>(b16, k); });
-  {  // 5 rounds of at least 10 calls and 2 ms of them (at most 200 calls)
-    const int calls = int(std::min(200.0, std::max(10.0, 2.0 / r.fused_ms)));
-    const QueuedTiming q = queued_ms(5, calls, data.copies, [&](int k) {
-      if (use_bf16)
-        data.run<bf16>(b16, k);
-      else
-        data.run<float>(f32, k);
-    });
-    r.queued_ms = q.device_ms;
-    r.host_ms = q.host_ms;
-  }
+  const auto fused = [&](int k) {
+    if (use_bf16)
+      data.run<bf16>(b16, k);
+    else
+      data.run<float>(f32, k);
+  };
+  r.fused_ms = median_ms(repeats, data.copies, fused);
+  // queued: 5 rounds of at least 10 calls and 2 ms of them (at most 200 calls)
+  const QueuedTiming q =
+      queued_ms(5, int(std::min(200.0, std::max(10.0, 2.0 / r.fused_ms))), data.copies, fused);
+  r.queued_ms = q.device_ms;
+  r.host_ms = q.host_ms;
   r.unsplit_ms =
       time([&](int k) { data.run<float>(f32, k, 1); }, [&](int k) { data.run<bf16>(b16, k, 1); });
   auto repack = [&](int k) { data.packed[std::size_t(k) % data.packed.size()]->pack(data.W.p); };
