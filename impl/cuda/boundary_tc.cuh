@@ -19,6 +19,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "buffers.cuh"
 #include "bulk.cuh"
@@ -1000,26 +1001,31 @@ constexpr auto kTmaLaunches = tma_launches<S, D>(std::make_index_sequence<kTmaSh
 // The shape the process settled on (-1: none yet), per stream type and width.
 template <class S, int D>
 std::atomic<int> g_tma_shape{-1};
-// TmaShapes' fastest on this device, found by the first call: the shapes take turns, a round
-// untimed, then three timed, and those at TmaTc's split, which give TmaTc's bits, compete on
-// their median (a shape the device cannot launch does not). The first call's outputs, and every
-// later call's, are the fastest's.
+// TmaShapes' fastest on this device, found by the first call on its first kTmaTokens tokens (a
+// bounded cost at any T): each shape runs once untimed, then the shapes take turns in rounds, each
+// round in its own rotation of them, kWarmMs of calls untimed (clocks and power settle as under a
+// model's load) and then at least kTimedMs and kMinRounds timed; those at TmaTc's split, which give
+// TmaTc's bits, compete on their median (a shape the device cannot launch does not). The first
+// call's outputs, and every later call's, are the fastest's (bench/README.md, "The tensor-copy
+// shape, chosen again").
 template <class S, int D>
 int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
                        const float* comb, const float* pre_mix, const TcWeights& w,
                        const float* scale, const float* base, S* x, S* y, float* mixes, float* pre,
                        float* postout, float* combout, int splits) {
-  const auto run = [&](int i) {
-    return kTmaLaunches<S, D>[std::size_t(i)](c, T, f, R, post, comb, pre_mix, w, scale, base, x, y,
-                                              mixes, pre, postout, combout, splits);
+  const auto run = [&](int i, std::size_t tokens) {
+    return kTmaLaunches<S, D>[std::size_t(i)](c, tokens, f, R, post, comb, pre_mix, w, scale, base,
+                                              x, y, mixes, pre, postout, combout, splits);
   };
   static std::once_flag once;
   std::call_once(once, [&] {
-    constexpr int kRounds = 3;
+    constexpr float kWarmMs = 25, kTimedMs = 50;
+    constexpr int kMinRounds = 7, kMaxRounds = 1000;  // kMaxRounds: however fast the calls
+    const std::size_t timed = std::min(T, kTmaTokens);
     int split[kTmaShapes];
     for (int i = 0; i < kTmaShapes; ++i) {
       try {
-        split[i] = run(i);               // untimed: a kernel's first launch sets its attributes
+        split[i] = run(i, timed);        // untimed: a kernel's first launch sets its attributes
       } catch (const std::exception&) {  // a shape this device cannot launch is no candidate
         if (i == 0) throw;
         split[i] = -1;
@@ -1028,26 +1034,38 @@ int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, con
     cudaEvent_t e0, e1;
     MHC_CUDA_CHECK(cudaEventCreate(&e0));
     MHC_CUDA_CHECK(cudaEventCreate(&e1));
-    float ms[kTmaShapes][kRounds] = {};
-    for (int r = 0; r < kRounds; ++r)
-      for (int i = 0; i < kTmaShapes; ++i) {
+    std::vector<float> ms[kTmaShapes];
+    float spent = 0;
+    for (int r = 0, rounds = 0;
+         rounds < kMinRounds || (spent < kWarmMs + kTimedMs && r < kMaxRounds); ++r) {
+      const bool counted = spent >= kWarmMs || r >= kMaxRounds / 2;
+      rounds += counted;
+      for (int j = 0; j < kTmaShapes; ++j) {
+        const int i = (r + j) % kTmaShapes;
         if (split[i] != split[0]) continue;
+        float t = 0;
         MHC_CUDA_CHECK(cudaEventRecord(e0));
-        run(i);
+        run(i, timed);
         MHC_CUDA_CHECK(cudaEventRecord(e1));
         MHC_CUDA_CHECK(cudaEventSynchronize(e1));
-        MHC_CUDA_CHECK(cudaEventElapsedTime(&ms[i][r], e0, e1));
+        MHC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        spent += t;
+        if (counted) ms[i].push_back(t);
       }
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    const auto median = [&](int i) {
+      auto& v = ms[i];
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      return v[v.size() / 2];
+    };
     int best = 0;
-    for (int i = 0; i < kTmaShapes; ++i) {
-      std::sort(ms[i], ms[i] + kRounds);
-      if (split[i] == split[0] && ms[i][kRounds / 2] < ms[best][kRounds / 2]) best = i;
-    }
+    for (int i = 1; i < kTmaShapes; ++i)
+      if (split[i] == split[0] && median(i) < median(best)) best = i;
     g_tma_shape<S, D> = best;
   });
-  return run(g_tma_shape<S, D>.load());
+  return run(g_tma_shape<S, D>.load(), T);
 }
 // What cuda-fused launches on T tokens; `shape` >= 0 (bf16 at a fixed width only): that one of
 // TmaShapes at every token count, so that the tests judge each shape at every split.
