@@ -375,14 +375,19 @@ __global__ void __launch_bounds__(kThreads, 2)
 // One token of the split's backward, a thread a token: the forward recomputed with every
 // Sinkhorn step's output (Y [steps][n n][T]) and denominators (D [steps][n][T]) kept in the
 // workspace, then each step undone by its closed form; the token's shares of d hc_scale and
-// d hc_base (3 + M) into its row of dp_tok, or added atomically.
+// d hc_base (3 + M) into its row of dp_tok, or added atomically. NN > 0 fixes n at compile time
+// and each step's orientation is a branch of its own, so that every index is a constant and the
+// matrices stay in registers (in local memory, a token took 167 us: bench/README.md, "The
+// split's backward in registers").
+template <int NN = 0>
 __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes, const float* s,
                                       const float* b, const float* g_pre, const float* g_post,
                                       const float* g_comb, float* dm, float* Y, float* D,
                                       float* dp_tok, float* ds, float* db) {
   const std::size_t t = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= T) return;
-  const int n = c.n, M = c.M(), steps = 2 * c.iters - 1;
+  constexpr int NM = NN > 0 ? NN : kMaxN;
+  const int n = NN > 0 ? NN : c.n, M = 2 * n + n * n, steps = 2 * c.iters - 1;
   const float eps = c.hc_eps;
   const float* m = mixes + t * std::size_t(M);
   float* dmt = dm + t * std::size_t(M);
@@ -404,7 +409,7 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
       dsc[w] += dz * m[i];
       param(i, dz);
     }
-  float P[kMaxN * kMaxN], C[kMaxN * kMaxN], G[kMaxN * kMaxN];
+  float P[NM * NM], C[NM * NM], G[NM * NM];
   for (int j = 0; j < n; ++j) {
     float* p = P + j * n;
     for (int k = 0; k < n; ++k) p[k] = m[2 * n + j * n + k] * s[2] + b[2 * n + j * n + k];
@@ -414,35 +419,39 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
     for (int k = 0; k < n; ++k) p[k] /= rs;
   }
   for (int i = 0; i < n * n; ++i) C[i] = P[i] + eps;
-  for (int st = 0; st < steps; ++st) {  // columns, then (rows, columns) per further round
-    const bool rows = st % 2 == 1;
+  // Step st normalises rows (odd st) or columns; `at(a, e)`: element e of row or column a.
+  auto forward = [&](int st, auto at) {
     for (int a = 0; a < n; ++a) {
       float sum = 0;
-      for (int e = 0; e < n; ++e) sum += C[rows ? a * n + e : e * n + a];
+      for (int e = 0; e < n; ++e) sum += C[at(a, e)];
       const float den = sum + eps;
       D[std::size_t(st * n + a) * T] = den;
-      for (int e = 0; e < n; ++e) {
-        float& v = C[rows ? a * n + e : e * n + a];
-        v = v / den;
-      }
+      for (int e = 0; e < n; ++e) C[at(a, e)] = C[at(a, e)] / den;
     }
     for (int i = 0; i < n * n; ++i) Y[std::size_t(st * n * n + i) * T] = C[i];
-  }
-  for (int i = 0; i < n * n; ++i) G[i] = g_comb[t * std::size_t(n * n) + std::size_t(i)];
-  for (int st = steps; st-- > 0;) {
-    const bool rows = st % 2 == 1;
+  };
+  auto backward = [&](int st, auto at) {
     const float* y = Y + std::size_t(st * n * n) * T;
     for (int a = 0; a < n; ++a) {
       float gy = 0;
-      for (int e = 0; e < n; ++e) {
-        const int i = rows ? a * n + e : e * n + a;
-        gy += G[i] * y[std::size_t(i) * T];
-      }
-      for (int e = 0; e < n; ++e) {
-        const int i = rows ? a * n + e : e * n + a;
-        G[i] = (G[i] - gy) / D[std::size_t(st * n + a) * T];
-      }
+      for (int e = 0; e < n; ++e) gy += G[at(a, e)] * y[std::size_t(at(a, e)) * T];
+      for (int e = 0; e < n; ++e) G[at(a, e)] = (G[at(a, e)] - gy) / D[std::size_t(st * n + a) * T];
     }
+  };
+  const auto row = [n](int a, int e) { return a * n + e; };
+  const auto col = [n](int a, int e) { return e * n + a; };
+  for (int st = 0; st < steps; ++st) {  // columns, then (rows, columns) per further round
+    if (st % 2)
+      forward(st, row);
+    else
+      forward(st, col);
+  }
+  for (int i = 0; i < n * n; ++i) G[i] = g_comb[t * std::size_t(n * n) + std::size_t(i)];
+  for (int st = steps; st-- > 0;) {
+    if (st % 2)
+      backward(st, row);
+    else
+      backward(st, col);
   }
   for (int j = 0; j < n; ++j) {
     float gp = 0;
@@ -570,8 +579,8 @@ void split_backward_dev(const Dims& c, std::size_t T, const float* m, const floa
   float* shares = atomics ? nullptr : work.get(work.shares, T * (3 + M));
   if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dparams, 0, (3 + M) * sizeof(float)));
   if (T)
-    split_backward_kernel<<<blocks_for(T, 64), 64>>>(c, T, m, s, b, g_pre, g_post, g_comb, dm, Y, D,
-                                                     shares, dparams, dparams + 3);
+    (c.n == 4 ? split_backward_kernel<4> : split_backward_kernel<>)<<<blocks_for(T, 64), 64>>>(
+        c, T, m, s, b, g_pre, g_post, g_comb, dm, Y, D, shares, dparams, dparams + 3);
   MHC_CUDA_LAUNCHED();
   if (!atomics)
     sum_over_tokens(T, 3 + M, shares, dparams, work.get(work.ranges, (T + 255) / 256 * (3 + M)));
