@@ -216,8 +216,9 @@ def test_capture_blocks_keeps_the_forwards_that_completed(tmp_path):
 
 
 def test_cases_are_read_one_at_a_time(capture, tmp_path):
-    """The reader hands cases over as it reads them: the cases before a malformed one are judged,
-    the error names the malformed one, and a case not asked for is never read."""
+    """The reader hands cases over as it reads them: the error names the malformed case, which
+    compare counts invalid while it judges the cases before and after it (exit 2), and a case
+    not asked for is never read. The library raises, naming the case."""
     import h5py
     path = tmp_path / "three.h5"
     mhc_verify.write_capture(path, {k: case(capture, "pre") for k in ("a", "b", "c")})
@@ -225,7 +226,9 @@ def test_cases_are_read_one_at_a_time(capture, tmp_path):
         del f["cases/b/inputs/pre_mix"]
     p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
     assert p.returncode == 2 and f"PASS {path}[a]" in p.stdout, p.stdout + p.stderr
-    assert "case 'b': dataset /inputs/pre_mix" in p.stderr and f"{path}[c]" not in p.stdout
+    assert "case 'b': dataset /inputs/pre_mix" in p.stderr and f"INVALID {path}[b]" in p.stdout
+    assert f"PASS {path}[c]" in p.stdout, p.stdout
+    assert "compare: INVALID (3 cases: 2 pass, 0 fail, 1 invalid, 0 undecided" in p.stdout, p.stdout
     p = subprocess.run([BIN, "compare", str(path), "--case", "c"], capture_output=True, text=True)
     assert p.returncode == 0 and f"PASS {path}[c]" in p.stdout, p.stdout + p.stderr
     assert [r.name for r in mhc_verify.judge_file(path, cases=["a", "c"])] == ["a", "c"]
@@ -388,6 +391,23 @@ def test_torch_float32_autograd_of_the_boundary_passes(d, seed):
     inputs, params, grads = _boundary_autograd(torch, d, seed, post_factor=1.0)
     assert not mhc_verify.judge("boundary_backward", {"n": 4, "d": d}, inputs, grads, params,
                                 save_dir=None, diagnose=False).passed
+
+
+def test_compare_judges_the_cases_after_one_too_large(capture, tmp_path):
+    """A case beyond --case-operations is refused before it runs, as its own invalid entry; the
+    smaller case after it is judged (they need about 9e5 and 5e3 operations to judge)."""
+    path = tmp_path / "sizes.h5"
+    big = capture("pre", "--dim", "512", "--tokens", "64")
+    mhc_verify.write_capture(path, {
+        "0.big": {"op": "pre", "config": big[0], "inputs": big[1], "params": big[2],
+                  "outputs": big[3]},
+        "1.small": case(capture, "pre")})
+    p = subprocess.run([BIN, "compare", "--case-operations", "1e5", str(path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "case '0.big': too large to judge" in p.stderr and "--case-operations" in p.stderr
+    assert f"PASS {path}[1.small]" in p.stdout, p.stdout
+    assert "compare: INVALID (2 cases: 1 pass, 0 fail, 1 invalid, 0 undecided" in p.stdout, p.stdout
 
 
 def test_compare_refuses_a_case_with_no_outputs(capture, tmp_path):

@@ -118,8 +118,23 @@ int run_compare(const CompareSpec& spec, Session& session) {
     if (!spec.shard.takes(i)) continue;
     const std::string& f = spec.files[i];
     try {
-      // Case by case as the reader hands them over: one held at a time.
+      // Case by case as the reader hands them over: one held at a time. A case that cannot be
+      // judged is an invalid entry of its own, and the file's other cases are judged.
       std::size_t k = 0;
+      const auto invalid = [&](const std::string& name, const std::string& why) {
+        const std::string label = name.empty() ? f : f + " --case " + name;
+        std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(why).c_str());
+        std::printf("INVALID %s\n",
+                    reports::clean_text(name.empty() ? f : f + "[" + name + "]").c_str());
+        reports::Entry& entry = session.report.entry("compare " + label);
+        entry.kind = "compare";
+        entry.error_model = oracles::error_model_name(spec.model);
+        entry.facts.push_back({"error", why});
+        entry.add_case(invalid_case(k++, label, why));
+        session.update();
+        unmatched.erase(name);
+        rc = 2;
+      };
       fixtures::read_fixtures(
           f,
           [&](fixtures::Fixture&& fx) {
@@ -135,13 +150,17 @@ int run_compare(const CompareSpec& spec, Session& session) {
             try {
               within_limits(fx.c, spec.limits);
             } catch (const TooLarge& e) {
-              throw fixtures::FixtureError(f + (fx.name.empty() ? "" : ": case '" + fx.name + "'") +
-                                           ": too large to judge: " + e.what());
+              return invalid(fx.name, f + (fx.name.empty() ? "" : ": case '" + fx.name + "'") +
+                                          ": too large to judge: " + e.what());
             }
             unmatched.erase(fx.name);
             judge_case(fx, f, k++);
           },
-          spec.read_timeout, spec.cases);
+          spec.read_timeout, spec.cases,
+          [&](const std::string& name, const std::string& why) {
+            if (session.stop()) throw Stopped{};
+            invalid(name, why);
+          });
     } catch (const Stopped&) {
       break;
     } catch (const fixtures::FixtureError& e) {

@@ -23,8 +23,9 @@ struct CompareSpec {
   Shard shard;  // this run takes the files i (in the order given) it takes
 };
 
-// One entry per file; prints a line per file (and FAIL, DIAGNOSIS and REPRO lines for a failing
-// one). Returns the exit code: 0 all within bounds, 1 an output is not, 2 a file is invalid.
+// One entry per case; prints a line per case (and FAIL, DIAGNOSIS and REPRO lines for a failing
+// one). Returns the exit code: 0 all within bounds, 1 an output is not, 2 a file or a case is
+// invalid (a capture's other cases are still judged).
 int run_compare(const CompareSpec& spec, Session& session);
 
 }  // namespace mhc::runner
