@@ -58,11 +58,13 @@ Run add_compare(CLI::App& app) {
       "bounds for its declared precision (root or config attribute `precision`: fp32 by default,\n"
       "or a preset or parts as check --precision says; --precision replaces it; outputs stored\n"
       "as bf16 or fp16 include that rounding), and each output and\n"
-      "/outputs/trace stage present is judged. One line per file; a failing file also gets its\n"
-      "DIAGNOSIS and REPRO lines. Exit 0: all within bounds; 1: an output is not; 2: a file is\n"
-      "unreadable or invalid (the message names the file, the dataset and what was expected),\n"
-      "or a case has no outputs to judge (INVALID: counted apart from failures); 3: UNDECIDED,\n"
-      "no case could be decided (an infinite input gives infinite bounds): nothing was checked.");
+      "/outputs/trace stage present is judged. One line per case (FILE, or FILE[name] for a\n"
+      "capture's); a failing case also gets its DIAGNOSIS and REPRO lines. Exit 0: all within\n"
+      "bounds; 1: an output is not; 2: a file or case is unreadable or invalid (the message names\n"
+      "the file, the case, the dataset and what was expected), has no outputs to judge or is too\n"
+      "large to judge (INVALID: counted apart from failures; a capture's later cases are still\n"
+      "judged); 3: UNDECIDED, no case could be decided (an infinite input gives infinite bounds):\n"
+      "nothing was checked.");
   return [st]() -> int {
     st->spec.model = oracles::error_model_from_name(st->model);
     if (!st->precision.empty()) st->spec.precision = oracles::precision_from_name(st->precision);

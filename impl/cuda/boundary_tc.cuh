@@ -1002,12 +1002,12 @@ constexpr auto kTmaLaunches = tma_launches<S, D>(std::make_index_sequence<kTmaSh
 template <class S, int D>
 std::atomic<int> g_tma_shape{-1};
 // TmaShapes' fastest on this device, found by the first call on its first kTmaTokens tokens (a
-// bounded cost at any T): each shape runs once untimed, then the shapes take turns in rounds, each
-// round in its own rotation of them, kWarmMs of calls untimed (clocks and power settle as under a
-// model's load) and then at least kTimedMs and kMinRounds timed; those at TmaTc's split, which give
-// TmaTc's bits, compete on their median (a shape the device cannot launch does not). The first
-// call's outputs, and every later call's, are the fastest's (bench/README.md, "The tensor-copy
-// shape, chosen again").
+// bounded cost at any T): each shape runs once untimed, then the shapes take turns in rounds,
+// each rotated by one from the last, until kWarmMs + kTimedMs of calls in all and kMinRounds
+// counted; rounds that start within the first kWarmMs are not counted (clocks and power settle as
+// under a model's load). Those at TmaTc's split, which give TmaTc's bits, compete on their median
+// (a shape the device cannot launch does not). The first call's outputs, and every later call's,
+// are the fastest's (bench/README.md, "The tensor-copy shape, chosen again").
 template <class S, int D>
 int launch_tma_fastest(const Dims& c, std::size_t T, const S* f, const S* R, const float* post,
                        const float* comb, const float* pre_mix, const TcWeights& w,

@@ -51,6 +51,22 @@ int run_compare(const CompareSpec& spec, Session& session) {
   long done = 0;
   int rc = 0;
   std::set<std::string> unmatched(spec.cases.begin(), spec.cases.end());
+  // A file, or a case of it (`name`), that cannot be judged: its error on stderr, INVALID on
+  // stdout, an entry of its own counted apart from failures, and exit 2.
+  auto report_invalid = [&](const std::string& f, const std::string& name, std::size_t index,
+                            const std::string& why) {
+    const std::string label = name.empty() ? f : f + " --case " + name;
+    std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(why).c_str());
+    std::printf("INVALID %s\n",
+                reports::clean_text(name.empty() ? f : f + "[" + name + "]").c_str());
+    reports::Entry& entry = session.report.entry("compare " + label);
+    entry.kind = "compare";
+    entry.error_model = oracles::error_model_name(spec.model);
+    entry.facts.push_back({"error", why});
+    entry.add_case(invalid_case(index, label, why));
+    session.update();
+    rc = 2;
+  };
   // One case of a file: an entry of its own ("compare FILE", or "compare FILE --case NAME").
   auto judge_case = [&](const fixtures::Fixture& fx, const std::string& f, std::size_t index) {
     const std::string label = fx.name.empty() ? f : f + " --case " + fx.name;
@@ -68,49 +84,42 @@ int run_compare(const CompareSpec& spec, Session& session) {
     for (const auto& name : fx.skipped)
       std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", shown.c_str(),
                    reports::clean_text(name).c_str());
-    reports::CaseRecord rec;
-    rec.index = index;
-    rec.label = label;
     if (fx.outputs.empty()) {  // a capture of nothing would pass vacuously: refused
       std::string names;
       for (const auto& o : oracles::op_spec(fx.c.op).outputs)
         names += (names.empty() ? "" : ", ") + o.name;
-      const std::string why = label + ": no outputs to judge (" + entry.op + ", " +
-                              std::to_string(fx.c.tokens) + " tokens; expected one or more of " +
-                              "/outputs/{" + names + "})";
-      std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(why).c_str());
-      std::printf("INVALID %s\n", shown.c_str());
-      rec = invalid_case(index, label, why);
-      entry.facts.push_back({"error", why});
-      rc = 2;
-    } else {
-      const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.stored);
-      rec = record(o, index, 0, rerun_here(repro(fx.c, "", spec.model), spec.shard));
-      rec.label = label;
-      const auto& v = o.verdict;
-      double worst = 0;
-      std::string worst_stage;
-      for (const auto& s : v.stages)
-        if (s.state != oracles::State::skipped && s.ratio_max >= worst) {
-          worst = s.ratio_max;
-          worst_stage = s.stage;
-        }
-      const bool fail = v.state == oracles::State::fail;
-      if (fail) rc = std::max(rc, 1);
-      progress.done();
-      std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
-                  fail                              ? "FAIL"
-                  : v.state == oracles::State::pass ? "PASS"
-                                                    : "UNDECIDED",
-                  shown.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
-                  worst_stage.c_str(), fail ? "; first divergent stage " : "",
-                  fail ? v.first_divergent.c_str() : "");
-      if (fail) {
-        if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
-        std::printf("REPRO: %s\n", reports::clean_text(rec.repro).c_str());
-      }
-      if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs)) entry.sinkhorn.push_back(*curve);
+      return report_invalid(f, fx.name, index,
+                            label + ": no outputs to judge (" + entry.op + ", " +
+                                std::to_string(fx.c.tokens) + " tokens; expected one or more of " +
+                                "/outputs/{" + names + "})");
     }
+    const Outcome o = judge_outputs(fx.c, fx.outputs, judging, fx.stored);
+    reports::CaseRecord rec =
+        record(o, index, 0, rerun_here(repro(fx.c, "", spec.model), spec.shard));
+    rec.label = label;
+    const auto& v = o.verdict;
+    double worst = 0;
+    std::string worst_stage;
+    for (const auto& s : v.stages)
+      if (s.state != oracles::State::skipped && s.ratio_max >= worst) {
+        worst = s.ratio_max;
+        worst_stage = s.stage;
+      }
+    const bool fail = v.state == oracles::State::fail;
+    if (fail) rc = std::max(rc, 1);
+    progress.done();
+    std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
+                fail                              ? "FAIL"
+                : v.state == oracles::State::pass ? "PASS"
+                                                  : "UNDECIDED",
+                shown.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
+                worst_stage.c_str(), fail ? "; first divergent stage " : "",
+                fail ? v.first_divergent.c_str() : "");
+    if (fail) {
+      if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
+      std::printf("REPRO: %s\n", reports::clean_text(rec.repro).c_str());
+    }
+    if (auto curve = reports::sinkhorn_curve(fx.c, fx.outputs)) entry.sinkhorn.push_back(*curve);
     entry.add_case(std::move(rec));
     session.update();
   };
@@ -122,18 +131,8 @@ int run_compare(const CompareSpec& spec, Session& session) {
       // judged is an invalid entry of its own, and the file's other cases are judged.
       std::size_t k = 0;
       const auto invalid = [&](const std::string& name, const std::string& why) {
-        const std::string label = name.empty() ? f : f + " --case " + name;
-        std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(why).c_str());
-        std::printf("INVALID %s\n",
-                    reports::clean_text(name.empty() ? f : f + "[" + name + "]").c_str());
-        reports::Entry& entry = session.report.entry("compare " + label);
-        entry.kind = "compare";
-        entry.error_model = oracles::error_model_name(spec.model);
-        entry.facts.push_back({"error", why});
-        entry.add_case(invalid_case(k++, label, why));
-        session.update();
         unmatched.erase(name);
-        rc = 2;
+        report_invalid(f, name, k++, why);
       };
       fixtures::read_fixtures(
           f,
@@ -164,15 +163,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
     } catch (const Stopped&) {
       break;
     } catch (const fixtures::FixtureError& e) {
-      std::fprintf(stderr, "mhc-verify: error: %s\n", reports::clean_text(e.what()).c_str());
-      std::printf("INVALID %s\n", reports::clean_text(f).c_str());
-      reports::Entry& entry = session.report.entry("compare " + f);
-      entry.kind = "compare";
-      entry.error_model = oracles::error_model_name(spec.model);
-      entry.facts.push_back({"error", e.what()});
-      entry.add_case(invalid_case(i, f, e.what()));
-      session.update();
-      rc = 2;
+      report_invalid(f, "", i, e.what());
     }
     progress.step(++done);
   }
