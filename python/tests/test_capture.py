@@ -231,6 +231,9 @@ def test_cases_are_read_one_at_a_time(capture, tmp_path):
     assert "compare: INVALID (3 cases: 2 pass, 0 fail, 1 invalid, 0 undecided" in p.stdout, p.stdout
     p = subprocess.run([BIN, "compare", str(path), "--case", "c"], capture_output=True, text=True)
     assert p.returncode == 0 and f"PASS {path}[c]" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([BIN, "compare", str(path), "--case", "b"], capture_output=True, text=True)
+    assert p.returncode == 2 and f"INVALID {path}[b]" in p.stdout, p.stdout + p.stderr
+    assert "no such case" not in p.stderr, p.stderr  # it was found, and is invalid
     assert [r.name for r in mhc_verify.judge_file(path, cases=["a", "c"])] == ["a", "c"]
     with pytest.raises(ValueError, match="case 'b'"):
         mhc_verify.judge_file(path)
