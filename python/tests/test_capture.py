@@ -13,8 +13,8 @@ from conftest import BIN
 SMALL = ["--dim", "16", "--tokens", "3"]
 
 
-def case(capture, op):
-    config, inputs, params, outputs = capture(op, *SMALL)
+def case(capture, op, *options):
+    config, inputs, params, outputs = capture(op, *(options or SMALL))
     return {"op": op, "config": config, "inputs": inputs, "params": params, "outputs": outputs}
 
 
@@ -400,11 +400,8 @@ def test_compare_judges_the_cases_after_one_too_large(capture, tmp_path):
     """A case beyond --case-operations is refused before it runs, as its own invalid entry; the
     smaller case after it is judged (they need about 9e5 and 5e3 operations to judge)."""
     path = tmp_path / "sizes.h5"
-    big = capture("pre", "--dim", "512", "--tokens", "64")
-    mhc_verify.write_capture(path, {
-        "0.big": {"op": "pre", "config": big[0], "inputs": big[1], "params": big[2],
-                  "outputs": big[3]},
-        "1.small": case(capture, "pre")})
+    mhc_verify.write_capture(path, {"0.big": case(capture, "pre", "--dim", "512", "--tokens", "64"),
+                                    "1.small": case(capture, "pre")})
     p = subprocess.run([BIN, "compare", "--case-operations", "1e5", str(path)],
                        capture_output=True, text=True)
     assert p.returncode == 2, p.stdout + p.stderr
