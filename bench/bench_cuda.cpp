@@ -4,13 +4,17 @@
 // the fused kernel's configurations, each checked to give the shipped one's bits at the same
 // split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
 // fp32 and bf16 streams.
-// Usage: mhc-bench-cuda [repeats [table|sweep [TOKENS,...]|movement]]; with `table`, the two
+// Usage: mhc-bench-cuda [repeats [table|sweep [TOKENS,...]|movement]] | digest | first-call
+// [TOKENS]; with `table`, the two
 // tables without the sweep; with `sweep`, the sweep and the rows of the first table that it needs
 // (only at the token counts listed, of the sweep's own: a small size under compute-sanitizer);
 // with `movement`, only what the boundary's data movement alone reaches (bf16, 16384 and 65536
 // tokens; exit 1 if a shape does not move every byte).
 // mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
 // compare two builds' bits.
+// mhc-bench-cuda first-call [TOKENS]: the process's first bf16 call from 16384 tokens (default
+// 16456: a last block part full) times the tensor-copy shapes on a prefix, then runs every token;
+// exit 1 unless its outputs are cp.async's kernel's, bit for bit.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +70,25 @@ int main(int argc, char** argv) {
           std::printf("digest %s %zu %d %016llx\n", bf16 ? "bf16" : "fp32", T, splits,
                       static_cast<unsigned long long>(cuda_boundary_digest(T, bf16, splits)));
     return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "first-call") {
+    char* end = nullptr;
+    const long long T = argc > 2 ? std::strtoll(argv[2], &end, 10) : 16456;
+    if (argc > 3 || (argc > 2 && (*end || T < 16384 || T > (1 << 20)))) {
+      std::fprintf(stderr,
+                   "mhc-bench-cuda first-call: one token count from 16384 to 1048576, got '%s'\n",
+                   argv[argc - 1]);
+      return 2;
+    }
+    if (cuda_device_count() == 0) {
+      std::printf("SKIP: no CUDA device\n");
+      return 77;
+    }
+    const bool same = cuda_first_call_same_bits(std::size_t(T));
+    std::printf("%s: the first bf16 call at %lld tokens (shape %s, timed on a prefix) %s\n",
+                same ? "PASS" : "FAIL", T, cuda_fused_tma_shape().c_str(),
+                same ? "gives the bits of cp.async's kernel" : "DIFFERS from cp.async's kernel");
+    return same ? 0 : 1;
   }
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 50;
   if (repeats < 1) {

@@ -53,12 +53,13 @@ for line in lines("torch.txt"):  # also '<name> unavailable (PyTorch ...)': no r
 
 print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
       "bytes / copy bandwidth); copy: fraction of copy bandwidth at (2n+2)d stream elements a token; "
-      "same copy: a device-to-device copy of the same bytes; queued: the device's time a call, "
+      "same copy: a device-to-device copy of the same bytes, /copy: fused over it; queued: the "
+      "device's time a call, "
       "calls queued back to back, median of 5 rounds; host: the host's time to queue a call, "
       "its clock)")
-head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "same copy", "queued", "host",
-        "unsplit", "repacked", "eager", "compile", "x eager", "x compile")
-print("%-5s %7s %9s %9s %7s %6s %9s %9s %9s %9s %9s %9s %9s %8s %9s" % head)
+head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "same copy", "/copy", "queued",
+        "host", "unsplit", "repacked", "eager", "compile", "x eager", "x compile")
+print("%-5s %7s %9s %9s %7s %6s %9s %6s %9s %9s %9s %9s %9s %9s %8s %9s" % head)
 
 
 def ms(v):  # a time, "oom" (PyTorch ran out of the device's memory) or none
@@ -73,10 +74,12 @@ for dt in ("fp32", "bf16"):
     for T in sorted({k[1] for k in ours if k[0] == dt}):
         r = ours[(dt, T)]
         e, c = torch.get(("eager", dt, T)), torch.get(("compile", dt, T))
-        print("%-5s %7d %s %s %7.2f %6.2f %s %s %s %s %s %s %s %8s %9s" % (
-            dt, T, ms(r["fused"]), ms(r["floor"]), r["over"], r["fraction"], ms(r.get("same copy")),
-            ms(r.get("queued")), ms(r.get("host")), ms(r["unsplit"]), ms(r["repack"]), ms(e),
-            ms(c), ratio(e, r["fused"]), ratio(c, r["fused"])))
+        same = r.get("same copy")
+        print("%-5s %7d %s %s %7.2f %6.2f %s %6s %s %s %s %s %s %s %8s %9s" % (
+            dt, T, ms(r["fused"]), ms(r["floor"]), r["over"], r["fraction"], ms(same),
+            "%.2f" % (r["fused"] / same) if same else "-", ms(r.get("queued")),
+            ms(r.get("host")), ms(r["unsplit"]), ms(r["repack"]), ms(e), ms(c),
+            ratio(e, r["fused"]), ratio(c, r["fused"])))
 for line in dict.fromkeys(l for l in lines("bench.txt") if l.startswith("fused bf16 from")):
     print(line)  # which tensor-copy shape this device's bf16 rows from 16384 tokens ran
 if not torch:

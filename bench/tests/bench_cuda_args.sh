@@ -22,4 +22,15 @@ done
 out=$(CUDA_VISIBLE_DEVICES= "$1" 1 sweep 8,256 2>&1)
 rc=$?
 [ $rc = 77 ] || { echo "FAIL: 'sweep 8,256' gave exit $rc, expected 77 (no device): $out"; exit 1; }
-echo "ok: table, sweep (and sweep at some of its sizes) and movement accepted"
+out=$(CUDA_VISIBLE_DEVICES= "$1" first-call 2>&1)
+rc=$?
+[ $rc = 77 ] || { echo "FAIL: 'first-call' gave exit $rc, expected 77 (no device): $out"; exit 1; }
+# first-call's token count: from 16384 (where the tensor copies start), one number
+for args in "first-call 16383" "first-call 2e4" "first-call 20000 3"; do
+  out=$("$1" $args 2>&1)
+  rc=$?
+  [ $rc = 2 ] && [[ $out == *"'${args##* }'"* ]] ||
+    { echo "FAIL: '$args' gave exit $rc, expected 2 naming '${args##* }': $out"; exit 1; }
+done
+echo "ok: table, sweep (and sweep at some of its sizes), movement and first-call accepted; a"
+echo "    first-call token count below 16384, not a number, or followed by more refused"

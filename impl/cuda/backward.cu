@@ -375,19 +375,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 // One token of the split's backward, a thread a token: the forward recomputed with every
 // Sinkhorn step's output (Y [steps][n n][T]) and denominators (D [steps][n][T]) kept in the
 // workspace, then each step undone by its closed form; the token's shares of d hc_scale and
-// d hc_base (3 + M) into its row of dp_tok, or added atomically. NN > 0 fixes n at compile time
-// and each step's orientation is a branch of its own, so that every index is a constant and the
-// matrices stay in registers (in local memory, a token took 167 us: bench/README.md, "The
-// split's backward in registers").
-template <int NN = 0>
+// d hc_base (3 + M) into its row of dp_tok, or added atomically. The general form (any n, any
+// rounds); n = 4 runs split_backward_lanes where its steps fit.
 __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes, const float* s,
                                       const float* b, const float* g_pre, const float* g_post,
                                       const float* g_comb, float* dm, float* Y, float* D,
                                       float* dp_tok, float* ds, float* db) {
   const std::size_t t = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= T) return;
-  constexpr int NM = NN > 0 ? NN : kMaxN;
-  const int n = NN > 0 ? NN : c.n, M = 2 * n + n * n, steps = 2 * c.iters - 1;
+  constexpr int NM = kMaxN;
+  const int n = c.n, M = 2 * n + n * n, steps = 2 * c.iters - 1;
   const float eps = c.hc_eps;
   const float* m = mixes + t * std::size_t(M);
   float* dmt = dm + t * std::size_t(M);
@@ -469,6 +466,92 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
       dp_tok[t * std::size_t(3 + M) + std::size_t(w)] = dsc[w];
     else
       atomicAdd(ds + w, dsc[w]);
+  }
+}
+
+// split_backward_kernel at n = 4 with 16 lanes a token, lane 4j + k holding element (j, k), as
+// tc_finish runs the forward: each lane does the thread's operations for its element, in the same
+// order, so the bits are the thread's. A sum gathers its terms by shuffles and adds them from zero
+// in index order; a sum of products takes both factors, as the thread's fused multiply-adds do.
+// Each step's iterate and denominators stay in shared memory ([token][step][16 + 4]),
+// kLanesTokens tokens a block. A token's thread took 57 us on an H100 (78 dependent steps of 16
+// divisions; bench/README.md, "The split's backward on 16 lanes").
+constexpr int kLanesTokens = 8;
+__global__ void __launch_bounds__(16 * kLanesTokens)
+    split_backward_lanes(Dims c, std::size_t T, const float* mixes, const float* s, const float* b,
+                         const float* g_pre, const float* g_post, const float* g_comb, float* dm,
+                         float* dp_tok, float* ds, float* db) {
+  constexpr int n = 4, M = 24, K = 20;  // K: a step's 16 iterates and 4 denominators
+  constexpr unsigned all = 0xffffffffu;
+  extern __shared__ float keep[];
+  const int l = int(threadIdx.x) % 16, j = l / n, k = l % n, steps = 2 * c.iters - 1;
+  const std::size_t t = std::size_t(blockIdx.x) * kLanesTokens + threadIdx.x / 16;
+  const bool on = t < T;                  // every lane takes part in the shuffles,
+  const std::size_t tr = on ? t : T - 1;  // reading a token that is there
+  const float* m = mixes + tr * std::size_t(M);
+  float* kept = keep + std::size_t(threadIdx.x / 16) * std::size_t(steps * K);
+  const float eps = c.hc_eps;
+  auto sum = [&](float v, int first, int stride) {  // over n lanes
+    float r = 0;
+    for (int q = 0; q < n; ++q) r += __shfl_sync(all, v, first + stride * q, 16);
+    return r;
+  };
+  auto dot = [&](float u, float v, int first, int stride, int count) {
+    float r = 0;
+    for (int q = 0; q < count; ++q) {
+      const int from = first + stride * q;
+      r = fmaf(__shfl_sync(all, u, from, 16), __shfl_sync(all, v, from, 16), r);
+    }
+    return r;
+  };
+  auto param = [&](int i, float v) {  // d hc_base[i]
+    if (!on) return;
+    if (dp_tok)
+      dp_tok[t * std::size_t(3 + M) + std::size_t(3 + i)] = v;
+    else
+      atomicAdd(db + i, v);
+  };
+  float dz = 0;  // pre's (lanes 0-3) and post's (4-7): row j = w of the first 8 lanes
+  const int w = j < 2 ? j : 0;
+  if (l < 2 * n) {
+    const float sg = 1.0f / (1.0f + expf(-(m[l] * s[w] + b[l])));
+    dz = (w ? 2.0f * g_post[tr * n + k] : g_pre[tr * n + k]) * sg * (1.0f - sg);
+    if (on) dm[t * M + l] = dz * s[w];
+    param(l, dz);
+  }
+  const float ds0 = dot(dz, m[l], 0, 1, n), ds1 = dot(dz, m[l], n, 1, n);
+  const int at = 2 * n + l;
+  float p = m[at] * s[2] + b[at];
+  float mx = __shfl_sync(all, p, n * j, 16);
+  for (int q = 1; q < n; ++q) mx = fmaxf(mx, __shfl_sync(all, p, n * j + q, 16));
+  p = expf(p - mx);
+  const float P = p / sum(p, n * j, 1);
+  float C = P + eps;
+  for (int st = 0; st < steps; ++st) {  // columns, then (rows, columns) per further round
+    const bool rows = st % 2;
+    const float den = (rows ? sum(C, n * j, 1) : sum(C, k, n)) + eps;
+    if ((rows ? k : j) == 0) kept[st * K + 16 + (rows ? j : k)] = den;
+    C = C / den;
+    kept[st * K + l] = C;
+  }
+  __syncwarp();  // each lane reads its row's or column's denominator, which another lane kept
+  float G = g_comb[tr * std::size_t(n * n) + std::size_t(l)];
+  for (int st = steps; st-- > 0;) {
+    const bool rows = st % 2;
+    const float y = kept[st * K + l];
+    const float gy = rows ? dot(G, y, n * j, 1, n) : dot(G, y, k, n, n);
+    G = (G - gy) / kept[st * K + 16 + (rows ? j : k)];
+  }
+  const float dl = P * (G - dot(G, P, n * j, 1, n));
+  if (on) dm[t * M + at] = dl * s[2];
+  const float ds2 = dot(dl, m[at], 0, 1, n * n);
+  param(at, dl);
+  if (l < 3 && on) {  // d hc_scale
+    const float v = l == 0 ? ds0 : l == 1 ? ds1 : ds2;
+    if (dp_tok)
+      dp_tok[t * std::size_t(3 + M) + std::size_t(l)] = v;
+    else
+      atomicAdd(ds + l, v);
   }
 }
 
@@ -574,13 +657,19 @@ void split_backward_dev(const Dims& c, std::size_t T, const float* m, const floa
                         BackwardWork& work) {
   const std::size_t n = std::size_t(c.n), M = std::size_t(c.M());
   const std::size_t steps = 2 * std::size_t(c.iters) - 1;
-  float* Y = work.get(work.iterates, T * steps * n * n);
-  float* D = work.get(work.denominators, T * steps * n);
   float* shares = atomics ? nullptr : work.get(work.shares, T * (3 + M));
   if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dparams, 0, (3 + M) * sizeof(float)));
-  if (T)
-    (c.n == 4 ? split_backward_kernel<4> : split_backward_kernel<>)<<<blocks_for(T, 64), 64>>>(
-        c, T, m, s, b, g_pre, g_post, g_comb, dm, Y, D, shares, dparams, dparams + 3);
+  const std::size_t kept = kLanesTokens * steps * (n * n + n) * sizeof(float);
+  if (T && n == 4 && kept <= 48 * 1024) {
+    split_backward_lanes<<<unsigned((T + kLanesTokens - 1) / kLanesTokens), 16 * kLanesTokens,
+                           kept>>>(c, T, m, s, b, g_pre, g_post, g_comb, dm, shares, dparams,
+                                   dparams + 3);
+  } else if (T) {
+    float* Y = work.get(work.iterates, T * steps * n * n);
+    float* D = work.get(work.denominators, T * steps * n);
+    split_backward_kernel<<<blocks_for(T, 64), 64>>>(c, T, m, s, b, g_pre, g_post, g_comb, dm, Y, D,
+                                                     shares, dparams, dparams + 3);
+  }
   MHC_CUDA_LAUNCHED();
   if (!atomics)
     sum_over_tokens(T, 3 + M, shares, dparams, work.get(work.ranges, (T + 255) / 256 * (3 + M)));
