@@ -1,11 +1,12 @@
 // The CUDA backends' backward kernels of the pieces (docs/semantics.md, "The backward pass"),
 // fp32 arithmetic: the closed forms of impl/cpu/backward.cpp, one block a token for the reductions
-// over d (and one thread a token for the Sinkhorn's unrolled backward). The parameters' gradients
-// are sums over tokens, formed either in token order by a separate pass over every parameter
-// (deterministic: the same bits in every run) or with atomic adds as each token is done (the order
-// the device happens to run in, as a training kernel's atomics give). Stream tensors are S, float
-// or bf16: the stream inputs and upstream gradients read with ld, the stream gradients stored
-// with st (rounded to nearest even); mixes, coefficients, parameters and their gradients fp32.
+// over d (and 16 lanes a token, or one thread, for the Sinkhorn's unrolled backward). The
+// parameters' gradients are sums over tokens, formed either in token order by a separate pass over
+// every parameter (deterministic: the same bits in every run) or with atomic adds as each token
+// is done (the order the device happens to run in, as a training kernel's atomics give). Stream
+// tensors are S, float or bf16: the stream inputs and upstream gradients read with ld, the stream
+// gradients stored with st (rounded to nearest even); mixes, coefficients, parameters and their
+// gradients fp32.
 #include <cuda_runtime.h>
 
 #include <algorithm>
