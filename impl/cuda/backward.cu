@@ -57,13 +57,15 @@ __global__ void pre_backward_kernel(Dims c, const S* x, const float* p, const S*
 // y_kc = post_k f_c + sum_j comb_jk R_jc: d_f_c = sum_k post_k g_kc, d_R_jc = sum_k comb_jk g_kc,
 // d_post_k = sum_c g_kc f_c, d_comb_jk = sum_c g_kc R_jc. A block a token; NN >= n streams, the
 // loops unrolled to NN so that the sums stay in registers (indexed by n, they went to local
-// memory). G: g's type (S in the piece, the fp32 workspace in the boundary).
+// memory). G: g's type (S in the piece, the fp32 workspace in the boundary). At n = 4, held to
+// 64 registers: four blocks an SM, not two, hide more of the loads' latency (bench/README.md,
+// "Four blocks an SM for hc_post's backward").
 template <int NN, class S, class G>
-__global__ void post_backward_kernel(Dims c, const S* __restrict__ f, const S* __restrict__ R,
-                                     const float* __restrict__ post, const float* __restrict__ comb,
-                                     const G* __restrict__ g, S* __restrict__ df,
-                                     S* __restrict__ dR, float* __restrict__ dpost,
-                                     float* __restrict__ dcomb) {
+__global__ void __launch_bounds__(kThreads, NN == 4 ? 4 : 1)
+    post_backward_kernel(Dims c, const S* __restrict__ f, const S* __restrict__ R,
+                         const float* __restrict__ post, const float* __restrict__ comb,
+                         const G* __restrict__ g, S* __restrict__ df, S* __restrict__ dR,
+                         float* __restrict__ dpost, float* __restrict__ dcomb) {
   constexpr int kSums = NN + NN * NN;
   __shared__ float shared[kSums * 32];
   const int n = c.n;
