@@ -5,11 +5,10 @@
 // split of the columns (exit 1 if one does not); and the boundary's backward against its floor,
 // fp32 and bf16 streams.
 // Usage: mhc-bench-cuda [repeats [table|sweep [TOKENS,...]|movement]] | digest | first-call
-// [TOKENS]; with `table`, the two
-// tables without the sweep; with `sweep`, the sweep and the rows of the first table that it needs
-// (only at the token counts listed, of the sweep's own: a small size under compute-sanitizer);
-// with `movement`, only what the boundary's data movement alone reaches (bf16, 16384 and 65536
-// tokens; exit 1 if a shape does not move every byte).
+// [TOKENS]; with `table`, the two tables without the sweep; with `sweep`, the sweep and the rows
+// of the first table that it needs (only at the token counts listed, of the sweep's own: a small
+// size under compute-sanitizer); with `movement`, only what the boundary's data movement alone
+// reaches (bf16, 16384 and 65536 tokens; exit 1 if a shape does not move every byte).
 // mhc-bench-cuda digest: one line per dtype, token count and split of the outputs' digest, to
 // compare two builds' bits.
 // mhc-bench-cuda first-call [TOKENS]: the process's first bf16 call from 16384 tokens (default
@@ -74,9 +73,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "first-call") {
     char* end = nullptr;
     const long long T = argc > 2 ? std::strtoll(argv[2], &end, 10) : 16456;
-    if (argc > 3 || (argc > 2 && (*end || T < 16384 || T > (1 << 20)))) {
+    if (argc > 3 || (argc > 2 && (*end || T < 16384 || T > 262144))) {  // 27 GB on the device
       std::fprintf(stderr,
-                   "mhc-bench-cuda first-call: one token count from 16384 to 1048576, got '%s'\n",
+                   "mhc-bench-cuda first-call: one token count from 16384 to 262144, got '%s'\n",
                    argv[argc - 1]);
       return 2;
     }

@@ -79,10 +79,11 @@ std::string cuda_fused_tma_shape();
 // the kernel can be shown to give the same bits (`mhc-bench-cuda digest` in each).
 std::uint64_t cuda_boundary_digest(std::size_t tokens, bool bf16, int splits);
 
-// The process's first bf16 call of cuda-fused at T tokens (T >= 16384; throws if a call has run
-// the tensor copies already), which times the tensor-copy shapes on its first 16384 tokens and
-// then runs all T: whether its outputs are those of cp.async's kernel (ShippedTc) at the same
-// split, bit for bit, on the benchmark's inputs.
+// The process's first bf16 call of the shipped launch (shipped_tc, this file's instantiation of
+// cuda-fused's code) at T tokens (T >= 16384; throws if a call has run the tensor copies
+// already), which times the tensor-copy shapes on its first 16384 tokens and then runs all T:
+// whether its outputs are those of cp.async's kernel (ShippedTc) at the same split, bit for bit,
+// on the benchmark's inputs.
 bool cuda_first_call_same_bits(std::size_t tokens);
 
 // What the fused boundary's data movement alone reaches (bench/cuda_movement.cu): bf16 streams,

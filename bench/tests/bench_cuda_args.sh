@@ -25,12 +25,13 @@ rc=$?
 out=$(CUDA_VISIBLE_DEVICES= "$1" first-call 2>&1)
 rc=$?
 [ $rc = 77 ] || { echo "FAIL: 'first-call' gave exit $rc, expected 77 (no device): $out"; exit 1; }
-# first-call's token count: from 16384 (where the tensor copies start), one number
-for args in "first-call 16383" "first-call 2e4" "first-call 20000 3"; do
+# first-call's token count: from 16384 (where the tensor copies start) to 262144 (27 GB of inputs
+# and outputs), one number
+for args in "first-call 16383" "first-call 262145" "first-call 2e4" "first-call 20000 3"; do
   out=$("$1" $args 2>&1)
   rc=$?
   [ $rc = 2 ] && [[ $out == *"'${args##* }'"* ]] ||
     { echo "FAIL: '$args' gave exit $rc, expected 2 naming '${args##* }': $out"; exit 1; }
 done
 echo "ok: table, sweep (and sweep at some of its sizes), movement and first-call accepted; a"
-echo "    first-call token count below 16384, not a number, or followed by more refused"
+echo "    first-call token count out of 16384-262144, not a number, or followed by more refused"

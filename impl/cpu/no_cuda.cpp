@@ -59,6 +59,7 @@ void cuda_mma_tf32(const float*, const float*, const float*, float*) {
 void cuda_fused_splits(int) {}
 void cuda_fused_tensor_copies(int) {}
 void cuda_fused_poison_sums(bool) {}
+void cuda_split_backward_one_thread(bool) {}
 std::vector<std::string> cuda_fused_tensor_copy_shapes() {
   return {};
 }

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <type_traits>
 #include <vector>
@@ -57,9 +58,9 @@ __global__ void pre_backward_kernel(Dims c, const S* x, const float* p, const S*
 // y_kc = post_k f_c + sum_j comb_jk R_jc: d_f_c = sum_k post_k g_kc, d_R_jc = sum_k comb_jk g_kc,
 // d_post_k = sum_c g_kc f_c, d_comb_jk = sum_c g_kc R_jc. A block a token; NN >= n streams, the
 // loops unrolled to NN so that the sums stay in registers (indexed by n, they went to local
-// memory). G: g's type (S in the piece, the fp32 workspace in the boundary). At n = 4, held to
-// 64 registers: four blocks an SM, not two, hide more of the loads' latency (bench/README.md,
-// "Four blocks an SM for hc_post's backward").
+// memory). G: g's type (S in the piece, the fp32 workspace in the boundary). NN = 4 (n <= 4) is
+// held to 64 registers: four blocks an SM, not two, hide more of the loads' latency
+// (bench/README.md, "Four blocks an SM for hc_post's backward").
 template <int NN, class S, class G>
 __global__ void __launch_bounds__(kThreads, NN == 4 ? 4 : 1)
     post_backward_kernel(Dims c, const S* __restrict__ f, const S* __restrict__ R,
@@ -480,6 +481,7 @@ __global__ void split_backward_kernel(Dims c, std::size_t T, const float* mixes,
 // kLanesTokens tokens a block. A token's thread took 57 us on an H100 (78 dependent steps of 16
 // divisions; bench/README.md, "The split's backward on 16 lanes").
 constexpr int kLanesTokens = 8;
+std::atomic<bool> g_split_one_thread{false};  // cuda_split_backward_one_thread (tests only)
 __global__ void __launch_bounds__(16 * kLanesTokens)
     split_backward_lanes(Dims c, std::size_t T, const float* mixes, const float* s, const float* b,
                          const float* g_pre, const float* g_post, const float* g_comb, float* dm,
@@ -663,7 +665,7 @@ void split_backward_dev(const Dims& c, std::size_t T, const float* m, const floa
   float* shares = atomics ? nullptr : work.get(work.shares, T * (3 + M));
   if (atomics) MHC_CUDA_CHECK(cudaMemsetAsync(dparams, 0, (3 + M) * sizeof(float)));
   const std::size_t kept = kLanesTokens * steps * (n * n + n) * sizeof(float);
-  if (T && n == 4 && kept <= 48 * 1024) {
+  if (T && n == 4 && kept <= 48 * 1024 && !g_split_one_thread.load()) {
     split_backward_lanes<<<unsigned((T + kLanesTokens - 1) / kLanesTokens), 16 * kLanesTokens,
                            kept>>>(c, T, m, s, b, g_pre, g_post, g_comb, dm, shares, dparams,
                                    dparams + 3);
@@ -872,3 +874,9 @@ Backend::Backward cuda_backward(bool atomics, void (*need)(const KernelConfig&))
 }
 
 }  // namespace mhc::impl::cuda_detail
+
+namespace mhc::impl {
+void cuda_split_backward_one_thread(bool on) {
+  cuda_detail::g_split_one_thread = on;
+}
+}  // namespace mhc::impl

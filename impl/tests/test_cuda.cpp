@@ -257,6 +257,41 @@ int run_all(Selection& take) {
       }
       impl::cuda_fused_tensor_copies(-1);
     }
+  // The split's backward at n = 4 runs 16 lanes a token where a block's steps fit in shared memory
+  // (up to 38 rounds), a thread a token past that: both judged, at 38 and 40 rounds, and the
+  // lanes' bits must be the thread's (cuda_split_backward_one_thread) at 7, 20 and 38 rounds
+  // (cuda's: cuda-fused adds the parameters' gradients atomically, in no fixed order). 33 tokens:
+  // the last block of 8 part full.
+  for (const auto* b : impl::gpu_backends())
+    for (int iters : {7, 20, 38, 40}) {
+      const auto at = format("%-10s split_sinkhorn_backward iters=%-2d", b->name.c_str(), iters);
+      const bool judged = take(at + " judged"),
+                 bits = b == &impl::cuda() && iters <= 38 && take(at + " lanes' bits");
+      if (!judged && !bits) continue;
+      ref::Config cfg;
+      cfg.iters = iters;
+      const auto c = oracles::generate_case(oracles::Op::split_sinkhorn_backward, cfg, 33,
+                                            29 + std::uint64_t(iters), oracles::Precision::fp32());
+      if (judged) {
+        const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
+        ++runs;
+        const bool ok = v.state != oracles::State::fail;
+        failures += ok ? 0 : 1;
+        std::printf("%-4s %s judged %s %s\n", ok ? "ok" : "FAIL", at.c_str(),
+                    oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
+      }
+      if (bits) {
+        const auto lanes = runner::run_kernel(*b, c, 0);
+        impl::cuda_split_backward_one_thread(true);
+        const auto thread = runner::run_kernel(*b, c, 0);
+        impl::cuda_split_backward_one_thread(false);
+        const bool same = same_bits(lanes, thread);
+        ++runs;
+        failures += same ? 0 : 1;
+        std::printf("%-4s %s lanes' bits%s\n", same ? "ok" : "FAIL", at.c_str(),
+                    same ? "" : ": differ from a thread a token's");
+      }
+    }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
   // V4.1 stream width with small sublayers, and small everything with two sequences.
   for (const auto* b : impl::gpu_backends())

@@ -48,6 +48,9 @@ void cuda_fused_tensor_copies(int shape);
 // pass, so that a finishing kernel that read the sums before the pass stored them (its launch
 // overlaps the pass) gives NaN rather than the previous call's identical sums.
 void cuda_fused_poison_sums(bool on);
+// Tests only: the split's backward at n = 4 runs a thread a token, as it does for other n and
+// past 38 rounds, rather than 16 lanes a token, so that the tests can show both give the same bits.
+void cuda_split_backward_one_thread(bool on);
 // The shapes' names, "tb64 cw64 s3 tma" first (none without CUDA).
 std::vector<std::string> cuda_fused_tensor_copy_shapes();
 
