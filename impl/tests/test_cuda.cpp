@@ -138,6 +138,21 @@ std::string format(const char* fmt, A... a) {
 // Every run that `take` takes, one line each; the exit status (0 all pass, 1 a run failed).
 int run_all(Selection& take) {
   int failures = 0, runs = 0;
+  // A run's line, "ok" or "FAIL", the name, then what follows it.
+  const auto count = [&](bool ok, const std::string& line) {
+    ++runs;
+    failures += ok ? 0 : 1;
+    std::printf("%-4s %s\n", ok ? "ok" : "FAIL", line.c_str());
+  };
+  // A case judged against the oracle: its verdict after the name, and each failing stage's reason.
+  const auto judged = [&](const impl::Backend& b, const auto& c, const std::string& name) {
+    const auto v = runner::judge(b, c, runner::Judging{}).verdict;
+    count(v.state != oracles::State::fail,
+          name + " " + oracles::state_name(v.state) + " " + v.first_divergent);
+    for (const auto& st : v.stages)
+      if (st.state == oracles::State::fail)
+        std::printf("     %s: %s\n", st.stage.c_str(), st.reason.c_str());
+  };
   if (take("tensor cores")) {
     failures += tensor_core_arithmetic();
     ++runs;
@@ -152,13 +167,7 @@ int run_all(Selection& take) {
           if (!take(name)) continue;
           ref::Config cfg;
           cfg.d = d;
-          const auto c = oracles::generate_case(op, cfg, 33, 5 + std::uint64_t(d), prec);
-          const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
-          ++runs;
-          const bool ok = v.state != oracles::State::fail;
-          failures += ok ? 0 : 1;
-          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", name.c_str(),
-                      oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
+          judged(*b, oracles::generate_case(op, cfg, 33, 5 + std::uint64_t(d), prec), name);
         }
   // The backward kernels, fp32 and bf16 streams (bf16: stream inputs and upstream gradients read
   // as bf16, stream gradients stored rounded; the boundary's gradient of x between the pieces
@@ -177,17 +186,7 @@ int run_all(Selection& take) {
           if (!take(name)) continue;
           ref::Config cfg;
           cfg.d = d;
-          const auto c = oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), prec);
-          const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
-          ++runs;
-          const bool ok = v.state != oracles::State::fail;
-          failures += ok ? 0 : 1;
-          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", name.c_str(),
-                      oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
-          if (!ok)
-            for (const auto& st : v.stages)
-              if (st.state == oracles::State::fail)
-                std::printf("     %s: %s\n", st.stage.c_str(), st.reason.c_str());
+          judged(*b, oracles::generate_case(op, cfg, T, 17 + std::uint64_t(d), prec), name);
         }
   // cuda-fused's boundary with its columns split over blocks (cuda_fused_splits): every split
   // against the oracle, from one block per token range to one per 128 columns (more are clamped),
@@ -234,14 +233,9 @@ int run_all(Selection& take) {
       for (const auto& [splits, poisoned] : chosen) {
         impl::cuda_fused_splits(splits);
         impl::cuda_fused_poison_sums(poisoned);
-        const auto v = runner::judge(impl::cuda_fused(), c, runner::Judging{}).verdict;
+        judged(impl::cuda_fused(), c,
+               at + format(" splits=%-4d%s", splits, poisoned ? " sums poisoned" : ""));
         impl::cuda_fused_poison_sums(false);
-        ++runs;
-        const bool ok = v.state != oracles::State::fail;
-        failures += ok ? 0 : 1;
-        std::printf("%-4s %s splits=%-4d%s %s %s\n", ok ? "ok" : "FAIL", at.c_str(), splits,
-                    poisoned ? " sums poisoned" : "", oracles::state_name(v.state).c_str(),
-                    v.first_divergent.c_str());
       }
       impl::cuda_fused_splits(0);
       if (bits) {  // against cp.async at one split for both: the device's own may differ
@@ -250,10 +244,7 @@ int run_all(Selection& take) {
         impl::cuda_fused_tensor_copies(-1);
         const auto b = runner::run_kernel(impl::cuda_fused(), c, 0);
         impl::cuda_fused_splits(0);
-        const bool same = same_bits(a, b);
-        ++runs;
-        failures += same ? 0 : 1;
-        std::printf("%-4s %s\n", same ? "ok" : "FAIL", twice.c_str());
+        count(same_bits(a, b), twice);
       }
       impl::cuda_fused_tensor_copies(-1);
     }
@@ -265,31 +256,21 @@ int run_all(Selection& take) {
   for (const auto* b : impl::gpu_backends())
     for (int iters : {7, 20, 38, 40}) {
       const auto at = format("%-10s split_sinkhorn_backward iters=%-2d", b->name.c_str(), iters);
-      const bool judged = take(at + " judged"),
+      const bool judge = take(at + " judged"),
                  bits = b == &impl::cuda() && iters <= 38 && take(at + " lanes' bits");
-      if (!judged && !bits) continue;
+      if (!judge && !bits) continue;
       ref::Config cfg;
       cfg.iters = iters;
       const auto c = oracles::generate_case(oracles::Op::split_sinkhorn_backward, cfg, 33,
                                             29 + std::uint64_t(iters), oracles::Precision::fp32());
-      if (judged) {
-        const auto v = runner::judge(*b, c, runner::Judging{}).verdict;
-        ++runs;
-        const bool ok = v.state != oracles::State::fail;
-        failures += ok ? 0 : 1;
-        std::printf("%-4s %s judged %s %s\n", ok ? "ok" : "FAIL", at.c_str(),
-                    oracles::state_name(v.state).c_str(), v.first_divergent.c_str());
-      }
+      if (judge) judged(*b, c, at + " judged");
       if (bits) {
         const auto lanes = runner::run_kernel(*b, c, 0);
         impl::cuda_split_backward_one_thread(true);
         const auto thread = runner::run_kernel(*b, c, 0);
         impl::cuda_split_backward_one_thread(false);
         const bool same = same_bits(lanes, thread);
-        ++runs;
-        failures += same ? 0 : 1;
-        std::printf("%-4s %s lanes' bits%s\n", same ? "ok" : "FAIL", at.c_str(),
-                    same ? "" : ": differ from a thread a token's");
+        count(same, at + " lanes' bits" + (same ? "" : ": differ from a thread a token's"));
       }
     }
   // The whole Block (and a stack of two) on the GPU: cuBLAS sublayers and our mHC kernels, at the
@@ -312,18 +293,7 @@ int run_all(Selection& take) {
                      oracles::precision_name(prec).c_str(), d);
           if (!take(name)) continue;
           bc.layers = op == oracles::Op::stack ? 2 : 1;
-          const auto c = oracles::generate_block_case(op, cfg, bc, 2, 3, 7, prec);
-          const auto j = runner::judge(*b, c, runner::Judging{});
-          ++runs;
-          const bool ok = j.verdict.state != oracles::State::fail;
-          failures += ok ? 0 : 1;
-          std::printf("%-4s %s %s %s\n", ok ? "ok" : "FAIL", name.c_str(),
-                      oracles::state_name(j.verdict.state).c_str(),
-                      j.verdict.first_divergent.c_str());
-          if (!ok)
-            for (const auto& s : j.verdict.stages)
-              if (s.state == oracles::State::fail)
-                std::printf("     %s: %s\n", s.stage.c_str(), s.reason.c_str());
+          judged(*b, oracles::generate_block_case(op, cfg, bc, 2, 3, 7, prec), name);
         }
       }
   if (!take.dry) std::printf("%d runs, %d failed\n", runs, failures);
