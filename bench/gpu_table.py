@@ -54,9 +54,8 @@ for line in lines("torch.txt"):  # also '<name> unavailable (PyTorch ...)': no r
 print("== the boundary on the GPU, n=4 d=5120 (ms: CUDA events, median; floor: max(empty kernel, "
       "bytes / copy bandwidth); copy: fraction of copy bandwidth at (2n+2)d stream elements a token; "
       "same copy: a device-to-device copy of the same bytes, /copy: fused over it; queued: the "
-      "device's time a call, "
-      "calls queued back to back, median of 5 rounds; host: the host's time to queue a call, "
-      "its clock)")
+      "device's time a call, calls queued back to back, median of 5 rounds; host: the host's time "
+      "to queue a call, its clock)")
 head = ("dtype", "tokens", "fused", "floor", "/floor", "copy", "same copy", "/copy", "queued",
         "host", "unsplit", "repacked", "eager", "compile", "x eager", "x compile")
 print("%-5s %7s %9s %9s %7s %6s %9s %6s %9s %9s %9s %9s %9s %9s %8s %9s" % head)

@@ -6,7 +6,8 @@
 # computed here by hand; a size PyTorch ran out of memory at reads 'oom', with no speedup, a
 # PyTorch without torch.compile ('unavailable') leaves its column empty, a row with the copy of
 # the same bytes (and the fused call over it, by hand) and the queued call's device and host
-# times shows them ('-' for rows of runs before they were timed), and the tensor-copy shape the device's bf16 rows ran is named.
+# times shows them ('-' for rows of runs before they were timed), and the tensor-copy shape the
+# device's bf16 rows ran is named.
 set -u
 src=$1
 d=$(mktemp -d)
