@@ -29,7 +29,9 @@ struct ConfigFlags {
 void add_config_options(CLI::App& app, ConfigFlags& flags);
 // Adds --batch and the Block's shape (--layers --heads --head-dim --experts --top-k --inter
 // --route-scale), each with its range: check and capture generate the same cases.
-void add_block_options(CLI::App& app, ref::BlockConfig& block, std::size_t& batch);
+// positions: the option that gives the positions of a sequence ("--tokens", "--positions").
+void add_block_options(CLI::App& app, ref::BlockConfig& block, std::size_t& batch,
+                       const char* positions = "--tokens");
 // The options that name a generated case, shared by check and capture (capture writes the case
 // of `check --seed S --cases 1`): --kernel --op --seed --tokens --precision, the configuration
 // and the Block's shape.

@@ -28,8 +28,10 @@ void add_config_options(CLI::App& app, ConfigFlags& f) {
                    ->capture_default_str();
 }
 
-void add_block_options(CLI::App& app, ref::BlockConfig& b, std::size_t& batch) {
-  app.add_option("--batch", batch, "block, stack: sequences per case (--tokens positions each)")
+void add_block_options(CLI::App& app, ref::BlockConfig& b, std::size_t& batch,
+                       const char* positions) {
+  app.add_option("--batch", batch,
+                 std::string("block, stack: sequences per case (") + positions + " positions each)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
   auto count = [&app](const char* name, int& v, const char* help, int most) {

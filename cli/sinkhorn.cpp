@@ -69,7 +69,7 @@ Run add_sinkhorn(CLI::App& app) {
       ->capture_default_str()
       ->check(kernel_validator());
   add_config_options(app, st->cfg);
-  add_block_options(app, st->gain.block, st->gain.batch);
+  add_block_options(app, st->gain.block, st->gain.batch, "--positions");
   app.add_option("--threads", st->threads, "threads (0: one per core); results do not depend on it")
       ->capture_default_str()
       ->check(whole_number(4096));

@@ -85,8 +85,13 @@ assert all(len(g[k]) == 8 for g in e["gains"] for k in ("forward", "backward", "
 PY
 
 "$bin" sinkhorn map extra.h5 > "$d/out" 2>&1; [ $? -eq 2 ] || fail "map with a file: not exit 2"
-"$bin" sinkhorn captured "$src/fixtures/data/v41_pre_fp32.h5" > "$d/out" 2>&1
-[ $? -eq 2 ] && grep -q "no case of an op with a comb" "$d/out" || fail "a file without a comb"
+# Bad input: exit 2 and one line on stderr naming the file, nothing of it on stdout.
+"$bin" sinkhorn captured "$src/fixtures/data/v41_pre_fp32.h5" > "$d/out" 2> "$d/err"
+[ $? -eq 2 ] && grep -q "^mhc-verify: error: .*v41_pre_fp32.h5: no case of an op with a comb" "$d/err" &&
+  ! grep -q "no case of an op" "$d/out" || fail "a file without a comb"
+"$bin" sinkhorn gain "$src/fixtures/data/v41_pre_fp32.h5" > "$d/out" 2> "$d/err"
+[ $? -eq 2 ] && grep -q "^mhc-verify: error: .*v41_pre_fp32.h5: no block or stack case" "$d/err" &&
+  ! grep -q "no block or stack case" "$d/out" || fail "gain: a file without a stack"
 
 "$bin" fuzz sinkhorn --cases 20000 --keep 3 --save-failures "$d/f" --json "$d/fuzz.json" \
   > "$d/out" 2>&1 || fail "fuzz: exit $?"

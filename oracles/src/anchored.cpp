@@ -5,9 +5,11 @@
 namespace mhc::oracles {
 
 std::vector<StageVerdict> anchored_stages(const OpCase& c, const Trace<float>& got,
-                                          unsigned threads, ErrorModel model) {
+                                          unsigned threads, ErrorModel model,
+                                          const bnd::StoredFormats& stored) {
   std::vector<StageVerdict> added;
   if (c.op != Op::mixes && c.op != Op::boundary) return added;
+  if (rounded_on_handover(c, stored, "mixes")) return added;
   const std::size_t M = std::size_t(c.cfg.mix());
   const Stage<float>* mixes = find_stage(got, "mixes");
   if (!mixes || mixes->values.size() != c.tokens * M) return added;

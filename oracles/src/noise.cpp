@@ -317,10 +317,16 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
   return v;
 }
 
-NoiseModels noise_models(const OpCase& c, const Trace<float>& got) {
+NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
+                         const bnd::StoredFormats& stored) {
   NoiseModels models;
   for (const auto& s : got)
     for (const std::string& name : {s.name, kAnchored + s.name}) {
+      if (std::any_of(stored.begin(), stored.end(), [&](const auto& f) {
+            return f.first == s.name && f.second != bnd::Format::fp32;
+          }))
+        continue;
+      if (name != s.name && rounded_on_handover(c, stored, "mixes")) continue;  // anchored
       NoiseModel m = noise_model(c, name, got);
       if (!m.value.empty()) models.emplace(name, std::move(m));
     }

@@ -316,6 +316,20 @@ std::vector<std::string> given_stages(const OpCase& c) {
   return v;
 }
 
+bool rounded_on_handover(const OpCase& c, const bnd::StoredFormats& stored,
+                         const std::string& stage) {
+  return std::any_of(stored.begin(), stored.end(), [&](const auto& f) {
+    return f.first == stage && f.second != declared_output_storage(c, stage);
+  });
+}
+
+bool judges_something(const OpCase& c, const std::vector<std::string>& stages) {
+  const std::vector<std::string> given = given_stages(c);
+  return std::any_of(stages.begin(), stages.end(), [&](const std::string& s) {
+    return std::find(given.begin(), given.end(), s) == given.end();
+  });
+}
+
 std::vector<std::size_t> stage_trailing(const OpCase& c, const std::string& stage) {
   auto find = [&](const std::vector<TensorSpec>& ts, const std::string& name) {
     for (const auto& t : ts)

@@ -116,8 +116,9 @@ const std::vector<RuleInfo>& rules() {
     v.push_back({"empty", "a stage with no elements proves nothing: mistrusted"});
     v.push_back({"noise",
                  "second tier, statistical, only where the bounds pass: the error of mixes, of the "
-                 "comb or of the weights is more than 6 times (the weights: 3.5) its modelled "
-                 "fp32 rounding noise at some element, or more than 1.5 times in root mean square "
+                 "comb or of the weights is more than 6 times (the weights, whose scale is a "
+                 "worst case: 1 time) its modelled fp32 rounding noise at some element, or more "
+                 "than 1.5 times in root mean square "
                  "over the stage "
                  "(oracles/noise.hpp; false alarms measured in bench/README.md)"});
     // Rules of a whole case (stage "kernel"), applied by the runner before any stage's.

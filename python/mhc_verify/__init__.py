@@ -66,7 +66,8 @@ class Stage:
 
 @dataclass(frozen=True)
 class Judgement:
-    """What judging one case found. `passed` is True only when every stage is within its bounds."""
+    """What judging one case found. `passed` is True only when every stage is within its bounds
+    and, where the second tier models a stage, its error is the size of fp32 rounding noise."""
     op: str
     tokens: int
     precision: str
@@ -101,12 +102,20 @@ class Judgement:
         lines = [head]
         if self.first_divergent:
             s = self.stage(self.first_divergent)
-            w = s.worst
-            lines.append(f"first divergent stage {s.stage!r}: {s.failed} of {s.elements} elements "
-                         f"fail ({s.reason})")
-            lines.append(f"worst element: {s.stage}[{w.index}] (token {w.token}): got {w.got!r}, "
-                         f"want {w.want!r} +- {w.bound:.3g} (error / bound = {w.ratio:.3g}, "
-                         f"rule {w.rule})")
+            if s.rule == "noise" and s.noise:  # within its bounds, flagged by the second tier
+                w = s.noise["worst"]
+                lines.append(f"first divergent stage {s.stage!r}: every element within its bound, "
+                             f"the error flagged by the second tier ({s.noise['reason']})")
+                lines.append(f"worst element: {s.stage}[{w.index}] (token {w.token}): got "
+                             f"{w.got!r}, want {w.want!r}, fp32 rounding noise {w.bound:.3g} "
+                             f"(z = {w.ratio:.3g}, limit {s.noise['z_limit']:g})")
+            else:
+                w = s.worst
+                lines.append(f"first divergent stage {s.stage!r}: {s.failed} of {s.elements} "
+                             f"elements fail ({s.reason})")
+                lines.append(f"worst element: {s.stage}[{w.index}] (token {w.token}): got "
+                             f"{w.got!r}, want {w.want!r} +- {w.bound:.3g} (error / bound = "
+                             f"{w.ratio:.3g}, rule {w.rule})")
         lines.append("")
         lines.append(self.table.rstrip())
         if self.diagnosis:
@@ -246,11 +255,20 @@ def judge_file(path: str, cases: Optional[List[str]] = None, error_model: str = 
                threads: int = 0, diagnose: bool = True) -> List[Judgement]:
     """Judges every case of a fixture file (mhc-fixture: one case) or capture file
     (mhc-capture: many, e.g. a model's forward from mhc_verify.torch.capture), or only the
-    cases named. Each Judgement's REPRO line reruns its case with `mhc-verify compare`."""
+    cases named (a name the file does not hold is an error, as a list judged empty would pass).
+    Each Judgement's REPRO line reruns its case with `mhc-verify compare`."""
+    if isinstance(cases, (str, bytes)):
+        raise TypeError(f"cases: a list of case names, not one {type(cases).__name__} ({cases!r})")
     names = [_text(f"cases[{i}]", c) for i, c in enumerate(cases or [])]
-    return [_judgement(r) for r in _core.judge_file(_text("path", path), names,
-                                                    _text("error_model", error_model),
-                                                    _threads(threads), diagnose, _recorder, _label)]
+    where = _text("path", path)
+    results = [_judgement(r) for r in _core.judge_file(where, names,
+                                                       _text("error_model", error_model),
+                                                       _threads(threads), diagnose, _recorder,
+                                                       _label)]
+    missing = sorted(set(cases or []) - {r.name for r in results})
+    if missing:
+        raise ValueError(f"{os.fspath(path)}: no such case: {', '.join(map(repr, missing))}")
+    return results
 
 
 def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],

@@ -172,6 +172,31 @@ def test_captured_sublayers_are_given_and_the_mhc_around_them_judged(capture):
         mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
 
 
+def test_the_given_sublayer_outputs_alone_leave_nothing_to_judge(capture, tmp_path):
+    """With sublayers = 'captured' each sublayer's output is given and taken as it is: a case of
+    those alone would pass on nothing, whatever they hold. judge refuses it; compare counts it
+    invalid and exits 2."""
+    config, inputs, params, outputs = capture("stack", *STACK)
+    given = {k: v * float("nan") for k, v in outputs.items() if k.endswith((".attn.out", ".ffn.out"))}
+    assert len(given) == 4
+    with pytest.raises(ValueError, match=r"outputs: only the sublayers' outputs.*nothing to judge"):
+        mhc_verify.judge("stack", config, inputs, given, params, save_dir=None)
+    path = tmp_path / "given.h5"
+    mhc_verify.write_capture(path, {"0.stack": {"op": "stack", "config": config, "inputs": inputs,
+                                                "params": params, "outputs": outputs}})
+    with h5py.File(path, "r+") as f:  # the writer refuses such a case; another tool may not
+        found = []
+        f.visit(lambda name: found.append(name) if "/outputs/" in name and isinstance(
+            f[name], h5py.Dataset) and not name.endswith(("attn.out", "ffn.out")) else None)
+        assert found
+        for name in found:
+            del f[name]
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "no outputs to judge besides the sublayers' given ones" in p.stderr, p.stderr
+    assert "compare: INVALID (1 cases: 0 pass, 0 fail, 1 invalid" in p.stdout, p.stdout
+
+
 def blocks_model():
     torch = pytest.importorskip("torch")
     import os

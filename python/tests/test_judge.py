@@ -179,6 +179,21 @@ def test_judge_file_names_its_argument_of_the_wrong_kind(args, message):
         mhc_verify.judge_file(*args)
 
 
+def test_judge_file_refuses_cases_it_cannot_find(capture, tmp_path):
+    """A case name the file does not hold, or one name given as a str, would judge nothing: an
+    empty list, which `all(...)` passes. Errors instead, as compare --case exits 2."""
+    path = tmp_path / "two.h5"
+    mhc_verify.write_capture(path, {n: {"op": "pre", "config": c, "inputs": i, "params": p,
+                                        "outputs": o}
+                                    for n, (c, i, p, o) in
+                                    [("c1", capture("pre", *SMALL)), ("c2", capture("pre", *SMALL))]})
+    assert [r.name for r in mhc_verify.judge_file(path, ["c2"])] == ["c2"]
+    with pytest.raises(ValueError, match=r"no such case: 'zz'"):
+        mhc_verify.judge_file(path, ["c1", "zz"])
+    with pytest.raises(TypeError, match=r"cases: a list of case names, not one str \('c1'\)"):
+        mhc_verify.judge_file(path, "c1")
+
+
 def test_config_takes_numpy_scalars():
     l = mhc_verify.layout("pre", {"hc_mult": np.int64(2), "dim": np.int32(8),
                                   "hc_eps": np.float32(1e-6)})
@@ -245,17 +260,22 @@ def test_layout_lists_names_and_shapes():
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_narrow_outputs_carry_their_rounding(capture, dtype):
+@pytest.mark.parametrize("op", ["pre", "split_sinkhorn", "mixes", "boundary"])
+def test_narrow_outputs_carry_their_rounding(capture, op, dtype):
+    """Right outputs handed over rounded to bf16 or fp16 pass: their bounds carry the rounding, and
+    the second tier, a model of fp32 noise, does not judge them (the rounding dwarfs it)."""
     torch = pytest.importorskip("torch")
-    config, inputs, params, outputs = capture("pre", *SMALL)
-    y = torch.from_numpy(outputs["y"]).to(getattr(torch, dtype))
-    r = mhc_verify.judge("pre", config, inputs, {"y": y}, params, save_dir=None)
-    assert r.passed
+    config, inputs, params, outputs = capture(op, *SMALL)
+    narrow = {k: torch.from_numpy(v).to(getattr(torch, dtype)) for k, v in outputs.items()}
+    r = mhc_verify.judge(op, config, inputs, narrow, params, save_dir=None)
+    assert r.passed, r.message()
     # the same values given as float32 claim fp32 storage: the rounding is then an error
-    r32 = mhc_verify.judge("pre", config, inputs, {"y": y.float()}, params, save_dir=None)
-    assert not r32.passed and r32.first_divergent == "y"
+    wide = {k: v.float() for k, v in narrow.items()}
+    r32 = mhc_verify.judge(op, config, inputs, wide, params, save_dir=None)
+    assert not r32.passed
     if dtype == "float16":  # numpy's float16 says the same
-        r16 = mhc_verify.judge("pre", config, inputs, {"y": y.numpy()}, params, save_dir=None)
+        as_numpy = {k: v.numpy() for k, v in narrow.items()}
+        r16 = mhc_verify.judge(op, config, inputs, as_numpy, params, save_dir=None)
         assert r16.passed
 
 
@@ -309,6 +329,10 @@ def test_a_second_tier_failure_is_not_explained_by_deviations_that_leave_it_alon
                                                    "hc_base": torch.zeros(M)}, save_dir=None)
     comb = r.stage("comb")
     assert comb.state == "fail" and comb.ratio_max < 1 and comb.noise["state"] == "fail"
+    # the message names the tier and its worst element, not the element nearest its bound
+    w = comb.noise["worst"]
+    assert "every element within its bound, the error flagged by the second tier" in r.message()
+    assert f"comb[{w.index}] (token {w.token})" in r.message() and f"z = {w.ratio:.3g}" in r.message()
     named = set(r.deviations)
     assert not named & {"post_without_factor2", "post_with_eps", "pre_without_eps"}, named
 

@@ -113,8 +113,8 @@ Suite read_suite(const std::string& path) {
       for (const auto& p : v) {
         try {
           s.precisions.push_back(oracles::precision_from_name(p));
-        } catch (const std::invalid_argument&) {
-          suite_error(path, line_no, "precision '" + p + "' (fp32, tf32 or bf16)");
+        } catch (const std::invalid_argument& e) {
+          suite_error(path, line_no, e.what());
         }
       }
     } else if (key == "hc-eps") {

@@ -116,15 +116,16 @@ namespace {
 // want_of(got): the oracle's Trace (computed for the kernel's trace, or shared by a run's cases).
 template <class WantOf>
 Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase& c,
-               const Judging& j, const std::string& wrote = "") {
+               const Judging& j, const std::string& wrote = "",
+               const bnd::StoredFormats& stored = {}) {
   Outcome o;
   // The anchored stages and the second tier's models read only the case and the kernel's trace:
   // with a second core they are computed while the oracle evaluates the case.
   std::vector<oracles::StageVerdict> anchored;
   oracles::NoiseModels models;
   auto side = [&] {
-    anchored = oracles::anchored_stages(c, got, j.threads, j.model);
-    models = oracles::noise_models(c, got);
+    anchored = oracles::anchored_stages(c, got, j.threads, j.model, stored);
+    models = oracles::noise_models(c, got, stored);
   };
   const unsigned threads = j.threads ? j.threads : std::thread::hardware_concurrency();
   // Only mixes and boundary have anchored stages and the projection's tier worth a thread.
@@ -256,20 +257,40 @@ std::string first_difference(const oracles::Trace<float>& a, const oracles::Trac
 }
 
 namespace {
-// The kernel run twice: the first run, with its verdict replaced by the second's where that one
-// did not run (a kernel that crashes or errs on a repeat fails the case), and where the two runs'
-// outputs differ.
+// The first of the op's outputs the kernel's trace lacks ("" when none): a stage left out is not
+// judged, so a kernel that leaves out an output fails rather than passes on what it did not give.
+std::string missing_output(const oracles::OpCase& c, const oracles::Trace<float>& got) {
+  for (const auto& o : oracles::op_spec(c.op).outputs) {
+    const std::string stage = oracles::stage_of_output(c, o.name);
+    if (std::none_of(got.begin(), got.end(), [&](const auto& s) { return s.name == stage; }))
+      return stage;
+  }
+  return "";
+}
+
+// The kernel run twice. The first run, unless the second did not run (a kernel that crashes or
+// errs on a repeat fails the case); where the two runs' outputs differ, `differs` says where and
+// `again` holds the second's, which is judged too.
 Ran run_twice(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
-              std::string& differs) {
+              std::string& differs, oracles::Trace<float>& again) {
   Ran r = run(b, c, j);
   if (!r.ran()) return r;
-  Ran again = run(b, c, j);
-  if (!again.ran()) {
-    for (auto& s : again.verdict.stages) s.reason = "on a second run of the case: " + s.reason;
-    again.got.clear();
-    return again;
+  Ran second = run(b, c, j);
+  if (!second.ran()) {
+    for (auto& s : second.verdict.stages) s.reason = "on a second run of the case: " + s.reason;
+    second.got.clear();
+    return second;
   }
-  differs = first_difference(r.got, again.got);
+  for (const auto* run : {&r.got, &second.got})
+    if (const std::string lacks = missing_output(c, *run); !lacks.empty()) {
+      r.verdict = kernel_verdict(
+          oracles::State::fail, "absent_output",
+          "the kernel's trace has no stage " + lacks + ", an output of " + oracles::op_name(c.op));
+      r.got.clear();
+      return r;
+    }
+  differs = first_difference(r.got, second.got);
+  if (!differs.empty()) again = std::move(second.got);
   return r;
 }
 }  // namespace
@@ -282,40 +303,46 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
+namespace {
+// A kernel's case: run twice, judged; where the runs differ, the second is judged as well and a
+// failure of either fails the case (a kernel wrong on some runs alone is not let through).
+template <class WantOf>
+Outcome judge_kernel(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
+                     WantOf want_of) {
   const auto t0 = std::chrono::steady_clock::now();
   set_phase("running the kernel");
   std::string differs;
-  Ran r = run_twice(b, c, j, differs);
+  oracles::Trace<float> again;
+  Ran r = run_twice(b, c, j, differs, again);
   if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}, since(t0)};
-  oracles::Trace<bnd::Bounded> want;
-  Outcome o = finish(
-      std::move(r.got),
-      [&](const oracles::Trace<float>& got) -> const oracles::Trace<bnd::Bounded>& {
-        return want = oracles::oracle_trace(c, j.threads, j.model, {}, &got);
-      },
-      c, j, r.wrote);
+  Outcome o = finish(std::move(r.got), want_of, c, j, r.wrote);
+  if (!differs.empty() && o.verdict.state != oracles::State::fail) {
+    Outcome second = finish(std::move(again), want_of, c, j, r.wrote);
+    if (second.verdict.state == oracles::State::fail) {
+      for (auto& s : second.verdict.stages) s.reason = "on the second run: " + s.reason;
+      o = std::move(second);
+    }
+  }
   o.nondeterministic = differs;
   o.seconds = since(t0);
   return o;
 }
+}  // namespace
+
+Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j) {
+  oracles::Trace<bnd::Bounded> want;
+  return judge_kernel(b, c, j,
+                      [&](const oracles::Trace<float>& got) -> const oracles::Trace<bnd::Bounded>& {
+                        return want = oracles::oracle_trace(c, j.threads, j.model, {}, &got);
+                      });
+}
 
 Outcome judge(const impl::Backend& b, const oracles::OpCase& c, const Judging& j,
               const SharedOracle& shared) {
-  const auto t0 = std::chrono::steady_clock::now();
-  set_phase("running the kernel");
-  std::string differs;
-  Ran r = run_twice(b, c, j, differs);
-  if (!r.ran()) return {{}, std::move(r.verdict), {}, {}, {}, since(t0)};
-  Outcome o = finish(
-      std::move(r.got),
-      [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
-        return shared.want;
-      },
-      c, j, r.wrote);
-  o.nondeterministic = differs;
-  o.seconds = since(t0);
-  return o;
+  return judge_kernel(b, c, j,
+                      [&](const oracles::Trace<float>&) -> const oracles::Trace<bnd::Bounded>& {
+                        return shared.want;
+                      });
 }
 
 oracles::Trace<bnd::Bounded> outputs_oracle(const oracles::OpCase& c,
@@ -345,7 +372,7 @@ Outcome judge_outputs(const oracles::OpCase& c, oracles::Trace<float> got, const
       [&](const oracles::Trace<float>& given) -> const oracles::Trace<bnd::Bounded>& {
         return want = outputs_oracle(c, given, j, stored);
       },
-      c, j);
+      c, j, "", stored);
   o.seconds = since(t0);
   return o;
 }

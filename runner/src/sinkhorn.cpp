@@ -354,14 +354,14 @@ int run_captured(const CapturedSpec& spec, Session& session) {
           },
           spec.read_timeout);
       if (sites_seen == 0) {
-        std::printf(
-            "ERROR: %s: no case of an op with a comb (split_sinkhorn, mixes, boundary, "
-            "block, stack)\n",
-            file.c_str());
+        std::fprintf(stderr,
+                     "mhc-verify: error: %s: no case of an op with a comb (split_sinkhorn, mixes, "
+                     "boundary, block, stack)\n",
+                     file.c_str());
         rc = 2;
       }
     } catch (const fixtures::FixtureError& e) {
-      std::printf("ERROR: %s\n", e.what());
+      std::fprintf(stderr, "mhc-verify: error: %s\n", e.what());
       rc = 2;
     }
     progress.step(++done);
@@ -454,12 +454,14 @@ int run_gain(const GainSpec& spec, Session& session) {
           },
           spec.read_timeout);
       if (stacks == 0) {
-        std::printf("ERROR: %s: no block or stack case (the gain is over a stack's layers)\n",
-                    file.c_str());
+        std::fprintf(stderr,
+                     "mhc-verify: error: %s: no block or stack case (the gain is over a stack's "
+                     "layers)\n",
+                     file.c_str());
         rc = 2;
       }
     } catch (const fixtures::FixtureError& e) {
-      std::printf("ERROR: %s\n", e.what());
+      std::fprintf(stderr, "mhc-verify: error: %s\n", e.what());
       rc = 2;
     }
   }

@@ -67,12 +67,48 @@ void put(char*& p, const T& v) {
   std::memcpy(p, &v, sizeof v);
   p += sizeof v;
 }
-template <class T>
-T take(const char*& p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  p += sizeof v;
-  return v;
+// Reads the payload back. The worker's process is the kernel's, so what it left is untrusted:
+// every length is checked against the bytes there; false when they do not add up.
+struct Payload {
+  const char* p;
+  const char* end;
+  template <class T>
+  bool take(T& v) {
+    if (std::size_t(end - p) < sizeof v) return false;
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+    return true;
+  }
+  bool bytes(void* to, std::uint64_t count) {
+    if (std::uint64_t(end - p) < count) return false;
+    if (count > 0) std::memcpy(to, p, count);
+    p += count;
+    return true;
+  }
+};
+
+bool read_trace(Payload in, oracles::Trace<float>& got) {
+  std::uint32_t stages = 0;
+  if (!in.take(stages)) return false;
+  for (std::uint32_t s = 0; s < stages; ++s) {
+    oracles::Stage<float> stage;
+    std::uint32_t len = 0, rank = 0;
+    std::uint64_t count = 0;
+    if (!in.take(len) || std::uint64_t(in.end - in.p) < len) return false;
+    stage.name.assign(in.p, len);
+    in.p += len;
+    if (!in.take(rank) || std::uint64_t(in.end - in.p) / 8 < rank) return false;
+    for (std::uint32_t k = 0; k < rank; ++k) {
+      std::uint64_t x = 0;
+      in.take(x);
+      stage.shape.push_back(std::size_t(x));
+    }
+    if (!in.take(count) || std::uint64_t(in.end - in.p) / sizeof(float) < count) return false;
+    stage.values.resize(std::size_t(count));
+    in.bytes(stage.values.data(), count * sizeof(float));
+    got.push_back(std::move(stage));
+  }
+  return in.p == in.end;
 }
 
 void copy_message(char* to, std::size_t size, const std::string& from) {
@@ -215,6 +251,7 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
     r.verdict = kernel_verdict(oracles::State::fail, "crashed", "the kernel's worker " + why);
   };
   const int st = h->status.load();
+  h->message[sizeof h->message - 1] = h->wrote[sizeof h->wrote - 1] = '\0';
   if (interrupted) {
     r.verdict = kernel_verdict(oracles::State::skipped, "interrupted",
                                std::string("the run was interrupted by ") + reports::interrupted());
@@ -225,22 +262,13 @@ Ran run_in_worker(const impl::Backend& b, const oracles::OpCase& c, unsigned thr
   } else if (WIFSIGNALED(status)) {
     fail("died of " + impl::signal_text(WTERMSIG(status)));
   } else if (st == done) {
-    const char* p = payload;
-    const auto stages = take<std::uint32_t>(p);
-    for (std::uint32_t s = 0; s < stages; ++s) {
-      oracles::Stage<float> stage;
-      const auto len = take<std::uint32_t>(p);
-      stage.name.assign(p, len);
-      p += len;
-      const auto rank = take<std::uint32_t>(p);
-      for (std::uint32_t k = 0; k < rank; ++k) stage.shape.push_back(take<std::uint64_t>(p));
-      stage.values.resize(take<std::uint64_t>(p));
-      std::memcpy(stage.values.data(), p, stage.values.size() * sizeof(float));
-      p += stage.values.size() * sizeof(float);
-      r.got.push_back(std::move(stage));
+    if (h->used > capacity || !read_trace({payload, payload + h->used}, r.got)) {
+      r.got.clear();
+      fail("left a malformed result (its lengths do not add up to the bytes it wrote)");
+    } else {
+      r.wrote = h->wrote;
+      if (!r.wrote.empty()) r.wrote = "the kernel wrote its input " + r.wrote;
     }
-    r.wrote = h->wrote;
-    if (!r.wrote.empty()) r.wrote = "the kernel wrote its input " + r.wrote;
   } else if (st == threw) {
     r.verdict = kernel_verdict(oracles::State::fail, "threw",
                                std::string("the kernel threw: ") + h->message);

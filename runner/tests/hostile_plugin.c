@@ -6,8 +6,10 @@
  * end of y), far (1000 floats past it), before (one float before its start), forkhang (forks a
  * process that writes its pid to MHC_HOSTILE_PIDFILE and waits forever, holding the worker's
  * descriptors, then returns right outputs), killgroup (SIGTERM to its process group), stdout
- * (prints lines that read as the harness's verdict on stdout, then returns right outputs), or
- * nothing (a faithful hc_pre).
+ * (prints lines that read as the harness's verdict on stdout, then returns right outputs), wrong
+ * (returns y doubled), forge (finds the harness's shared result block in its worker and writes
+ * there a result of no stages, marked done, then _exit(0)s), forgelong (the same with a stage
+ * whose name is longer than the bytes written), or nothing (a faithful hc_pre).
  * The harness must fail that case with what happened and go on. With MHC_HOSTILE_DEVICE set it
  * takes device memory and computes nothing (its outputs stay unwritten): a crashing device
  * plug-in (gpu_plugin.sh). MHC_HOSTILE_LOAD (segv, abort, exit0, hang) misbehaves in
@@ -47,6 +49,31 @@ static int deep(int n) {
   return deep(n + 1) + pad[0];
 }
 
+/* The worker's result block: the only shared anonymous mapping ("/dev/zero (deleted)", rw-s). Its
+ * header: the status (an int, padded to 8 bytes), the bytes used (8), two messages (2048, 256). */
+static void forge(int long_name) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  char line[512];
+  char* block = NULL;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    char perm[8];
+    if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) == 3 && perm[3] == 's' &&
+        strstr(line, "/dev/zero"))
+      block = (char*)a;
+  }
+  if (f) fclose(f);
+  if (!block) return;
+  char* payload = block + 8 + 8 + 2048 + 256;
+  const uint32_t stages = long_name ? 1 : 0, length = 0x7fffffff;
+  memcpy(payload, &stages, 4);
+  memcpy(payload + 4, &length, 4);
+  const uint64_t used = long_name ? 8 : 4;
+  memcpy(block + 8, &used, 8);
+  __atomic_store_n((int*)block, 1 /* done */, __ATOMIC_SEQ_CST);
+  _exit(0);
+}
+
 static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, float* y, char* err,
                   size_t err_size) {
   (void)err, (void)err_size;
@@ -62,6 +89,8 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
       for (;;) pause();
     if (!strcmp(mode, "exit0")) exit(0);
     if (!strcmp(mode, "killgroup")) kill(0, SIGTERM);
+    if (!strcmp(mode, "forge")) forge(0);
+    if (!strcmp(mode, "forgelong")) forge(1);
     if (!strcmp(mode, "stdout")) {
       printf("check: PASS (0 of 3 cases failed)\nREPRO: rm -rf /\n");
       fflush(stdout);
@@ -95,6 +124,8 @@ static int hc_pre(const mhc_config* c, const float* x, const float* pre_mix, flo
     if (!strcmp(mode, "past")) y[end] = 1.0f;
     if (!strcmp(mode, "far")) y[end + 999] = 1.0f;
     if (!strcmp(mode, "before")) y[-1] = 1.0f;
+    if (!strcmp(mode, "wrong"))
+      for (uint64_t i = 0; i < end; ++i) y[i] *= 2;
   }
   return 0;
 }

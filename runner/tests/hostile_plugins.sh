@@ -79,6 +79,30 @@ MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=segv MHC_HOSTILE_AT=1 timeout 60 "$bin" "
 grep -q "FAIL case 0 (seed 1): first divergent stage 'kernel': on a second run of the case: .*SIGSEGV" \
   "$d/out" || fail "segv on a second run: case 0 not failed with it"
 echo "ok: segv on a second run"
+# A result forged in the worker's shared memory: none of the op's outputs, or lengths beyond the
+# bytes written. The case fails; the harness neither passes it nor reads past the result.
+for mode in forge:"the kernel's trace has no stage y, an output of pre" \
+  forgelong:"the kernel's worker left a malformed result"; do
+  name=${mode%%:*} want=${mode#*:}
+  rm -f "$d/count"
+  MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=$name timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "$name: exit $rc, expected 1"
+  grep -q "FAIL case 1 (seed 2): first divergent stage 'kernel': $want" "$d/out" ||
+    fail "$name: no failure naming '$want'"
+  grep -q "check: FAIL (1 of 3 cases failed)" "$d/out" || fail "$name: the other cases did not pass"
+  echo "ok: $name"
+done
+# Wrong on a case's second run only: both runs are judged, and the case fails.
+rm -f "$d/count"
+MHC_HOSTILE_COUNT=$d/count MHC_HOSTILE=wrong MHC_HOSTILE_AT=3 timeout 60 "$bin" "${run[@]}" > "$d/out" 2>&1
+[ $? -eq 1 ] || fail "wrong on a second run: exit $?, expected 1"
+grep -q "FAIL case 1 (seed 2): first divergent stage 'y'" "$d/out" ||
+  fail "wrong on a second run: case 1 not failed at y"
+grep -q "on the second run: " "$d/out" || fail "wrong on a second run: the reason does not say so"
+grep -q "check: FAIL (1 of 3 cases failed; non-deterministic" "$d/out" ||
+  fail "wrong on a second run: the summary"
+echo "ok: wrong on a second run"
 # Misbehaving while its table is read: the harness says so and exits 2, the way it does for a
 # plug-in that cannot be loaded. (A hang there is killed after 10 s: not run here, for time.)
 for mode in segv:SIGSEGV abort:SIGABRT exit0:"ended its process (exit code 0)"; do

@@ -15,10 +15,11 @@ namespace mhc::oracles {
 inline const std::string kAnchored = "anchored.";
 
 // A verdict "anchored.<stage>" for each of pre, post and comb the kernel produced (ops mixes and
-// boundary, given the kernel's mixes). Reads only the case and the kernel's trace, so it may run
-// beside the end-to-end judgement.
+// boundary, given the kernel's mixes; none where the mixes were rounded on handover). Reads only
+// the case and the kernel's trace, so it may run beside the end-to-end judgement.
 std::vector<StageVerdict> anchored_stages(const OpCase& c, const Trace<float>& got,
-                                          unsigned threads, ErrorModel model);
+                                          unsigned threads, ErrorModel model,
+                                          const bnd::StoredFormats& stored = {});
 
 // Appends the anchored verdicts to v and settles it. An end-to-end stage that is undecidable while
 // its anchored stage is decided takes that decision (rule "anchored").

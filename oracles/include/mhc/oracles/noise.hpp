@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/ops.hpp"
 #include "mhc/oracles/verdict.hpp"
 
@@ -47,8 +48,11 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
 
 // The model of every stage the tier models, end to end and anchored (kAnchored + name), by stage
 // name. Reads only the case and the kernel's trace, so it may run beside the bounds' judgement.
+// A stage handed over in a format narrower than fp32 (stored) has none: its storage's rounding,
+// not fp32's noise, is its error (the bounds count that rounding).
 using NoiseModels = std::map<std::string, NoiseModel>;
-NoiseModels noise_models(const OpCase& c, const Trace<float>& got);
+NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
+                         const bnd::StoredFormats& stored = {});
 
 // Adds the second tier to every stage of v it has a model for; a stage that passed its bounds and
 // is flagged fails by rule "noise". Cases of deviating semantics (the diagnosis) have no models.

@@ -130,6 +130,9 @@ CaseLayout case_layout(const OpCase& header);
 // takes from the capture instead of computing them: each layer's attn.out and ffn.out ("L<l>."
 // in a stack). Empty otherwise.
 std::vector<std::string> given_stages(const OpCase& header);
+// Whether outputs with these stage names leave anything to judge: a sublayer's output given
+// with the case is taken as it is, so outputs of those alone would pass on nothing.
+bool judges_something(const OpCase& header, const std::vector<std::string>& stages);
 // The trailing dimensions of a block or stack Trace stage, from its name ("L1.ffn.pre" in a
 // stack); empty if the op has no such stage.
 std::vector<std::size_t> stage_trailing(const OpCase& header, const std::string& stage);
@@ -241,6 +244,10 @@ void store_declared(OpCase& c);
 // bound: a mixes stage as `mixes`, pre, post, comb and next_pre_mix as `coefficients`, a backward's
 // gradient of a stream input and every other forward stage as `streams`; fp32 for the rest.
 bnd::Format declared_output_storage(const OpCase& c, const std::string& stage);
+// Whether a stage was handed over rounded to a format other than its declared storage: its values
+// are then not those the kernel's later stages read, and nothing is anchored on them.
+bool rounded_on_handover(const OpCase& c, const bnd::StoredFormats& stored,
+                         const std::string& stage);
 // Throws invalid_argument unless a backward op can be judged under p: the pieces' and the
 // boundary's under declarations of inputs, weights and streams (docs/semantics.md, "The backward
 // ops"), the Block's and a stack's under fp32 only.
