@@ -237,12 +237,61 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
 
 }  // namespace
 
+namespace {
+
+// A boundary of a Block or a stack ("attn.comb", "L1.ffn.mixes"), modelled as the op boundary is
+// anchored: the split from the kernel's own mixes of that boundary, and its mixes from the streams
+// the kernel gave that boundary (the Block's x or the layer before's x_out; x_mid). Empty for any
+// other stage.
+NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
+  std::string rest = stage, layer_params, before = "x";
+  if (c.op == Op::stack) {
+    const std::size_t dot = stage.find('.');
+    if (stage.size() < 2 || stage[0] != 'L' || dot == std::string::npos) return {};
+    const int l = std::atoi(stage.substr(1, dot - 1).c_str());
+    rest = stage.substr(dot + 1);
+    layer_params = "layers/" + std::to_string(l) + "/";
+    if (l > 0) before = "L" + std::to_string(l - 1) + ".x_out";
+  }
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string::npos) return {};
+  const std::string sub = rest.substr(0, dot), name = rest.substr(dot + 1);
+  if (sub != "attn" && sub != "ffn") return {};
+  const std::string prefix = stage.substr(0, stage.size() - name.size());  // "L1.attn."
+  OpCase b = case_header(Op::boundary, c.cfg, c.tokens, c.seed, c.precision);
+  for (const char* p : {"hc_fn", "hc_scale", "hc_base"})
+    b.params[p] = c.param(layer_params + sub + "/" + p);
+  const bnd::Declaration& d = c.precision.decl;
+  if (name == "comb" || name == "pre" || name == "post") {
+    const Stage<float>* mixes = find_stage(got, prefix + "mixes");
+    if (!mixes || mixes->values.size() != c.tokens * std::size_t(c.cfg.mix())) return {};
+    return name == "comb" ? comb_model(b, mixes->values.data())
+                          : weights_model(b, mixes->values.data(), name == "pre");
+  }
+  if (name != "mixes" || d.products != bnd::Format::fp32 ||
+      d.accumulation != bnd::Format::fp32 || d.mixes != bnd::Format::fp32)
+    return {};
+  const std::string streams = sub == "attn" ? before : prefix.substr(0, prefix.size() - 4) + "x_mid";
+  const float* xs = nullptr;
+  if (streams == "x") {
+    xs = c.input("x").data.data();
+  } else {
+    const Stage<float>* x = find_stage(got, streams);
+    if (!x || x->values.size() != c.tokens * c.cfg.stream_size()) return {};
+    xs = x->values.data();
+  }
+  return mixes_model(c.cfg, xs, c.tokens, b.param("hc_fn").data.data());
+}
+
+}  // namespace
+
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
   // The split's models need its stages in fp32: mixes read as the kernel stored them, the
   // coefficients not rounded after; streams stored narrower are read as they are. The
   // projection's model needs fp32 operands and sums too.
   const bnd::Declaration& d = c.precision.decl;
   if (!c.cfg.sem.is_default() || d.coefficients != bnd::Format::fp32) return {};
+  if (c.op == Op::block || c.op == Op::stack) return block_model(c, stage, got);
   // The split's stages, from given mixes: the case's, or the kernel's own (anchored).
   const bool split = c.op == Op::split_sinkhorn;
   const std::string name =

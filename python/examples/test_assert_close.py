@@ -1,6 +1,7 @@
 """Before: the kernel against a float64 torch reference with assert_close's float32 tolerances.
-It passes on the faithful kernel and also on the planted bug (MHC_EXAMPLE_BUG=1): a tolerance
-cannot see an eps moved across a division."""
+It passes on the faithful kernel; on the planted bug (MHC_EXAMPLE_BUG=1) it fails two of the three
+inputs, by 1.6x and 2.5x its atol, and passes the third: a tolerance sees an eps moved across a
+division only where it happens to exceed it, and cannot say what is wrong."""
 import torch
 
 from conftest import EPS, ITERS, N

@@ -182,6 +182,9 @@ def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, str]":
 
 def _arrays(kind: str, given: Optional[Mapping[str, Any]]) -> "tuple[dict, dict]":
     """float32 copies by name, and the formats of those given in bf16 or fp16."""
+    if given is not None and not isinstance(given, Mapping):
+        raise TypeError(f"{kind}: a mapping of names to arrays (a dict), not "
+                        f"{type(given).__name__}")
     out, stored = {}, {}
     for name, value in (given or {}).items():
         out[name], fmt = _host_float32(f"{kind}[{name!r}]", value)
@@ -197,16 +200,21 @@ def _within_limits(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping
     tokens within the limits, and no output or param of the op larger than its shape at the
     most tokens an input has (a broadcast view can claim any size)."""
     l = layout(op, config)
-    most = 1
+    most, seen = 1, False
+    if not isinstance(inputs, Mapping) or not isinstance(outputs, (Mapping, type(None))):
+        return  # refused, and named, when the case is made
     for name, trailing in l["inputs"].items():
-        if name in (inputs or {}):
-            shape = tuple(getattr(inputs[name], "shape", ()))
+        shape = tuple(getattr(inputs.get(name), "shape", ()))
+        if name in inputs and len(shape) >= len(trailing):  # else refused when the case is made
+            seen = True
             lead = shape[:max(len(shape) - len(trailing), 0)]
             tokens = int(np.prod(lead, dtype=np.float64)) if lead else 1
             batch = lead[0] if l["leading"] == 2 and lead else 1
             _core.within_limits(op, dict(config or {}), tokens, batch)
             most = max(most, tokens)
     for kind, given in (("outputs", outputs), ("params", params)):
+        if not seen or not isinstance(given, (Mapping, type(None))):
+            break  # no input says how many tokens there are: the case's errors name what is wrong
         for name, value in (given or {}).items():
             trailing = l[kind].get(name)
             if trailing is None:

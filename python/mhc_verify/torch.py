@@ -38,6 +38,8 @@ names the op does not take are ignored. Case k of a site is named "<k:04d>.<site
 order of the forward (layer by layer), then the site, then its call count.
 """
 import contextlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -56,6 +58,11 @@ class Site:
     backward: bool = False  # record the backward of each call (<op>_backward) instead
 
 
+def _nothing(path, why: str) -> None:
+    """A capture of nothing would leave no file, and a test judging it nothing to judge."""
+    raise RuntimeError(f"{os.fspath(path)}: nothing captured, no file written: {why}")
+
+
 def _copy(value):
     import torch
     if isinstance(value, torch.Tensor):
@@ -67,7 +74,8 @@ def _copy(value):
 def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = None,
             precision: str = "fp32", producer: str = "mhc_verify.torch.capture"):
     """Records every call of the sites during the block; writes one mhc-capture file at its
-    end (also when the block raises, with the calls made so far)."""
+    end (also when the block raises, with the calls made so far). A block that made no call of
+    any site raises RuntimeError at its end: there is nothing to write or judge."""
     cases, counts, originals = {}, {}, []
 
     def wrap(site: Site, fn):
@@ -108,6 +116,11 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
             setattr(site.owner, site.attr, fn)
         if cases:
             mhc_verify.write_capture(path, cases, producer)
+        elif sys.exc_info()[0] is None:
+            _nothing(path, "no call of " + ", ".join(
+                f"{getattr(s.owner, '__name__', type(s.owner).__name__)}.{s.attr}" for s in sites) +
+                " was made through the patched name (a caller that bound the function before "
+                "the capture, `from module import fn`, calls the original)")
 
 
 def _backward_recording(site: Site, fn, layout, config, precision, cases, counts):
@@ -306,3 +319,5 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
                     "outputs": part}
         if cases:
             mhc_verify.write_capture(path, cases, producer)
+        elif sys.exc_info()[0] is None:
+            _nothing(path, "no forward ran through the blocks")

@@ -119,6 +119,28 @@ def test_torch_capture_records_every_call_by_name(tmp_path):
     assert all(r.passed and r.tokens == 10 for r in results)
 
 
+def test_a_torch_capture_of_no_call_is_an_error(tmp_path):
+    """A caller that bound the kernel before the capture calls the original: nothing is recorded,
+    and the capture says so instead of leaving no file for a later judge_file."""
+    pytest.importorskip("torch")
+    import types
+
+    import mhc_verify.torch as mt
+    kernels = types.SimpleNamespace(pre=lambda x, pre_mix: (pre_mix.unsqueeze(-1) * x).sum(-2))
+    bound = kernels.pre
+    path = tmp_path / "none.h5"
+    with pytest.raises(RuntimeError, match=r"none\.h5: nothing captured, no file written: no call "
+                                           r"of SimpleNamespace\.pre"):
+        with mt.capture(path, [mt.Site(kernels, "pre", op="pre", args=("x", "pre_mix"),
+                                       returns=("y",))]):
+            bound  # a model holding the original calls it, not the patched name
+    assert not path.exists() and kernels.pre is bound
+    with pytest.raises(KeyError):  # an error in the block is not replaced by this one
+        with mt.capture(path, [mt.Site(kernels, "pre", op="pre", args=("x", "pre_mix"),
+                                       returns=("y",))]):
+            raise KeyError("the model's own")
+
+
 def test_torch_capture_records_the_arguments_as_the_call_was_given_them(tmp_path):
     # Kernels that write into their arguments: an hc_post that writes the new streams into the
     # residual's storage (legitimate: the residual is dead after it) passes, and an hc_pre that
@@ -170,6 +192,23 @@ def test_captured_sublayers_are_given_and_the_mhc_around_them_judged(capture):
     del outputs["L1.ffn.out"]
     with pytest.raises(ValueError, match=r"outputs\['L1.ffn.out'\]: missing"):
         mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
+
+
+def test_every_boundary_of_a_stack_has_the_second_tier(capture):
+    """Each layer's attn and ffn boundary (mixes, pre, post, comb) is modelled as the op boundary
+    is, anchored on the kernel's own streams: a token's L1.ffn.mixes off by 32 u, inside its bound,
+    is flagged there; it reads the kernel's L1.x_mid."""
+    config, inputs, params, outputs = capture("stack", *STACK)
+    r = mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
+    assert r.passed
+    modelled = {s.stage for s in r.stages if s.noise is not None}
+    assert modelled == {f"L{l}.{b}.{n}" for l in (0, 1) for b in ("attn", "ffn")
+                        for n in ("mixes", "pre", "post", "comb")}
+    off = dict(outputs, **{"L1.ffn.mixes": (outputs["L1.ffn.mixes"].astype(np.float64) *
+                                            (1 + 32 * 2.0**-24)).astype(np.float32)})
+    r = mhc_verify.judge("stack", config, inputs, off, params, save_dir=None)
+    s = r.stage("L1.ffn.mixes")
+    assert r.first_divergent == "L1.ffn.mixes" and s.rule == "noise" and s.ratio_max < 1, r.message()
 
 
 def test_the_given_sublayer_outputs_alone_leave_nothing_to_judge(capture, tmp_path):

@@ -105,6 +105,7 @@ def test_layouts_accept_leading_dimensions_and_any_strides(capture):
     (lambda i, o, p: o.__setitem__("y", o["y"][:2]), r"outputs\['y'\]: 2 tokens, but inputs\['x'\] has 3"),
     (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.int32)), r"dtype int32, expected floating"),
     (lambda i, o, p: o.clear(), r"outputs: none given"),
+    (lambda i, o, p: i.clear(), r"inputs\['x'\]: missing"),
 ])
 def test_bad_inputs_are_errors_naming_the_tensor(capture, change, message):
     config, inputs, params, outputs = capture("pre", *SMALL)
