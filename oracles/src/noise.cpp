@@ -268,10 +268,11 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
     return name == "comb" ? comb_model(b, mixes->values.data())
                           : weights_model(b, mixes->values.data(), name == "pre");
   }
-  if (name != "mixes" || d.products != bnd::Format::fp32 ||
-      d.accumulation != bnd::Format::fp32 || d.mixes != bnd::Format::fp32)
+  if (name != "mixes" || d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32 ||
+      d.mixes != bnd::Format::fp32)
     return {};
-  const std::string streams = sub == "attn" ? before : prefix.substr(0, prefix.size() - 4) + "x_mid";
+  const std::string streams =
+      sub == "attn" ? before : prefix.substr(0, prefix.size() - 4) + "x_mid";
   const float* xs = nullptr;
   if (streams == "x") {
     xs = c.input("x").data.data();
