@@ -130,10 +130,17 @@ Run add_capture(CLI::App& app) {
                  ? std::next(it)
                  : written.params.erase(it);
     }
-    fixtures::write_fixture(st->out, written, ran.got,
-                            "mhc-verify capture --kernel " + runner::shell_quote(spec.kernel) +
-                                " --op " + st->op + " --seed " + std::to_string(spec.seed) +
-                                (st->captured_sublayers ? " --captured-sublayers" : ""));
+    // The producer reruns the capture: check's REPRO of the case (every option that differs
+    // from check's defaults), as a capture, with its token count whatever it is.
+    std::string producer = runner::repro(c, spec.kernel, spec.model);
+    const std::string check_line = "mhc-verify check ", one = " --cases 1";
+    producer.replace(0, check_line.size(), "mhc-verify capture ");
+    producer.erase(producer.find(one), one.size());
+    if (producer.find(" --tokens ") == std::string::npos)
+      producer += " --tokens " +
+                  std::to_string(oracles::op_spec(c.op).whole ? c.tokens / c.batch : c.tokens);
+    if (st->captured_sublayers) producer += " --captured-sublayers";
+    fixtures::write_fixture(st->out, written, ran.got, producer);
     std::printf("capture: wrote %s (%s, %zu tokens, kernel %s)\n",
                 reports::clean_text(st->out).c_str(), st->op.c_str(), c.tokens,
                 reports::clean_text(spec.kernel).c_str());

@@ -37,7 +37,8 @@ mhc_config to_c(const KernelConfig& k, std::size_t T) {
       (k.streams != Format::fp32 && k.streams != Format::bf16) || k.accumulation != Format::fp32 ||
       k.mixes != Format::fp32 || k.coefficients != Format::fp32)
     throw NotCompiled(
-        "the plug-in ABI (version 1) declares only tf32 projection operands and bf16 streams");
+        "the plug-in ABI (mhc_config's tf32 and bf16_streams) declares only tf32 projection "
+        "operands and bf16 streams");
   c.tf32 = k.products == Format::tf32 ? 1 : 0;
   c.bf16_streams = k.streams == Format::bf16 ? 1 : 0;
   c.tokens = T;

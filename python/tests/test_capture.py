@@ -89,6 +89,31 @@ def test_names_that_are_not_utf8_come_back_as_python_file_names_do(capture, tmp_
         mhc_verify.judge_file(os.path.join(folder, "none.h5"))
 
 
+@pytest.mark.parametrize("options", [["--dim", "16", "--hc-eps", "1e-3", "--iters", "7"],
+                                     ["--tokens", "16", "--n", "3", "--dim", "8"]])
+def test_capture_records_the_command_that_writes_it_again(tmp_path, options):
+    """The file's producer is the capture with every option that made the case (not check's
+    defaults, nor capture's 4 tokens): run again, it writes the same case."""
+    import shlex
+    first, second = tmp_path / "a.h5", tmp_path / "b.h5"
+    subprocess.run([BIN, "capture", "--op", "boundary", "--seed", "3", *options, "--out",
+                    str(first)], check=True, capture_output=True)
+    with h5py.File(first, "r") as f:
+        producer = f.attrs["producer"]
+    producer = producer.decode() if isinstance(producer, bytes) else str(producer)
+    argv = shlex.split(producer)
+    assert argv[:2] == ["mhc-verify", "capture"], producer
+    subprocess.run([BIN, *argv[1:], "--out", str(second)], check=True, capture_output=True)
+    with h5py.File(first, "r") as a, h5py.File(second, "r") as b:
+        assert dict(a["config"].attrs) == dict(b["config"].attrs)
+        for group in ("inputs", "params", "outputs"):
+            names = set(a[group].keys())
+            assert names == set(b[group].keys())
+            for name in names:
+                if isinstance(a[group][name], h5py.Dataset):
+                    assert np.array_equal(a[group][name][()], b[group][name][()]), (group, name)
+
+
 def test_bad_captures_name_the_case(capture, tmp_path):
     good = case(capture, "pre")
     bad = dict(good, inputs={"x": good["inputs"]["x"][:, :2], "pre_mix": good["inputs"]["pre_mix"]})

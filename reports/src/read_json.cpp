@@ -1,6 +1,8 @@
 // Reading mhc-report/1 back into the model, for `mhc-verify merge`.
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -17,10 +19,25 @@ double num(const json& j) {
   return number_from_json(j);
 }
 
+// A count, index or seed: a JSON integer >= 0 (nlohmann converts -5 or 1e30 without a word).
+struct NotWhole : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+std::uint64_t whole(const json& j) {
+  if (!j.is_number_unsigned()) throw NotWhole("expected an integer >= 0, got " + j.dump());
+  return j.get<std::uint64_t>();
+}
+int whole_int(const json& j) {
+  const std::uint64_t v = whole(j);
+  if (v > std::uint64_t(std::numeric_limits<int>::max()))
+    throw NotWhole("expected an integer below 2^31, got " + j.dump());
+  return int(v);
+}
+
 oracles::Element element(const json& j) {
   oracles::Element e;
-  e.index = j.at("index").get<std::size_t>();
-  e.token = j.at("token").get<std::size_t>();
+  e.index = whole(j.at("index"));
+  e.token = whole(j.at("token"));
   e.got = num(j.at("got"));
   e.want = num(j.at("want"));
   e.bound = num(j.at("bound"));
@@ -103,7 +120,7 @@ Report read_report(const std::string& path) {
         StageAggregate a;
         a.stage = ja.at("stage");
         for (auto it = ja.at("states").begin(); it != ja.at("states").end(); ++it)
-          a.states[it.key()] = it.value().get<int>();
+          a.states[it.key()] = whole_int(it.value());
         a.ratio_max = num(ja.at("ratio_max"));
         a.ratio_p99 = num(ja.at("ratio_p99"));
         a.ratio_median = num(ja.at("ratio_median"));
@@ -116,8 +133,8 @@ Report read_report(const std::string& path) {
           oracles::Element el;  // the plot needs |got - want| and the bound only
           el.bound = num(s.at(0));
           el.got = num(s.at(1));
-          el.index = s.at(2);
-          el.token = s.at(3);
+          el.index = whole(s.at(2));
+          el.token = whole(s.at(3));
           a.samples.push_back(el);
         }
         e.stages.push_back(std::move(a));
@@ -135,10 +152,10 @@ Report read_report(const std::string& path) {
           c.family = jm.at("family");
           c.scale = num(jm.at("scale"));
           c.eps = num(jm.at("eps"));
-          c.rounds = jm.at("rounds");
-          c.cases = jm.at("cases");
-          c.above_1e3 = jm.at("above_1e3");
-          c.above_1e6 = jm.at("above_1e6");
+          c.rounds = whole_int(jm.at("rounds"));
+          c.cases = whole(jm.at("cases"));
+          c.above_1e3 = whole(jm.at("above_1e3"));
+          c.above_1e6 = whole(jm.at("above_1e6"));
           c.max_residual = num(jm.at("max_residual"));
           e.map.push_back(std::move(c));
         }
@@ -153,8 +170,8 @@ Report read_report(const std::string& path) {
         }
       for (const json& jc : je.at("cases")) {
         CaseRecord c;
-        c.index = jc.at("index");
-        c.seed = jc.at("seed");
+        c.index = whole(jc.at("index"));
+        c.seed = whole(jc.at("seed"));
         c.label = jc.at("label");
         c.verdict.state = oracles::state_from_name(jc.at("state"));
         c.verdict.first_divergent = jc.at("first_divergent");
@@ -169,9 +186,9 @@ Report read_report(const std::string& path) {
           s.state = oracles::state_from_name(js.at("state"));
           s.rule = js.at("rule");
           s.reason = js.at("reason");
-          s.elements = js.at("elements");
-          s.failed = js.at("failed");
-          s.undecidable = js.at("undecidable");
+          s.elements = whole(js.at("elements"));
+          s.failed = whole(js.at("failed"));
+          s.undecidable = whole(js.at("undecidable"));
           s.ratio_max = num(js.at("ratio_max"));
           s.ratio_p99 = num(js.at("ratio_p99"));
           s.ratio_p50 = num(js.at("ratio_p50"));
@@ -186,7 +203,7 @@ Report read_report(const std::string& path) {
             s.has_noise = true;
             s.noise.state = oracles::state_from_name(jn.at("state"));
             s.noise.reason = jn.at("reason");
-            s.noise.elements = jn.at("elements");
+            s.noise.elements = whole(jn.at("elements"));
             s.noise.z_max = num(jn.at("z_max"));
             s.noise.z_rms = num(jn.at("z_rms"));
             if (jn.contains("z_limit")) s.noise.z_limit = num(jn.at("z_limit"));
@@ -201,6 +218,9 @@ Report read_report(const std::string& path) {
     }
     return r;
   } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(path + ": not a valid " + std::string(kSchema) +
+                                " report: " + e.what());
+  } catch (const NotWhole& e) {
     throw std::invalid_argument(path + ": not a valid " + std::string(kSchema) +
                                 " report: " + e.what());
   }

@@ -253,6 +253,34 @@ TEST_CASE("reports: the second tier's verdict and its limits round-trip through 
   std::filesystem::remove_all(dir);
 }
 
+// Indices, seeds and counts read back are integers >= 0: a negative or fractional one is not read
+// as some other number (-5 as 2^64 - 5, 1e30 as 0).
+TEST_CASE("reports: a count that is not a whole number >= 0 is refused", "[reports]") {
+  reports::Report r;
+  r.entry("e").add_case(make_case(3, State::pass, 0.5));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mhc-whole-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "r.json").string();
+  for (const auto& [where, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"/index", -5},
+                                                           {"/index", 1e30},
+                                                           {"/index", 2.5},
+                                                           {"/seed", -1},
+                                                           {"/stages/0/failed", -3},
+                                                           {"/stages/0/worst/index", "7"}}) {
+    auto j = nlohmann::json::parse(reports::to_json(r));
+    j["entries"][0]["cases"][0][nlohmann::json::json_pointer(where)] = value;
+    reports::write_atomic(path, j.dump());
+    CAPTURE(where, value.dump());
+    CHECK_THROWS_WITH(reports::read_report(path),
+                      Catch::Matchers::Contains("not a valid mhc-report/1 report"));
+  }
+  reports::write_atomic(path, reports::to_json(r));
+  CHECK(reports::read_report(path).entries.at(0).cases.at(0).index == 3);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("reports: every catalogued deviation is explained in a sentence",
           "[reports][diagnosis]") {
   std::vector<std::string> names;
