@@ -171,6 +171,10 @@ def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, str]":
             stored = "bf16" if value.dtype == torch.bfloat16 else "fp16"
         elif value.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{name}: dtype {value.dtype}, expected a floating tensor")
+        if value.is_meta:
+            raise TypeError(f"{name}: a tensor on the meta device holds no values")
+        if value.layout != torch.strided:  # sparse: its dense values, as the kernel's output means
+            value = value.to_dense()
         value = value.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
     array = np.asarray(value)
     if array.dtype == np.float16:

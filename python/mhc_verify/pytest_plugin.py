@@ -1,7 +1,7 @@
 """pytest plugin: `pytest -p mhc_verify.pytest_plugin --mhc-report DIR` gathers every judgement
 of the run (mhc_verify.judge and assert_faithful) into one report in DIR: report.json,
-report.md, report.html and junit.xml, one entry per test (its node id), one case per judgement,
-written as the run goes."""
+report.md, report.html and junit.xml, one entry per test (its node id), one case per judgement
+(judge_file's cases an entry each, the node id with "[case]"), written as the run goes."""
 import os
 
 import pytest

@@ -97,6 +97,16 @@ def test_layouts_accept_leading_dimensions_and_any_strides(capture):
     assert r.passed and r.tokens == 3
 
 
+def test_sparse_tensors_are_their_values_and_meta_tensors_are_named(capture):
+    torch = pytest.importorskip("torch")
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    y = torch.from_numpy(outputs["y"])
+    r = mhc_verify.judge("pre", config, inputs, {"y": y.to_sparse()}, save_dir=None)
+    assert r.passed
+    with pytest.raises(TypeError, match=r"outputs\['y'\]: a tensor on the meta device"):
+        mhc_verify.judge("pre", config, inputs, {"y": y.to("meta")}, save_dir=None)
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda i, o, p: i.__setitem__("x", i["x"][:, :2]), r"inputs\['x'\]: shape \(3, 2, 16\), expected \(\.\.\., 4, 16\)"),
     (lambda i, o, p: i.pop("pre_mix"), r"inputs\['pre_mix'\]: missing"),
