@@ -149,6 +149,12 @@ def _threads(value: Any) -> int:
     return int(value)
 
 
+def _flag(what: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what}: expected True or False, got {value!r}")
+    return bool(value)
+
+
 def ops() -> List[str]:
     """The ops the harness judges."""
     return list(_core.ops())
@@ -249,7 +255,7 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     r = _core.judge(op, dict(config or {}), ins, outs, pars, _text("precision", precision),
                     _text("error_model", error_model), stored,
                     "" if save_dir is None else _text("save_dir", save_dir), _threads(threads),
-                    diagnose, _recorder, _label)
+                    _flag("diagnose", diagnose), _recorder, _label)
     return _judgement(r)
 
 
@@ -275,7 +281,8 @@ def judge_file(path: str, cases: Optional[List[str]] = None, error_model: str = 
     where = _text("path", path)
     results = [_judgement(r) for r in _core.judge_file(where, names,
                                                        _text("error_model", error_model),
-                                                       _threads(threads), diagnose, _recorder,
+                                                       _threads(threads),
+                                                       _flag("diagnose", diagnose), _recorder,
                                                        _label)]
     missing = sorted(set(cases or []) - {r.name for r in results})
     if missing:
@@ -295,6 +302,8 @@ def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
         pars, _ = _arrays("params", case.get("params"))
         # a str (surrogate-escaped bytes allowed) or the bytes themselves
         names.append(_text("a case's name", os.fsdecode(name) if isinstance(name, bytes) else str(name)))
+        if "op" not in case:
+            raise ValueError(f"cases[{name!r}]: no 'op' (its keys: {', '.join(map(str, case))})")
         payload.append({"op": _text(f"cases[{name!r}]['op']", case["op"]),
                         "config": dict(case.get("config") or {}), "inputs": ins,
                         "outputs": outs, "params": pars, "stored": stored,

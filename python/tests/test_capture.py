@@ -121,6 +121,8 @@ def test_bad_captures_name_the_case(capture, tmp_path):
         mhc_verify.write_capture(tmp_path / "c.h5", {"a": good, "b": bad})
     with pytest.raises(ValueError, match=r"case name 'a/b'"):
         mhc_verify.write_capture(tmp_path / "c.h5", {"a/b": good})
+    with pytest.raises(ValueError, match=r"cases\['c'\]: no 'op' \(its keys: config, inputs"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {"c": {k: v for k, v in good.items() if k != "op"}})
     assert not (tmp_path / "c.h5").exists()
 
 

@@ -173,6 +173,7 @@ def test_config_values_of_the_wrong_type_name_their_key(key, value, error, messa
     ({"precision": "\ud800"}, ValueError, r"precision: '\\ud800' is not valid text"),
     ({"error_model": 3}, TypeError, r"error_model: expected a str, got int"),
     ({"save_dir": "a\ud800b"}, ValueError, r"save_dir: 'a\\ud800b' is not valid text"),
+    ({"diagnose": "no"}, TypeError, r"diagnose: expected True or False, got 'no'"),
 ])
 def test_arguments_of_the_wrong_kind_are_named(capture, options, error, message):
     # pybind11's own error was "incompatible function arguments", naming no argument.

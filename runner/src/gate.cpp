@@ -1,4 +1,9 @@
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -322,6 +327,16 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
         "--update records the whole suite's baseline: run it unsharded "
         "(" +
         st->shard.text() + ")");
+  if (st->update) {  // refused before the suite runs, not after
+    reports::require_regular_file("baseline", st->baseline);
+    const std::string probe = st->baseline + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw std::invalid_argument("cannot write baseline " + st->baseline + ": " +
+                                  std::strerror(errno));
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
   if (!st->update) {
     reports::require_regular_file("baseline", st->baseline);
     std::ifstream in(st->baseline);
