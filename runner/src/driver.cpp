@@ -275,7 +275,13 @@ oracles::Trace<float> run_kernel(const impl::Backend& b, const oracles::OpCase& 
   tr.reserve(oracles::op_spec(c.op).outputs.size());
   allocate(tr, "", oracles::op_spec(c.op).outputs, c);
   if (oracles::op_spec(c.op).backward) {
-    run_backward(b, c, k, tr);
+    try {
+      run_backward(b, c, k, tr);
+    } catch (const impl::NotCompiled& e) {
+      if (c.op != Op::mixes_backward && c.op != Op::boundary_backward) throw;
+      throw impl::NotCompiled(std::string(e.what()) + " (" + oracles::op_name(c.op) +
+                              " is composed of the pieces' forward and backward entry points)");
+    }
     return tr;
   }
   auto in = [&](const std::string& name) { return c.input(name).data.data(); };
