@@ -135,7 +135,7 @@ Run add_capture(CLI::App& app) {
     std::string producer = runner::repro(c, spec.kernel, spec.model);
     const std::string check_line = "mhc-verify check ", one = " --cases 1";
     producer.replace(0, check_line.size(), "mhc-verify capture ");
-    producer.erase(producer.find(one), one.size());
+    producer.erase(producer.rfind(one), one.size());  // the kernel's name comes before it
     if (producer.find(" --tokens ") == std::string::npos)
       producer += " --tokens " +
                   std::to_string(oracles::op_spec(c.op).whole ? c.tokens / c.batch : c.tokens);

@@ -243,7 +243,8 @@ namespace {
 // anchored: the split from the kernel's own mixes of that boundary, and its mixes from the streams
 // the kernel gave that boundary (the Block's x or the layer before's x_out; x_mid). Empty for any
 // other stage.
-NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
+NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
+                       const bnd::StoredFormats& stored) {
   std::string rest = stage, layer_params, before = "x";
   if (c.op == Op::stack) {
     const std::size_t dot = stage.find('.');
@@ -264,7 +265,9 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
   const bnd::Declaration& d = c.precision.decl;
   if (name == "comb" || name == "pre" || name == "post") {
     const Stage<float>* mixes = find_stage(got, prefix + "mixes");
-    if (!mixes || mixes->values.size() != c.tokens * std::size_t(c.cfg.mix())) return {};
+    if (!mixes || mixes->values.size() != c.tokens * std::size_t(c.cfg.mix()) ||
+        rounded_on_handover(c, stored, mixes->name))
+      return {};
     return name == "comb" ? comb_model(b, mixes->values.data())
                           : weights_model(b, mixes->values.data(), name == "pre");
   }
@@ -278,7 +281,9 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
     xs = c.input("x").data.data();
   } else {
     const Stage<float>* x = find_stage(got, streams);
-    if (!x || x->values.size() != c.tokens * c.cfg.stream_size()) return {};
+    if (!x || x->values.size() != c.tokens * c.cfg.stream_size() ||
+        rounded_on_handover(c, stored, streams))
+      return {};
     xs = x->values.data();
   }
   return mixes_model(c.cfg, xs, c.tokens, b.param("hc_fn").data.data());
@@ -286,13 +291,14 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
 
 }  // namespace
 
-NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got) {
+NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
+                       const bnd::StoredFormats& stored) {
   // The split's models need its stages in fp32: mixes read as the kernel stored them, the
   // coefficients not rounded after; streams stored narrower are read as they are. The
   // projection's model needs fp32 operands and sums too.
   const bnd::Declaration& d = c.precision.decl;
   if (!c.cfg.sem.is_default() || d.coefficients != bnd::Format::fp32) return {};
-  if (c.op == Op::block || c.op == Op::stack) return block_model(c, stage, got);
+  if (c.op == Op::block || c.op == Op::stack) return block_model(c, stage, got, stored);
   // The split's stages, from given mixes: the case's, or the kernel's own (anchored).
   const bool split = c.op == Op::split_sinkhorn;
   const std::string name =
@@ -303,7 +309,8 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
   if (name == "comb" || name == "pre" || name == "post") {
     const Stage<float>* given = find_stage(got, "mixes");
     const float* mixes = split ? c.input("mixes").data.data()
-                         : given && given->values.size() == c.tokens * std::size_t(c.cfg.mix())
+                         : given && given->values.size() == c.tokens * std::size_t(c.cfg.mix()) &&
+                                 !rounded_on_handover(c, stored, "mixes")
                              ? given->values.data()
                              : nullptr;
     if (!mixes) return {};
@@ -317,7 +324,9 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
     xs = c.input("x").data.data();
   } else if (c.op == Op::boundary) {
     const Stage<float>* x = find_stage(got, "x");  // anchored: the streams the kernel's mixes read
-    if (!x || x->values.size() != c.tokens * c.cfg.stream_size()) return {};
+    if (!x || x->values.size() != c.tokens * c.cfg.stream_size() ||
+        rounded_on_handover(c, stored, "x"))
+      return {};
     xs = x->values.data();
   } else {
     return {};
@@ -376,8 +385,7 @@ NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
             return f.first == s.name && f.second != bnd::Format::fp32;
           }))
         continue;
-      if (name != s.name && rounded_on_handover(c, stored, "mixes")) continue;  // anchored
-      NoiseModel m = noise_model(c, name, got);
+      NoiseModel m = noise_model(c, name, got, stored);
       if (!m.value.empty()) models.emplace(name, std::move(m));
     }
   return models;

@@ -345,7 +345,8 @@ std::vector<std::size_t> stage_trailing(const OpCase& c, const std::string& stag
     if (s.size() < 3 || s[0] != 'L' || dot == std::string::npos) return {};
     const std::string num = s.substr(1, dot - 1);
     if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(num) >= c.block.layers)
+        (num.size() > 1 && num[0] == '0') ||
+        std::stoi(num) >= c.block.layers)  // as written: L0, L12
       return {};
     s = s.substr(dot + 1);
   }

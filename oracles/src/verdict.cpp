@@ -131,6 +131,15 @@ const std::vector<RuleInfo>& rules() {
     v.push_back({"wrote_input",
                  "the kernel changed a bit of an input or param it was given "
                  "const: the case fails (the oracle reads the pristine copy)"});
+    v.push_back({"crashed",
+                 "the kernel's worker process ended before it returned (a signal, exit(), its "
+                 "time limit) or left a malformed result: the case fails with what happened"});
+    v.push_back({"absent_output",
+                 "the kernel's trace lacks an output of the op (a stage left out is not judged): "
+                 "the case fails"});
+    v.push_back({"invalid",
+                 "compare: a file or case that is unreadable, malformed or holds nothing to judge "
+                 "(stage \"file\"): counted invalid, exit 2"});
     v.push_back({"degenerate",
                  "every oracle and kernel value is exactly zero: a kernel that writes zeros would "
                  "pass too, so the data cannot tell: mistrusted"});

@@ -222,9 +222,16 @@ def _within_limits(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping
             batch = lead[0] if l["leading"] == 2 and lead else 1
             _core.within_limits(op, dict(config or {}), tokens, batch)
             most = max(most, tokens)
+    if not seen:  # no input says how many tokens there are: the first one wrong is named
+        for name, trailing in l["inputs"].items():
+            if name not in inputs:
+                raise ValueError(f"inputs[{name!r}]: missing (op {op} reads {name})")
+            shape = tuple(getattr(inputs[name], "shape", ()))
+            raise ValueError(f"inputs[{name!r}]: shape {shape}, expected "
+                             f"(..., {', '.join(map(str, trailing))})")
     for kind, given in (("outputs", outputs), ("params", params)):
-        if not seen or not isinstance(given, (Mapping, type(None))):
-            break  # no input says how many tokens there are: the case's errors name what is wrong
+        if not isinstance(given, (Mapping, type(None))):
+            break
         for name, value in (given or {}).items():
             trailing = l[kind].get(name)
             if trailing is None:

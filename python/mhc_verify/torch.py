@@ -39,7 +39,6 @@ order of the forward (layer by layer), then the site, then its call count.
 """
 import contextlib
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -105,18 +104,22 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
 
         return recording
 
+    raised = False  # by the block (sys.exc_info() also sees an outer handler's exception)
     try:
         for site in sites:
             fn = getattr(site.owner, site.attr)
             originals.append((site, fn))
             setattr(site.owner, site.attr, wrap(site, fn))
         yield cases
+    except BaseException:
+        raised = True
+        raise
     finally:
         for site, fn in reversed(originals):
             setattr(site.owner, site.attr, fn)
         if cases:
             mhc_verify.write_capture(path, cases, producer)
-        elif sys.exc_info()[0] is None:
+        elif not raised:
             _nothing(path, "no call of " + ", ".join(
                 f"{getattr(s.owner, '__name__', type(s.owner).__name__)}.{s.attr}" for s in sites) +
                 " was made through the patched name (a caller that bound the function before "
@@ -227,6 +230,7 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
     forwards: List[Dict[str, Any]] = []
     weights: List[Dict[str, Any]] = []  # the params as each forward read them
     handles = []
+    raised = False  # by the block (sys.exc_info() also sees an outer handler's exception)
 
     def snapshot():  # a copy at the forward's start, shared with the last while they are equal
         import torch
@@ -286,6 +290,7 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
             handles.append(final.register_forward_hook(sublayer("final.norm", "out")))
         yield forwards
     except BaseException:
+        raised = True
         if forwards:
             forwards.pop()  # the forward the error interrupted: the others are written
             weights.pop()
@@ -319,5 +324,5 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
                     "outputs": part}
         if cases:
             mhc_verify.write_capture(path, cases, producer)
-        elif sys.exc_info()[0] is None:
+        elif not raised:
             _nothing(path, "no forward ran through the blocks")

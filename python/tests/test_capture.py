@@ -166,6 +166,13 @@ def test_a_torch_capture_of_no_call_is_an_error(tmp_path):
         with mt.capture(path, [mt.Site(kernels, "pre", op="pre", args=("x", "pre_mix"),
                                        returns=("y",))]):
             raise KeyError("the model's own")
+    try:  # inside an outer handler, a block that raised nothing still says so
+        raise KeyError("handled")
+    except KeyError:
+        with pytest.raises(RuntimeError, match="nothing captured"):
+            with mt.capture(path, [mt.Site(kernels, "pre", op="pre", args=("x", "pre_mix"),
+                                           returns=("y",))]):
+                pass
 
 
 def test_torch_capture_records_the_arguments_as_the_call_was_given_them(tmp_path):
@@ -216,6 +223,10 @@ def test_captured_sublayers_are_given_and_the_mhc_around_them_judged(capture):
     outputs["L0.attn.normed"][0, 1, 3] *= 1.001
     r = mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
     assert r.first_divergent == "L0.attn.normed"
+    # a layer is named as the Trace names it: "L00" is no stage, not L0's (it would go unjudged)
+    with pytest.raises(ValueError, match=r"outputs\['L00.x_out'\]: op stack has no such output"):
+        mhc_verify.judge("stack", config, inputs, dict(outputs, **{"L00.x_out": outputs["L0.x_out"]}),
+                         params, save_dir=None)
     del outputs["L1.ffn.out"]
     with pytest.raises(ValueError, match=r"outputs\['L1.ffn.out'\]: missing"):
         mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
@@ -260,6 +271,8 @@ def test_the_given_sublayer_outputs_alone_leave_nothing_to_judge(capture, tmp_pa
     p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "no outputs to judge besides the sublayers' given ones" in p.stderr, p.stderr
+    with pytest.raises(ValueError, match=r"--case 0.stack: no outputs to judge besides the sub"):
+        mhc_verify.judge_file(path)
     assert "compare: INVALID (1 cases: 0 pass, 0 fail, 1 invalid" in p.stdout, p.stdout
 
 

@@ -291,6 +291,18 @@ def test_narrow_outputs_carry_their_rounding(capture, op, dtype):
         assert r16.passed
 
 
+@pytest.mark.parametrize("stage", ["x", "mixes"])
+def test_a_stage_others_are_anchored_on_may_be_handed_over_narrow(capture, stage):
+    """The boundary's mixes are modelled from the kernel's x, its split from the kernel's mixes:
+    that stage alone handed over in fp16 (its values then not those the kernel went on with) takes
+    those models away, and the right outputs pass."""
+    torch = pytest.importorskip("torch")
+    config, inputs, params, outputs = capture("boundary", *SMALL)
+    given = dict(outputs, **{stage: torch.from_numpy(outputs[stage]).half()})
+    r = mhc_verify.judge("boundary", config, inputs, given, params, save_dir=None)
+    assert r.passed, r.message()
+
+
 @pytest.mark.parametrize("op", ["pre", "post"])
 def test_a_declared_bf16_output_is_rounded_once(capture, op):
     # Under the bf16 declaration a stream output's rounding to bf16 is in its bound already: the

@@ -80,11 +80,11 @@ Report read_report(const std::string& path) {
     r.meta.fp_flags = m.at("fp_flags");
     r.meta.host = m.at("host");
     r.meta.device = m.at("device");
-    r.meta.threads = m.at("threads");
+    r.meta.threads = unsigned(whole_int(m.at("threads")));
     if (m.contains("shard")) {  // reports of earlier versions: not sharded
       const json& s = m.at("shard");
-      r.meta.shard = s.at("index");
-      r.meta.shards = s.at("count");
+      r.meta.shard = whole_int(s.at("index"));
+      r.meta.shards = whole_int(s.at("count"));
       r.meta.shard_source = s.at("source");
       r.meta.campaign = s.at("campaign");
       if (r.meta.shards < 1 || r.meta.shard < 0 || r.meta.shard >= r.meta.shards)
@@ -96,7 +96,7 @@ Report read_report(const std::string& path) {
     r.meta.wall_s = num(m.at("wall_s"));
     r.complete = j.at("complete");
     r.interrupted = j.at("interrupted").is_null() ? "" : j.at("interrupted").get<std::string>();
-    r.exit_code = j.at("exit_code");
+    r.exit_code = whole_int(j.at("exit_code"));
     // The exit codes a run ends with (README): anything else is not a report of ours.
     if (r.exit_code != 0 && r.exit_code != 1 && r.exit_code != 2 && r.exit_code != 3 &&
         r.exit_code != 130 && r.exit_code != 143)
@@ -127,8 +127,8 @@ Report read_report(const std::string& path) {
         a.max_ulp = num(ja.at("max_ulp"));
         a.max_rel = num(ja.at("max_rel"));
         a.worst = element(ja.at("worst"));
-        a.worst_case = ja.at("worst").value("case", std::size_t(0));
-        a.ulp_hist = ja.at("ulp_hist").get<std::vector<std::uint64_t>>();
+        if (ja.at("worst").contains("case")) a.worst_case = whole(ja.at("worst").at("case"));
+        for (const json& h : ja.at("ulp_hist")) a.ulp_hist.push_back(whole(h));
         for (const json& s : ja.at("samples")) {
           oracles::Element el;  // the plot needs |got - want| and the bound only
           el.bound = num(s.at(0));

@@ -262,15 +262,19 @@ TEST_CASE("reports: a count that is not a whole number >= 0 is refused", "[repor
       std::filesystem::temp_directory_path() / ("mhc-whole-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "r.json").string();
-  for (const auto& [where, value] :
-       std::vector<std::pair<std::string, nlohmann::json>>{{"/index", -5},
-                                                           {"/index", 1e30},
-                                                           {"/index", 2.5},
-                                                           {"/seed", -1},
-                                                           {"/stages/0/failed", -3},
-                                                           {"/stages/0/worst/index", "7"}}) {
+  for (const auto& [where, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"/entries/0/cases/0/index", -5},
+           {"/entries/0/cases/0/index", 1e30},
+           {"/entries/0/cases/0/index", 2.5},
+           {"/entries/0/cases/0/seed", -1},
+           {"/entries/0/cases/0/stages/0/failed", -3},
+           {"/entries/0/cases/0/stages/0/worst/index", "7"},
+           {"/entries/0/stages/0/ulp_hist/0", -5},
+           {"/entries/0/stages/0/worst/case", 2.7},
+           {"/meta/threads", -1},
+           {"/exit_code", 1.5}}) {
     auto j = nlohmann::json::parse(reports::to_json(r));
-    j["entries"][0]["cases"][0][nlohmann::json::json_pointer(where)] = value;
+    j[nlohmann::json::json_pointer(where)] = value;
     reports::write_atomic(path, j.dump());
     CAPTURE(where, value.dump());
     CHECK_THROWS_WITH(reports::read_report(path),

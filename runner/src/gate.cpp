@@ -330,7 +330,7 @@ GatePlan::GatePlan(const GateSpec& spec) : spec_(spec) {
   if (st->update) {  // refused before the suite runs, not after
     reports::require_regular_file("baseline", st->baseline);
     const std::string probe = st->baseline + ".tmp." + std::to_string(::getpid());
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
       throw std::invalid_argument("cannot write baseline " + st->baseline + ": " +
                                   std::strerror(errno));

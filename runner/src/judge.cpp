@@ -289,6 +289,8 @@ Ran run_twice(const impl::Backend& b, const oracles::OpCase& c, const Judging& j
       r.got.clear();
       return r;
     }
+  if (r.wrote.empty() && !second.wrote.empty())
+    r.wrote = "on a second run of the case: " + second.wrote;
   differs = first_difference(r.got, second.got);
   if (!differs.empty()) again = std::move(second.got);
   return r;
@@ -319,7 +321,8 @@ Outcome judge_kernel(const impl::Backend& b, const oracles::OpCase& c, const Jud
   if (!differs.empty() && o.verdict.state != oracles::State::fail) {
     Outcome second = finish(std::move(again), want_of, c, j, r.wrote);
     if (second.verdict.state == oracles::State::fail) {
-      for (auto& s : second.verdict.stages) s.reason = "on the second run: " + s.reason;
+      for (auto& s : second.verdict.stages)
+        if (s.state == oracles::State::fail) s.reason = "on the second run: " + s.reason;
       o = std::move(second);
     }
   }

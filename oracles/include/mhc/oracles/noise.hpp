@@ -39,8 +39,10 @@ struct NoiseModel {
 // (split_sinkhorn's comb; anchored.comb of mixes and boundary): measured, the spread of
 // stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
 // given mixes (pre and post; anchored.pre and anchored.post): the worst case of the sigmoid's
-// usual forms. Empty for a stage it does not model.
-NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got);
+// usual forms. Empty for a stage it does not model, and where the stage it is anchored on (the
+// kernel's mixes or streams) was handed over rounded (stored: rounded_on_handover).
+NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
+                       const bnd::StoredFormats& stored = {});
 
 // The second tier's judgement of one stage: z per element (an element whose scale is not finite
 // is not judged).
