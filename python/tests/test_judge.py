@@ -331,7 +331,7 @@ def test_a_declared_bf16_output_is_rounded_once(capture, op):
         assert not r.passed and r.first_divergent == "y"
 
 
-def test_a_second_tier_failure_is_not_explained_by_deviations_that_leave_it_alone():
+def test_a_second_tier_failure_is_not_explained_by_deviations_that_leave_it_alone(tmp_path):
     # A Sinkhorn in the log domain (exact in real arithmetic, every eps in place) loses accuracy on
     # the smallest entries: within the first tier's bounds, flagged by the second. The diagnosis
     # may name only deviations that change the comb; those of pre and post alone leave it as the
@@ -359,6 +359,16 @@ def test_a_second_tier_failure_is_not_explained_by_deviations_that_leave_it_alon
     assert f"comb[{w.index}] (token {w.token})" in r.message() and f"z = {w.ratio:.3g}" in r.message()
     named = set(r.deviations)
     assert not named & {"post_without_factor2", "post_with_eps", "pre_without_eps"}, named
+    # compare's line says the tier failed it, every ratio within its bound
+    path = tmp_path / "log_domain.h5"
+    mhc_verify.write_capture(path, {"c": {
+        "op": "split_sinkhorn", "config": {"hc_mult": n, "hc_eps": eps}, "inputs": {"mixes": m},
+        "outputs": {"comb": torch.exp(lc)},
+        "params": {"hc_scale": torch.ones(3), "hc_base": torch.zeros(M)}}})
+    p = subprocess.run([BIN, "compare", str(path)], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"first divergent stage comb (second tier: error {w.ratio:.3g} times its fp32 noise)" \
+        in p.stdout, p.stdout
 
 
 def test_fp16_datasets_in_a_file_carry_their_rounding(tmp_path):

@@ -112,13 +112,22 @@ int run_compare(const CompareSpec& spec, Session& session) {
     const bool fail = v.state == oracles::State::fail;
     if (fail) rc = std::max(rc, 1);
     progress.done();
-    std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s\n",
+    // A failure of the second tier alone is within every bound: the line says which judgement.
+    std::string tier;
+    for (const auto& s : v.stages)
+      if (fail && s.stage == v.first_divergent && s.rule == "noise") {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " (second tier: error %.3g times its fp32 noise)",
+                      s.noise.z_max);
+        tier = buf;
+      }
+    std::printf("%s %s: %s, %zu tokens, %s; worst ratio %.3g (%s)%s%s%s\n",
                 fail                              ? "FAIL"
                 : v.state == oracles::State::pass ? "PASS"
                                                   : "UNDECIDED",
                 shown.c_str(), entry.op.c_str(), fx.c.tokens, entry.precision.c_str(), worst,
                 worst_stage.c_str(), fail ? "; first divergent stage " : "",
-                fail ? v.first_divergent.c_str() : "");
+                fail ? v.first_divergent.c_str() : "", tier.c_str());
     if (fail) {
       if (!o.diagnosis.empty()) std::printf("DIAGNOSIS: %s\n", o.diagnosis.c_str());
       std::printf("REPRO: %s\n", reports::clean_text(rec.repro).c_str());
