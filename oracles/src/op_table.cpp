@@ -323,10 +323,10 @@ bool rounded_on_handover(const OpCase& c, const bnd::StoredFormats& stored,
   });
 }
 
-bool judges_something(const OpCase& c, const std::vector<std::string>& stages) {
+bool judges_something(const OpCase& c, const Trace<float>& outputs) {
   const std::vector<std::string> given = given_stages(c);
-  return std::any_of(stages.begin(), stages.end(), [&](const std::string& s) {
-    return std::find(given.begin(), given.end(), s) == given.end();
+  return std::any_of(outputs.begin(), outputs.end(), [&](const Stage<float>& s) {
+    return std::find(given.begin(), given.end(), s.name) == given.end();
   });
 }
 

@@ -332,12 +332,10 @@ py::list judge_file(const std::string& path, const std::vector<std::string>& cas
         path,
         [&](fixtures::Fixture&& fx) {  // one case held at a time
           if (!cases.empty() && !std::count(cases.begin(), cases.end(), fx.name)) return;
-          std::vector<std::string> stages;
-          for (const auto& o : fx.outputs) stages.push_back(o.name);
-          if (!oracles::judges_something(fx.c, stages))  // as compare refuses it
+          if (!oracles::judges_something(fx.c, fx.outputs))  // as compare refuses it
             throw std::invalid_argument(
                 path + (fx.name.empty() ? "" : " --case " + fx.name) + ": no outputs to judge" +
-                (stages.empty() ? "" : " besides the sublayers' given ones"));
+                (fx.outputs.empty() ? "" : " besides the sublayers' given ones"));
           runner::within_limits(fx.c, base.j.limits);
           Options opt = base;
           if (!fx.name.empty()) opt.label = label + "[" + fx.name + "]";

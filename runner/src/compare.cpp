@@ -84,16 +84,14 @@ int run_compare(const CompareSpec& spec, Session& session) {
     for (const auto& name : fx.skipped)
       std::fprintf(stderr, "%s: /outputs/trace/%s: unknown stage, skipped\n", shown.c_str(),
                    reports::clean_text(name).c_str());
-    std::vector<std::string> stages;
-    for (const auto& o : fx.outputs) stages.push_back(o.name);
     // A capture of nothing, or of the given sublayer outputs alone, would pass vacuously: refused.
-    if (!oracles::judges_something(fx.c, stages)) {
+    if (!oracles::judges_something(fx.c, fx.outputs)) {
       std::string names;
       for (const auto& o : oracles::op_spec(fx.c.op).outputs)
         names += (names.empty() ? "" : ", ") + o.name;
       return report_invalid(f, fx.name, index,
                             label + ": no outputs to judge" +
-                                (stages.empty() ? "" : " besides the sublayers' given ones") +
+                                (fx.outputs.empty() ? "" : " besides the sublayers' given ones") +
                                 " (" + entry.op + ", " + std::to_string(fx.c.tokens) +
                                 " tokens; expected one or more of " + "/outputs/{" + names + "})");
     }

@@ -130,9 +130,6 @@ CaseLayout case_layout(const OpCase& header);
 // takes from the capture instead of computing them: each layer's attn.out and ffn.out ("L<l>."
 // in a stack). Empty otherwise.
 std::vector<std::string> given_stages(const OpCase& header);
-// Whether outputs with these stage names leave anything to judge: a sublayer's output given
-// with the case is taken as it is, so outputs of those alone would pass on nothing.
-bool judges_something(const OpCase& header, const std::vector<std::string>& stages);
 // The trailing dimensions of a block or stack Trace stage, from its name ("L1.ffn.pre" in a
 // stack); empty if the op has no such stage.
 std::vector<std::size_t> stage_trailing(const OpCase& header, const std::string& stage);
@@ -209,6 +206,9 @@ OpCase generate_case(Op op, const ref::Config& cfg, std::size_t tokens, std::uin
 using ref::Stage;
 template <class S>
 using Trace = std::vector<Stage<S>>;
+// Whether these outputs leave anything to judge: a sublayer's output given with the case is taken
+// as it is, so outputs of those alone (or none) would pass on nothing.
+bool judges_something(const OpCase& header, const Trace<float>& outputs);
 // The stage of t with that name, or nullptr.
 template <class S>
 const Stage<S>* find_stage(const Trace<S>& t, const std::string& name) {
