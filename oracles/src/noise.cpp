@@ -239,6 +239,30 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
 
 namespace {
 
+// The kernel's stage `name` as a model may read it: present, of `size` values and not rounded on
+// handover; else null (not modelled).
+const float* handed_over(const OpCase& c, const Trace<float>& got, const bnd::StoredFormats& stored,
+                         const std::string& name, std::size_t size) {
+  const Stage<float>* s = find_stage(got, name);
+  return s && s->values.size() == size && !rounded_on_handover(c, stored, name) ? s->values.data()
+                                                                                : nullptr;
+}
+
+// The boundary's model of its stage `name` (b holds the boundary's params): the split's stages
+// from `mixes`, the projection from the streams `xs` in fp32; null operands are not modelled.
+NoiseModel boundary_model(const OpCase& b, const std::string& name, const float* mixes,
+                          const float* xs) {
+  if (name == "comb" || name == "pre" || name == "post") {
+    if (!mixes) return {};
+    return name == "comb" ? comb_model(b, mixes) : weights_model(b, mixes, name == "pre");
+  }
+  const bnd::Declaration& d = b.precision.decl;
+  if (name != "mixes" || !xs || d.products != bnd::Format::fp32 ||
+      d.accumulation != bnd::Format::fp32 || d.mixes != bnd::Format::fp32)
+    return {};
+  return mixes_model(b.cfg, xs, b.tokens, b.param("hc_fn").data.data());
+}
+
 // A boundary of a Block or a stack ("attn.comb", "L1.ffn.mixes"), modelled as the op boundary is
 // anchored: the split from the kernel's own mixes of that boundary, and its mixes from the streams
 // the kernel gave that boundary (the Block's x or the layer before's x_out; x_mid). Empty for any
@@ -262,31 +286,12 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
   OpCase b = case_header(Op::boundary, c.cfg, c.tokens, c.seed, c.precision);
   for (const char* p : {"hc_fn", "hc_scale", "hc_base"})
     b.params[p] = c.param(layer_params + sub + "/" + p);
-  const bnd::Declaration& d = c.precision.decl;
-  if (name == "comb" || name == "pre" || name == "post") {
-    const Stage<float>* mixes = find_stage(got, prefix + "mixes");
-    if (!mixes || mixes->values.size() != c.tokens * std::size_t(c.cfg.mix()) ||
-        rounded_on_handover(c, stored, mixes->name))
-      return {};
-    return name == "comb" ? comb_model(b, mixes->values.data())
-                          : weights_model(b, mixes->values.data(), name == "pre");
-  }
-  if (name != "mixes" || d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32 ||
-      d.mixes != bnd::Format::fp32)
-    return {};
   const std::string streams =
       sub == "attn" ? before : prefix.substr(0, prefix.size() - 4) + "x_mid";
-  const float* xs = nullptr;
-  if (streams == "x") {
-    xs = c.input("x").data.data();
-  } else {
-    const Stage<float>* x = find_stage(got, streams);
-    if (!x || x->values.size() != c.tokens * c.cfg.stream_size() ||
-        rounded_on_handover(c, stored, streams))
-      return {};
-    xs = x->values.data();
-  }
-  return mixes_model(c.cfg, xs, c.tokens, b.param("hc_fn").data.data());
+  return boundary_model(
+      b, name, handed_over(c, got, stored, prefix + "mixes", c.tokens * std::size_t(c.cfg.mix())),
+      streams == "x" ? c.input("x").data.data()
+                     : handed_over(c, got, stored, streams, c.tokens * c.cfg.stream_size()));
 }
 
 }  // namespace
@@ -296,42 +301,27 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
   // The split's models need its stages in fp32: mixes read as the kernel stored them, the
   // coefficients not rounded after; streams stored narrower are read as they are. The
   // projection's model needs fp32 operands and sums too.
-  const bnd::Declaration& d = c.precision.decl;
-  if (!c.cfg.sem.is_default() || d.coefficients != bnd::Format::fp32) return {};
-  if (c.op == Op::block || c.op == Op::stack) return block_model(c, stage, got, stored);
-  // The split's stages, from given mixes: the case's, or the kernel's own (anchored).
-  const bool split = c.op == Op::split_sinkhorn;
-  const std::string name =
-      split ? stage
-      : (c.op == Op::mixes || c.op == Op::boundary) && stage.rfind(kAnchored, 0) == 0
-          ? stage.substr(kAnchored.size())
-          : std::string();
-  if (name == "comb" || name == "pre" || name == "post") {
-    const Stage<float>* given = find_stage(got, "mixes");
-    const float* mixes = split ? c.input("mixes").data.data()
-                         : given && given->values.size() == c.tokens * std::size_t(c.cfg.mix()) &&
-                                 !rounded_on_handover(c, stored, "mixes")
-                             ? given->values.data()
-                             : nullptr;
-    if (!mixes) return {};
-    return name == "comb" ? comb_model(c, mixes) : weights_model(c, mixes, name == "pre");
-  }
-  if (stage != "mixes" || d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32 ||
-      d.mixes != bnd::Format::fp32)
-    return {};
-  const float* xs = nullptr;
-  if (c.op == Op::mixes) {
-    xs = c.input("x").data.data();
-  } else if (c.op == Op::boundary) {
-    const Stage<float>* x = find_stage(got, "x");  // anchored: the streams the kernel's mixes read
-    if (!x || x->values.size() != c.tokens * c.cfg.stream_size() ||
-        rounded_on_handover(c, stored, "x"))
+  if (!c.cfg.sem.is_default() || c.precision.decl.coefficients != bnd::Format::fp32) return {};
+  switch (c.op) {
+    case Op::block:
+    case Op::stack:
+      return block_model(c, stage, got, stored);
+    case Op::split_sinkhorn:  // from the case's mixes
+      return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);
+    case Op::mixes:
+      return boundary_model(c, stage, nullptr, c.input("x").data.data());
+    case Op::boundary:  // anchored: the split from the kernel's mixes, these from its streams
+      if (stage == "mixes")
+        return boundary_model(c, stage, nullptr,
+                              handed_over(c, got, stored, "x", c.tokens * c.cfg.stream_size()));
+      if (stage.rfind(kAnchored, 0) == 0)
+        return boundary_model(
+            c, stage.substr(kAnchored.size()),
+            handed_over(c, got, stored, "mixes", c.tokens * std::size_t(c.cfg.mix())), nullptr);
       return {};
-    xs = x->values.data();
-  } else {
-    return {};
+    default:
+      return {};
   }
-  return mixes_model(c.cfg, xs, c.tokens, c.param("hc_fn").data.data());
 }
 
 NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t per_token) {
