@@ -7,6 +7,8 @@ every stage: how far below the bounds a threshold could go at all).
 
 python3 bench/calibrate_noise.py MHC_VERIFY [cases per shard] [shards] [jobs] [kernels...]
 Prints one line per (kernel, op, stage) and a total; exit 1 if any legitimate stage was flagged.
+The environment's OPS (comma-separated) and PRECISION (a declaration) choose the ops (default
+every op the tier models, and pre and post) and the declaration (default fp32).
 """
 import collections
 import concurrent.futures
@@ -25,7 +27,10 @@ LEGIT = ["cpu", "cpu-fused"] + [
     subprocess.run([BIN, "mutants", "--list"], capture_output=True, text=True).stdout.splitlines()
     if line.split()[1:2] == ["legitimate"]]
 KERNELS = sys.argv[5:] or LEGIT
-OPS = ["split_sinkhorn", "mixes", "boundary", "pre", "post"]  # pre, post: the bounds only
+# pre, post: the bounds only
+OPS = os.environ.get("OPS", "split_sinkhorn,mixes,boundary,pre,post,pre_backward,post_backward"
+                     ).split(",")
+PRECISION = os.environ.get("PRECISION", "fp32")
 tmp = tempfile.mkdtemp()
 
 
@@ -35,6 +40,7 @@ def shard(job):
     # seeds: shard s covers [1 + s * CASES, (s + 1) * CASES]
     p = subprocess.run([BIN, "check", "--kernel", kernel, "--op", op, "--cases", str(CASES),
                         "--tokens", "4", "--seed", str(1 + s * CASES), "--threads", "1",
+                        "--precision", PRECISION, "--save-failures", "",
                         "--json", out], capture_output=True, text=True)
     if p.returncode not in (0, 1):
         raise RuntimeError(f"{kernel} {op} shard {s}: exit {p.returncode}: {p.stderr[-500:]}")

@@ -174,18 +174,50 @@ void split_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t 
   std::copy(both.begin() + 3, both.end(), db);
 }
 
+// sum_c a_c b_c over d in the knobs' order (BackwardKnobs::Sums).
+float sum_over_d(const BackwardKnobs& kb, const float* a, const float* b, std::size_t d) {
+  using S = BackwardKnobs::Sums;
+  const auto product = [&](std::size_t i) {
+    return kb.tf32_products ? round_to(Format::tf32, a[i]) * round_to(Format::tf32, b[i])
+                            : a[i] * b[i];
+  };
+  float s = 0;
+  switch (kb.sums) {
+    case S::forward:
+      for (std::size_t i = 0; i < d; ++i) s += product(i);
+      return s;
+    case S::reverse:
+      for (std::size_t i = d; i-- > 0;) s += product(i);
+      return s;
+    case S::pairwise: {
+      std::vector<float> t(d);
+      for (std::size_t i = 0; i < d; ++i) t[i] = product(i);
+      for (std::size_t w = 1; w < d; w *= 2)
+        for (std::size_t i = 0; i + w < d; i += 2 * w) t[i] += t[i + w];
+      return d ? t[0] : 0.0f;
+    }
+    case S::lanes: {
+      float lane[32] = {};
+      for (std::size_t i = 0; i < d; ++i)
+        lane[i % 32] =
+            kb.tf32_products ? lane[i % 32] + product(i) : std::fma(a[i], b[i], lane[i % 32]);
+      for (std::size_t w = 16; w > 0; w /= 2)
+        for (std::size_t l = 0; l < w; ++l) lane[l] += lane[l + w];
+      return lane[0];
+    }
+  }
+  return s;
+}
+
 // y_c = sum_j p_j x_jc: d_x_jc = p_j g_c, d_p_j = sum_c g_c x_jc.
-void pre_backward(const KernelConfig& c, std::size_t T, const float* x, const float* p,
-                  const float* g, float* dx, float* dp) {
+void pre_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t T, const float* x,
+                  const float* p, const float* g, float* dx, float* dp) {
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t j = 0; j < n; ++j) {
-      float acc = 0;
-      for (std::size_t cc = 0; cc < d; ++cc) {
+      for (std::size_t cc = 0; cc < d; ++cc)
         dx[(t * n + j) * d + cc] = store(c, p[t * n + j] * g[t * d + cc]);
-        acc += g[t * d + cc] * x[(t * n + j) * d + cc];
-      }
-      dp[t * n + j] = acc;
+      dp[t * n + j] = sum_over_d(kb, g + t * d, x + (t * n + j) * d, d);
     }
 }
 
@@ -201,11 +233,7 @@ void post_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t T
       for (std::size_t k = 0; k < n; ++k) acc += post[t * n + k] * gt[k * d + cc];
       df[t * d + cc] = store(c, acc);
     }
-    for (std::size_t k = 0; k < n; ++k) {
-      float acc = 0;
-      for (std::size_t cc = 0; cc < d; ++cc) acc += gt[k * d + cc] * f[t * d + cc];
-      dpost[t * n + k] = acc;
-    }
+    for (std::size_t k = 0; k < n; ++k) dpost[t * n + k] = sum_over_d(kb, gt + k * d, f + t * d, d);
     for (std::size_t j = 0; j < n; ++j)
       for (std::size_t cc = 0; cc < d; ++cc) {
         float acc = 0;
@@ -213,11 +241,9 @@ void post_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t T
         dR[(t * n + j) * d + cc] = store(c, acc);
       }
     for (std::size_t j = 0; j < n; ++j)
-      for (std::size_t k = 0; k < n; ++k) {
-        float acc = 0;
-        for (std::size_t cc = 0; cc < d; ++cc) acc += gt[k * d + cc] * R[(t * n + j) * d + cc];
-        dcomb[kb.comb_transposed ? (t * n + k) * n + j : (t * n + j) * n + k] = acc;
-      }
+      for (std::size_t k = 0; k < n; ++k)
+        dcomb[kb.comb_transposed ? (t * n + k) * n + j : (t * n + j) * n + k] =
+            sum_over_d(kb, gt + k * d, R + (t * n + j) * d, d);
   }
 }
 
@@ -253,7 +279,9 @@ Backend::Backward cpu_backward(const BackwardKnobs& kb, bool threaded) {
                                     float* db) {
     split_backward(kb, c, T, m, s, bb, gp, gq, gc, dm, ds, db, threaded);
   };
-  b.hc_pre = pre_backward;
+  b.hc_pre = [kb](const KernelConfig& c, std::size_t T, const float* x, const float* p,
+                  const float* g, float* dx,
+                  float* dp) { pre_backward(kb, c, T, x, p, g, dx, dp); };
   b.hc_post = [kb](const KernelConfig& c, std::size_t T, const float* f, const float* R,
                    const float* post, const float* comb, const float* g, float* df, float* dR,
                    float* dpost, float* dcomb) {

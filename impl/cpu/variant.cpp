@@ -448,6 +448,9 @@ const std::vector<Variant>& variant_catalogue() {
     legit("backward_reversed_tokens", [](Variant& x) { x.backward.order = O::reverse; });
     legit("backward_atomics", [](Variant& x) { x.backward.order = O::shuffled; });
     legit("backward_recomputed_iterates", [](Variant& x) { x.backward.recompute = true; });
+    legit("backward_pairwise_sums",
+          [](Variant& x) { x.backward.sums = BackwardKnobs::Sums::pairwise; });
+    legit("backward_lane_sums", [](Variant& x) { x.backward.sums = BackwardKnobs::Sums::lanes; });
     wrong("backward_den_without_eps", "", [](Variant& x) { x.backward.den_eps = false; });
     wrong("backward_comb_transposed", "", [](Variant& x) { x.backward.comb_transposed = true; });
     wrong("backward_post_without_factor2", "post_without_factor2",
@@ -459,6 +462,7 @@ const std::vector<Variant>& variant_catalogue() {
           [](Variant& x) { x.backward.sinkhorn = S::last_round; });
     wrong("backward_routing_detached", "", [](Variant& x) { x.backward.routing = false; });
     wrong("backward_pre_not_shifted", "", [](Variant& x) { x.backward.shifted_pre = false; });
+    wrong("backward_tf32_products", "", [](Variant& x) { x.backward.tf32_products = true; });
     return v;
   }();
   return all;

@@ -88,6 +88,35 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
+// Every token's dot products a_i . b_j over d of two given stream tensors, a [T, na, d] and
+// b [T, nb, d], into [T, na, nb] (a backward piece's sums over d: grad_pre_mix, grad_post,
+// grad_comb): the projection's sums model without its RMS scale, the two orders run.
+NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_t nb, std::size_t T,
+                      std::size_t d) {
+  bnd::Model probabilistic = bnd::fp32();
+  probabilistic.probabilistic = true;
+  const bnd::ModelScope scope(probabilistic);
+  NoiseModel m;
+  m.value.resize(T * na * nb);
+  m.scale.resize(T * na * nb);
+  std::vector<bnd::detail::SequentialSums> dots(na * nb);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float *at = a + t * na * d, *bt = b + t * nb * d;
+    bnd::detail::sequential_sums(at, na, bt, nb, d, dots.data());
+    const std::vector<bool> repeated = bnd::detail::repeated_terms(at, na, bt, nb, d);
+    for (std::size_t k = 0; k < na * nb; ++k) {
+      const auto& o = dots[k];
+      m.value[t * na * nb + k] = o.exact;
+      m.scale[t * na * nb + k] =
+          repeated[k] ? HUGE_VAL
+                      : std::max({sum_noise(o.partials2_forward, o.partials2_backward, o.products2),
+                                  std::fabs(double(o.forward) - o.exact),
+                                  std::fabs(double(o.backward) - o.exact)});
+    }
+  }
+  return m;
+}
+
 // fp32 whose divisions multiply by the reciprocal, a * (1 / b) (two roundings): the other usual
 // form of a normalisation, run through the reference Sinkhorn.
 struct Recip32 {
@@ -310,6 +339,24 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
       return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);
     case Op::mixes:
       return boundary_model(c, stage, nullptr, c.input("x").data.data());
+    case Op::pre_backward:   // grad_pre_mix[j] = upstream_y . x_j
+    case Op::post_backward:  // grad_post[k] = f . upstream_y_k, grad_comb[j, k] = residual_j .
+                             // upstream_y_k
+    {
+      const bnd::Declaration& d = c.precision.decl;
+      if (d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32) return {};
+      const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
+      const float* up = c.input("upstream_y").data.data();
+      if (c.op == Op::pre_backward)
+        return stage == "grad_pre_mix"
+                   ? dots_model(up, 1, c.input("x").data.data(), n, c.tokens, dim)
+                   : NoiseModel{};
+      if (stage == "grad_post")
+        return dots_model(c.input("f").data.data(), 1, up, n, c.tokens, dim);
+      if (stage == "grad_comb")
+        return dots_model(c.input("residual").data.data(), n, up, n, c.tokens, dim);
+      return {};
+    }
     case Op::boundary:  // anchored: the split from the kernel's mixes, these from its streams
       if (stage == "mixes")
         return boundary_model(c, stage, nullptr,

@@ -188,3 +188,83 @@ TEST_CASE("noise: the root mean square is judged over 16 independent elements or
     CHECK((v.state == oracles::State::fail) == flagged);
   }
 }
+
+// The backward pieces' sums over d (grad_pre_mix, grad_post, grad_comb) computed here in the
+// orders fp32 kernels use: every one within the tier (z at most 6, root mean square at most 1.5),
+// and products of operands rounded to tf32 (a tensor core's single pass) flagged, though within
+// the bounds on most cases (bench/README.md, "A second tier for the backward's sums over d").
+TEST_CASE("noise: the backward's sums over d hold every usual fp32 order", "[noise]") {
+  ref::Config cfg;
+  cfg.d = 5120;
+  const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d), T = 8;
+  const auto tf32 = [](float v) {  // round to nearest, ties away (cvt.rna.tf32.f32)
+    std::uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b = (b + 0x1000u) & ~0x1fffu;
+    std::memcpy(&v, &b, 4);
+    return v;
+  };
+  using Order = std::function<float(const float*, const float*)>;
+  const std::vector<std::pair<std::string, Order>> orders{
+      {"forward",
+       [&](const float* a, const float* b) {
+         float s = 0;
+         for (std::size_t i = 0; i < d; ++i) s += a[i] * b[i];
+         return s;
+       }},
+      {"reverse fma",
+       [&](const float* a, const float* b) {
+         float s = 0;
+         for (std::size_t i = d; i-- > 0;) s = std::fma(a[i], b[i], s);
+         return s;
+       }},
+      {"pairwise",
+       [&](const float* a, const float* b) {
+         std::vector<float> t(d);
+         for (std::size_t i = 0; i < d; ++i) t[i] = a[i] * b[i];
+         for (std::size_t w = 1; w < d; w *= 2)
+           for (std::size_t i = 0; i + w < d; i += 2 * w) t[i] += t[i + w];
+         return t[0];
+       }},
+      {"256 threads of 4 then a tree",  // a block's reduction
+       [&](const float* a, const float* b) {
+         std::vector<float> lane(256, 0.0f);
+         for (std::size_t i = 0; i < d; i += 4)
+           for (std::size_t k = i; k < i + 4; ++k)
+             lane[(i / 4) % 256] = std::fma(a[k], b[k], lane[(i / 4) % 256]);
+         for (std::size_t w = 128; w > 0; w /= 2)
+           for (std::size_t l = 0; l < w; ++l) lane[l] += lane[l + w];
+         return lane[0];
+       }},
+      {"tf32 products",
+       [&](const float* a, const float* b) {
+         float s = 0;
+         for (std::size_t i = 0; i < d; ++i) s += tf32(a[i]) * tf32(b[i]);
+         return s;
+       }},
+  };
+  for (const auto& [op, stage] : {std::pair{Op::pre_backward, "grad_pre_mix"},
+                                  {Op::post_backward, "grad_post"},
+                                  {Op::post_backward, "grad_comb"}}) {
+    const oracles::OpCase c = oracles::generate_case(op, cfg, T, 11, oracles::Precision::fp32());
+    const float* up = c.input("upstream_y").data.data();
+    // The stage's rows a_i . b_j, as the model's comment lays them out.
+    const bool pre = op == Op::pre_backward, comb = std::string(stage) == "grad_comb";
+    const float* a = pre ? up : comb ? c.input("residual").data.data() : c.input("f").data.data();
+    const float* b = pre ? c.input("x").data.data() : up;
+    const std::size_t na = comb ? n : 1;
+    for (const auto& [name, sum] : orders) {
+      oracles::Trace<float> got{{stage, {T, na * n}, std::vector<float>(T * na * n)}};
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < na; ++i)
+          for (std::size_t j = 0; j < n; ++j)
+            got[0].values[(t * na + i) * n + j] = sum(a + (t * na + i) * d, b + (t * n + j) * d);
+      const oracles::NoiseModel m = oracles::noise_model(c, stage, got);
+      REQUIRE(m.value.size() == T * na * n);
+      const auto v = oracles::noise_judge(got[0].values.data(), m, na * n);
+      CAPTURE(stage, name, v.reason);
+      CHECK(v.elements == T * na * n);
+      CHECK((v.state == oracles::State::fail) == (name == "tf32 products"));
+    }
+  }
+}

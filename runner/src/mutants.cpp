@@ -230,8 +230,9 @@ int run_mutants(const MutantsSpec& spec, Session& session) {
     r.wrong = v.wrong;
     r.explains = v.explains;
     r.backward = v.backward.chosen();
-    // The backward ones under bf16 streams as well (the Block's backward is judged in fp32 only).
-    const bool twin = r.backward && !v.backward.block_only();
+    // The backward ones under bf16 streams as well (the Block's backward is judged in fp32 only;
+    // tf32 holds bf16 values exactly, so products rounded to it are right there).
+    const bool twin = r.backward && !v.backward.block_only() && !v.backward.tf32_products;
     rows.push_back(r);
     if (twin) {
       r.precision = oracles::Precision::bf16();

@@ -194,11 +194,21 @@ struct BackwardKnobs {
   // treated as constants, as a detach() gives); the FFN's reading weights' gradient to the attn
   // site's pre it read with (false: to the FFN site's own, as if pre were not shifted).
   bool routing = true, shifted_pre = true;
+  // Each token's sums over d of hc_pre's and hc_post's weight gradients: one after the other,
+  // last to first, pairwise, or in 32 strided lanes with fma then a tree over the lanes (as a
+  // warp sums them); tf32_products rounds both operands of their products to tf32 first (a
+  // tensor core's single pass, undeclared).
+  enum class Sums { forward, reverse, pairwise, lanes };
+  Sums sums = Sums::forward;
+  bool tf32_products = false;
   bool deviates() const {
     return !den_eps || comb_transposed || !post_factor2 || !mean_term ||
            sinkhorn != Sinkhorn::unrolled || !routing || !shifted_pre;
   }
-  bool chosen() const { return deviates() || order != Order::forward || recompute; }
+  bool chosen() const {
+    return deviates() || order != Order::forward || recompute || sums != Sums::forward ||
+           tf32_products;
+  }
   bool block_only() const { return !routing || !shifted_pre; }  // deviates in a Block's alone
 };
 

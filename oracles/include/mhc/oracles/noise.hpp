@@ -1,10 +1,10 @@
 // The second tier: a statistical judgement beside the bounds, where the bounds are loose (the
 // 20480-term projection of mixes and its RMS scale; the comb's 39 normalisations; the weights,
-// whose bounds allow every usual form of the sigmoid). It asks whether the kernel's error is the
-// size of the legitimate rounding noise of fp32 kernels on this data, not whether it is possible.
-// Its own rule ("noise") and its own numbers in the verdict: a flag is evidence at a stated
-// false-alarm rate, not a proof. Model and calibration: docs/semantics.md, "The second tier";
-// measurements: bench/README.md, "The second tier".
+// whose bounds allow every usual form of the sigmoid; the backward pieces' sums over d). It asks
+// whether the kernel's error is the size of the legitimate rounding noise of fp32 kernels on this
+// data, not whether it is possible. Its own rule ("noise") and its own numbers in the verdict: a
+// flag is evidence at a stated false-alarm rate, not a proof. Model and calibration:
+// docs/semantics.md, "The second tier"; measurements: bench/README.md, "The second tier".
 #pragma once
 
 #include <map>
@@ -20,8 +20,8 @@ namespace mhc::oracles {
 // Thresholds on z = |got - want| / s, s the element's noise scale: an element beyond the model's
 // max_z, or a stage of at least 16 independent elements whose root mean square of z is beyond
 // kNoiseRms, is flagged. max_z is
-// kNoiseMax for mixes and the comb, and 1 for the weights, whose scale is a worst case.
-// Derivations: docs/semantics.md, "The second tier".
+// kNoiseMax for mixes, the comb and the backward's sums over d, and 1 for the weights, whose scale
+// is a worst case. Derivations: docs/semantics.md, "The second tier".
 constexpr double kNoiseMax = 6;
 constexpr double kNoiseRms = 1.5;
 
@@ -39,8 +39,10 @@ struct NoiseModel {
 // (split_sinkhorn's comb; anchored.comb of mixes and boundary): measured, the spread of
 // stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
 // given mixes (pre and post; anchored.pre and anchored.post): the worst case of the sigmoid's
-// usual forms. Empty for a stage it does not model, and where the stage it is anchored on (the
-// kernel's mixes or streams) was handed over rounded (stored: rounded_on_handover).
+// usual forms. For pre_backward's grad_pre_mix and post_backward's grad_post and grad_comb (dot
+// products of the case's streams over d): the projection's sums model without its RMS scale. Empty
+// for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
+// streams) was handed over rounded (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
                        const bnd::StoredFormats& stored = {});
 
