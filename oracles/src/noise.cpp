@@ -117,6 +117,66 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
   return m;
 }
 
+// The boundary backward's grad_pre_mix[k] = upstream_y . x_k, x the new streams the kernel
+// recomputes in fp32 (x_k = post_k f + sum_j comb_jk R_j): the dots model over x rounded as a
+// straightforward kernel rounds it, value from x in double, and x's own rounding errors, taken
+// independent from element to element, each within the 2 (n + 1) roundings of its sum at most
+// the sum of its terms' magnitudes.
+NoiseModel recomputed_pre_mix_model(const OpCase& c) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), T = c.tokens;
+  const float *f = c.input("f").data.data(), *R = c.input("residual").data.data(),
+              *post = c.input("post").data.data(), *comb = c.input("comb").data.data(),
+              *up = c.input("upstream_y").data.data();
+  std::vector<float> x32(T * n * d);
+  std::vector<double> x(T * n * d), terms(T * n * d);
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::size_t i = 0; i < d; ++i) {
+        const std::size_t e = (t * n + k) * d + i;
+        float acc = post[t * n + k] * f[t * d + i];
+        double exact = double(post[t * n + k]) * double(f[t * d + i]), mag = std::fabs(exact);
+        for (std::size_t j = 0; j < n; ++j) {
+          const float cj = comb[(t * n + j) * n + k], rj = R[(t * n + j) * d + i];
+          acc += cj * rj;
+          exact += double(cj) * double(rj);
+          mag += std::fabs(double(cj) * double(rj));
+        }
+        x32[e] = acc;
+        x[e] = exact;
+        terms[e] = mag;
+      }
+  bnd::Model probabilistic = bnd::fp32();
+  probabilistic.probabilistic = true;
+  const bnd::ModelScope scope(probabilistic);
+  NoiseModel m;
+  m.value.resize(T * n);
+  m.scale.resize(T * n);
+  std::vector<bnd::detail::SequentialSums> dots(n);
+  for (std::size_t t = 0; t < T; ++t) {
+    bnd::detail::sequential_sums(up + t * d, 1, x32.data() + t * n * d, n, d, dots.data());
+    const std::vector<bool> repeated =
+        bnd::detail::repeated_terms(up + t * d, 1, x32.data() + t * n * d, n, d);
+    for (std::size_t k = 0; k < n; ++k) {
+      double value = 0, x_noise2 = 0;
+      for (std::size_t i = 0; i < d; ++i) {
+        const std::size_t e = (t * n + k) * d + i;
+        value += double(up[t * d + i]) * x[e];
+        x_noise2 += 2.0 * double(n + 1) * std::pow(double(up[t * d + i]) * terms[e], 2);
+      }
+      const auto& o = dots[k];
+      m.value[t * n + k] = value;
+      m.scale[t * n + k] = repeated[k]
+                               ? HUGE_VAL
+                               : std::max({u * std::sqrt(std::max(double(o.partials2_forward),
+                                                                  double(o.partials2_backward)) +
+                                                         4 * double(o.products2) + x_noise2),
+                                           std::fabs(double(o.forward) - value),
+                                           std::fabs(double(o.backward) - value)});
+    }
+  }
+  return m;
+}
+
 // fp32 whose divisions multiply by the reciprocal, a * (1 / b) (two roundings): the other usual
 // form of a normalisation, run through the reference Sinkhorn.
 struct Recip32 {
@@ -357,6 +417,11 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
         return dots_model(c.input("residual").data.data(), n, up, n, c.tokens, dim);
       return {};
     }
+    case Op::boundary_backward:  // grad_pre_mix from the new streams in fp32 only
+      return stage == "grad_pre_mix" && c.precision.decl.streams == bnd::Format::fp32 &&
+                     c.precision.decl.inputs == bnd::Format::fp32
+                 ? recomputed_pre_mix_model(c)
+                 : NoiseModel{};
     case Op::boundary:  // anchored: the split from the kernel's mixes, these from its streams
       if (stage == "mixes")
         return boundary_model(c, stage, nullptr,

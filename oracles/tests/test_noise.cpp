@@ -189,10 +189,11 @@ TEST_CASE("noise: the root mean square is judged over 16 independent elements or
   }
 }
 
-// The backward pieces' sums over d (grad_pre_mix, grad_post, grad_comb) computed here in the
-// orders fp32 kernels use: every one within the tier (z at most 6, root mean square at most 1.5),
-// and products of operands rounded to tf32 (a tensor core's single pass) flagged, though within
-// the bounds on most cases (bench/README.md, "A second tier for the backward's sums over d").
+// The backward pieces' sums over d (grad_pre_mix, grad_post, grad_comb; the boundary's
+// grad_pre_mix over the streams it recomputes) computed here in the orders fp32 kernels use: every
+// one within the tier (z at most 6, root mean square at most 1.5), and products of operands rounded
+// to tf32 (a tensor core's single pass) flagged, though within the bounds on most cases
+// (bench/README.md, "A second tier for the backward's sums over d").
 TEST_CASE("noise: the backward's sums over d hold every usual fp32 order", "[noise]") {
   ref::Config cfg;
   cfg.d = 5120;
@@ -243,13 +244,30 @@ TEST_CASE("noise: the backward's sums over d hold every usual fp32 order", "[noi
   };
   for (const auto& [op, stage] : {std::pair{Op::pre_backward, "grad_pre_mix"},
                                   {Op::post_backward, "grad_post"},
-                                  {Op::post_backward, "grad_comb"}}) {
+                                  {Op::post_backward, "grad_comb"},
+                                  {Op::boundary_backward, "grad_pre_mix"}}) {
     const oracles::OpCase c = oracles::generate_case(op, cfg, T, 11, oracles::Precision::fp32());
     const float* up = c.input("upstream_y").data.data();
+    // The boundary's new streams as a kernel recomputes them: x_k = post_k f + sum_j comb_jk R_j,
+    // here with fma, last stream first (the model rounds them another way).
+    std::vector<float> x;
+    if (op == Op::boundary_backward) {
+      const auto &f = c.input("f").data, &R = c.input("residual").data,
+                 &post = c.input("post").data, &cb = c.input("comb").data;
+      x.resize(T * n * d);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t k = 0; k < n; ++k)
+          for (std::size_t i = 0; i < d; ++i) {
+            float v = post[t * n + k] * f[t * d + i];
+            for (std::size_t j = n; j-- > 0;)
+              v = std::fma(cb[(t * n + j) * n + k], R[(t * n + j) * d + i], v);
+            x[(t * n + k) * d + i] = v;
+          }
+    }
     // The stage's rows a_i . b_j, as the model's comment lays them out.
-    const bool pre = op == Op::pre_backward, comb = std::string(stage) == "grad_comb";
+    const bool pre = op != Op::post_backward, comb = std::string(stage) == "grad_comb";
     const float* a = pre ? up : comb ? c.input("residual").data.data() : c.input("f").data.data();
-    const float* b = pre ? c.input("x").data.data() : up;
+    const float* b = !pre ? up : x.empty() ? c.input("x").data.data() : x.data();
     const std::size_t na = comb ? n : 1;
     for (const auto& [name, sum] : orders) {
       oracles::Trace<float> got{{stage, {T, na * n}, std::vector<float>(T * na * n)}};

@@ -40,7 +40,9 @@ struct NoiseModel {
 // stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
 // given mixes (pre and post; anchored.pre and anchored.post): the worst case of the sigmoid's
 // usual forms. For pre_backward's grad_pre_mix and post_backward's grad_post and grad_comb (dot
-// products of the case's streams over d): the projection's sums model without its RMS scale. Empty
+// products of the case's streams over d): the projection's sums model without its RMS scale; for
+// boundary_backward's grad_pre_mix with fp32 streams, the same over the streams it recomputes, with
+// their own rounding added. Empty
 // for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
 // streams) was handed over rounded (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
