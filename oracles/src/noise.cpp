@@ -88,11 +88,17 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
-// Every token's dot products a_i . b_j over d of two given stream tensors, a [T, na, d] and
-// b [T, nb, d], into [T, na, nb] (a backward piece's sums over d: grad_pre_mix, grad_post,
-// grad_comb): the projection's sums model without its RMS scale, the two orders run.
+// Every token's dot products a_i . b_j over d of two stream tensors, a [T, na, d] and b [T, nb, d],
+// into [T, na, nb] (the backward's sums over d): the projection's sums model without its RMS scale,
+// the two orders run. Where b is the kernel's own rounding of values known exactly (b_exact), the
+// value is taken from those, and b's rounding counted as independent errors of at most
+// sqrt(roundings) u b_terms (b_terms: the sum of the magnitudes of each element's terms).
+struct Recomputed {
+  const double *exact = nullptr, *terms = nullptr;
+  double roundings = 0;
+};
 NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_t nb, std::size_t T,
-                      std::size_t d) {
+                      std::size_t d, Recomputed rb = {}) {
   bnd::Model probabilistic = bnd::fp32();
   probabilistic.probabilistic = true;
   const bnd::ModelScope scope(probabilistic);
@@ -106,27 +112,37 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
     const std::vector<bool> repeated = bnd::detail::repeated_terms(at, na, bt, nb, d);
     for (std::size_t k = 0; k < na * nb; ++k) {
       const auto& o = dots[k];
-      m.value[t * na * nb + k] = o.exact;
+      double value = o.exact, b_noise2 = 0;
+      if (rb.exact) {
+        const std::size_t e = (t * nb + k % nb) * d;
+        value = 0;
+        for (std::size_t i = 0; i < d; ++i) {
+          const double ai = double(at[(k / nb) * d + i]);
+          value += ai * rb.exact[e + i];
+          b_noise2 += rb.roundings * (ai * rb.terms[e + i]) * (ai * rb.terms[e + i]);
+        }
+      }
+      m.value[t * na * nb + k] = value;
       m.scale[t * na * nb + k] =
           repeated[k] ? HUGE_VAL
-                      : std::max({sum_noise(o.partials2_forward, o.partials2_backward, o.products2),
-                                  std::fabs(double(o.forward) - o.exact),
-                                  std::fabs(double(o.backward) - o.exact)});
+                      : std::max({u * std::sqrt(std::max(double(o.partials2_forward),
+                                                         double(o.partials2_backward)) +
+                                                4 * double(o.products2) + b_noise2),
+                                  std::fabs(double(o.forward) - value),
+                                  std::fabs(double(o.backward) - value)});
     }
   }
   return m;
 }
 
-// The boundary backward's grad_pre_mix[k] = upstream_y . x_k, x the new streams the kernel
-// recomputes in fp32 (x_k = post_k f + sum_j comb_jk R_j): the dots model over x rounded as a
-// straightforward kernel rounds it, value from x in double, and x's own rounding errors, taken
-// independent from element to element, each within the 2 (n + 1) roundings of its sum at most
-// the sum of its terms' magnitudes.
+// The boundary backward's grad_pre_mix[k] = upstream_y . x_k over the new streams, which the
+// kernel recomputes in fp32 (x_k = post_k f + sum_j comb_jk R_j) and does not hand over: the dots
+// model over x rounded as a straightforward kernel rounds it, each element's own error within its
+// 2 (n + 1) roundings.
 NoiseModel recomputed_pre_mix_model(const OpCase& c) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), T = c.tokens;
   const float *f = c.input("f").data.data(), *R = c.input("residual").data.data(),
-              *post = c.input("post").data.data(), *comb = c.input("comb").data.data(),
-              *up = c.input("upstream_y").data.data();
+              *post = c.input("post").data.data(), *comb = c.input("comb").data.data();
   std::vector<float> x32(T * n * d);
   std::vector<double> x(T * n * d), terms(T * n * d);
   for (std::size_t t = 0; t < T; ++t)
@@ -145,36 +161,8 @@ NoiseModel recomputed_pre_mix_model(const OpCase& c) {
         x[e] = exact;
         terms[e] = mag;
       }
-  bnd::Model probabilistic = bnd::fp32();
-  probabilistic.probabilistic = true;
-  const bnd::ModelScope scope(probabilistic);
-  NoiseModel m;
-  m.value.resize(T * n);
-  m.scale.resize(T * n);
-  std::vector<bnd::detail::SequentialSums> dots(n);
-  for (std::size_t t = 0; t < T; ++t) {
-    bnd::detail::sequential_sums(up + t * d, 1, x32.data() + t * n * d, n, d, dots.data());
-    const std::vector<bool> repeated =
-        bnd::detail::repeated_terms(up + t * d, 1, x32.data() + t * n * d, n, d);
-    for (std::size_t k = 0; k < n; ++k) {
-      double value = 0, x_noise2 = 0;
-      for (std::size_t i = 0; i < d; ++i) {
-        const std::size_t e = (t * n + k) * d + i;
-        value += double(up[t * d + i]) * x[e];
-        x_noise2 += 2.0 * double(n + 1) * std::pow(double(up[t * d + i]) * terms[e], 2);
-      }
-      const auto& o = dots[k];
-      m.value[t * n + k] = value;
-      m.scale[t * n + k] = repeated[k]
-                               ? HUGE_VAL
-                               : std::max({u * std::sqrt(std::max(double(o.partials2_forward),
-                                                                  double(o.partials2_backward)) +
-                                                         4 * double(o.products2) + x_noise2),
-                                           std::fabs(double(o.forward) - value),
-                                           std::fabs(double(o.backward) - value)});
-    }
-  }
-  return m;
+  return dots_model(c.input("upstream_y").data.data(), 1, x32.data(), n, T, d,
+                    {x.data(), terms.data(), 2.0 * double(n + 1)});
 }
 
 // fp32 whose divisions multiply by the reciprocal, a * (1 / b) (two roundings): the other usual
@@ -399,14 +387,21 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
       return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);
     case Op::mixes:
       return boundary_model(c, stage, nullptr, c.input("x").data.data());
-    case Op::pre_backward:   // grad_pre_mix[j] = upstream_y . x_j
-    case Op::post_backward:  // grad_post[k] = f . upstream_y_k, grad_comb[j, k] = residual_j .
-                             // upstream_y_k
-    {
+    case Op::pre_backward:
+    case Op::post_backward:
+    case Op::boundary_backward: {
+      // Dot products over d, summed in fp32: grad_pre_mix[j] = upstream_y . x_j,
+      // grad_post[k] = f . upstream_y_k, grad_comb[j, k] = residual_j . upstream_y_k; the
+      // boundary's grad_pre_mix over the streams it recomputes, with fp32 streams only.
       const bnd::Declaration& d = c.precision.decl;
       if (d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32) return {};
       const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
       const float* up = c.input("upstream_y").data.data();
+      if (c.op == Op::boundary_backward)
+        return stage == "grad_pre_mix" && d.streams == bnd::Format::fp32 &&
+                       d.inputs == bnd::Format::fp32
+                   ? recomputed_pre_mix_model(c)
+                   : NoiseModel{};
       if (c.op == Op::pre_backward)
         return stage == "grad_pre_mix"
                    ? dots_model(up, 1, c.input("x").data.data(), n, c.tokens, dim)
@@ -417,11 +412,6 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
         return dots_model(c.input("residual").data.data(), n, up, n, c.tokens, dim);
       return {};
     }
-    case Op::boundary_backward:  // grad_pre_mix from the new streams in fp32 only
-      return stage == "grad_pre_mix" && c.precision.decl.streams == bnd::Format::fp32 &&
-                     c.precision.decl.inputs == bnd::Format::fp32
-                 ? recomputed_pre_mix_model(c)
-                 : NoiseModel{};
     case Op::boundary:  // anchored: the split from the kernel's mixes, these from its streams
       if (stage == "mixes")
         return boundary_model(c, stage, nullptr,
