@@ -165,8 +165,9 @@ void split_backward(const BackwardKnobs& kb, const KernelConfig& c, std::size_t 
   const std::size_t n = std::size_t(c.n), M = std::size_t(c.mix());
   std::vector<float> both(3 + M);  // d hc_scale, d hc_base
   over_tokens(kb, T, parts_of(c, threaded), 3 + M, both.data(), [&](std::size_t t, float* p) {
-    std::vector<float> dbt(M);
-    split_backward_token(kb, c, m + t * M, s, b, g_pre + t * n, g_post + t * n, g_comb + t * n * n,
+    std::vector<float> dbt(M), mt(m + t * M, m + t * M + M);
+    for (float& v : mt) v = round_to(kb.saved_mixes, v);
+    split_backward_token(kb, c, mt.data(), s, b, g_pre + t * n, g_post + t * n, g_comb + t * n * n,
                          dm + t * M, p, dbt.data());
     for (std::size_t i = 0; i < M; ++i) p[3 + i] += dbt[i];
   });

@@ -463,6 +463,8 @@ const std::vector<Variant>& variant_catalogue() {
     wrong("backward_routing_detached", "", [](Variant& x) { x.backward.routing = false; });
     wrong("backward_pre_not_shifted", "", [](Variant& x) { x.backward.shifted_pre = false; });
     wrong("backward_tf32_products", "", [](Variant& x) { x.backward.tf32_products = true; });
+    wrong("backward_bf16_saved_mixes", "",
+          [](Variant& x) { x.backward.saved_mixes = Format::bf16; });
     return v;
   }();
   return all;

@@ -1,6 +1,7 @@
 #include "mhc/oracles/noise.hpp"
 
 #include "mhc/oracles/anchored.hpp"
+#include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/stochastic.hpp"
 
 #include <algorithm>
@@ -135,16 +136,21 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
   return m;
 }
 
-// The boundary backward's grad_pre_mix[k] = upstream_y . x_k over the new streams, which the
-// kernel recomputes in fp32 (x_k = post_k f + sum_j comb_jk R_j) and does not hand over: the dots
-// model over x rounded as a straightforward kernel rounds it, each element's own error within its
-// 2 (n + 1) roundings.
-NoiseModel recomputed_pre_mix_model(const OpCase& c) {
+// A boundary backward's new streams x_k = post_k f + sum_j comb_jk R_j, which the kernel
+// recomputes in fp32 and does not hand over: rounded as a straightforward kernel rounds them
+// (x32), exact (x), and each element's sum of its terms' magnitudes, within 2 (n + 1) roundings of
+// which its own error is.
+struct Streams {
+  std::vector<float> x32;
+  std::vector<double> x, terms;
+  double roundings = 0;
+};
+Streams recomputed_streams(const OpCase& c) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), T = c.tokens;
   const float *f = c.input("f").data.data(), *R = c.input("residual").data.data(),
               *post = c.input("post").data.data(), *comb = c.input("comb").data.data();
-  std::vector<float> x32(T * n * d);
-  std::vector<double> x(T * n * d), terms(T * n * d);
+  Streams s{std::vector<float>(T * n * d), std::vector<double>(T * n * d),
+            std::vector<double>(T * n * d), 2.0 * double(n + 1)};
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t k = 0; k < n; ++k)
       for (std::size_t i = 0; i < d; ++i) {
@@ -157,12 +163,19 @@ NoiseModel recomputed_pre_mix_model(const OpCase& c) {
           exact += double(cj) * double(rj);
           mag += std::fabs(double(cj) * double(rj));
         }
-        x32[e] = acc;
-        x[e] = exact;
-        terms[e] = mag;
+        s.x32[e] = acc;
+        s.x[e] = exact;
+        s.terms[e] = mag;
       }
-  return dots_model(c.input("upstream_y").data.data(), 1, x32.data(), n, T, d,
-                    {x.data(), terms.data(), 2.0 * double(n + 1)});
+  return s;
+}
+
+// The boundary backward's grad_pre_mix[k] = upstream_y . x_k: the dots model over the recomputed
+// streams.
+NoiseModel recomputed_pre_mix_model(const OpCase& c) {
+  const Streams s = recomputed_streams(c);
+  return dots_model(c.input("upstream_y").data.data(), 1, s.x32.data(), std::size_t(c.cfg.n),
+                    c.tokens, std::size_t(c.cfg.d), {s.x.data(), s.terms.data(), s.roundings});
 }
 
 // fp32 whose divisions multiply by the reciprocal, a * (1 / b) (two roundings): the other usual
@@ -174,6 +187,7 @@ struct Recip32 {
   Recip32(double x) : v(static_cast<float>(x)) {}  // NOLINT
   Recip32(int x) : v(static_cast<float>(x)) {}     // NOLINT
   Recip32& operator+=(const Recip32& o) { return *this = *this + o; }
+  friend Recip32 operator-(const Recip32& a) { return -a.v; }
   friend Recip32 operator+(const Recip32& a, const Recip32& b) { return a.v + b.v; }
   friend Recip32 operator-(const Recip32& a, const Recip32& b) { return a.v - b.v; }
   friend Recip32 operator*(const Recip32& a, const Recip32& b) { return a.v * b.v; }
@@ -312,6 +326,137 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
   return m;
 }
 
+// The split's parameter gradients summed over tokens, grad_hc_scale (which = 1) or grad_hc_base
+// (2), from each token's mixes (value mix, noise sigma: the kernel's own fp32 mixes, exact where
+// sigma is 0). Their noise, as independent parts added in quadrature: the mixes' noise carried
+// through the split's backward (half the central difference over +-sigma of each mix in turn);
+// the split backward's own rounding, as comb_model measures the forward's (twice the spread of
+// kSrRuns stochastically rounded runs, and the deviations of an fp32 run and one dividing by
+// reciprocals, at the mixes rounded to fp32); and the fp32 sum over tokens, as sum_noise.
+NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vector<double>& mix,
+                              const std::vector<double>& sigma) {
+  const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
+  const std::size_t K = which == 1 ? 3 : M, T = c.tokens;
+  const float *scale = c.param("hc_scale").data.data(), *base = c.param("hc_base").data.data();
+  const float *up_pre = c.input("upstream_pre").data.data(),
+              *up_post = c.input("upstream_post").data.data(),
+              *up_comb = c.input("upstream_comb").data.data();
+  auto run = [&](auto zero, const auto* m, std::size_t t) {
+    using F = decltype(zero);
+    const std::vector<F> s(scale, scale + 3), b(base, base + M),
+        gp(up_pre + t * n, up_pre + t * n + n), gq(up_post + t * n, up_post + t * n + n),
+        gc(up_comb + t * nn, up_comb + t * nn + nn);
+    return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(),
+                                    gc.data())[which];
+  };
+  const bnd::ModelScope scope(bnd::fp32());
+  NoiseModel out;
+  out.value.assign(K, 0);
+  out.independent = 0;  // one token's outputs share its mixes' errors: judged element by element
+  std::vector<double> var(K, 0), terms(T * K), m(M);
+  std::vector<float> m32(M);
+  std::vector<Recip32> mq(M);
+  std::vector<sr::Ensemble> ms(M);
+  for (std::size_t t = 0; t < T; ++t) {
+    for (std::size_t a = 0; a < M; ++a) {
+      if (!std::isfinite(sigma[t * M + a])) return {};
+      m[a] = mix[t * M + a];
+      m32[a] = float(m[a]);
+      mq[a] = m32[a];
+      ms[a] = sr::Ensemble(m32[a]);
+    }
+    const std::vector<double> v = run(0.0, m.data(), t);
+    for (std::size_t a = 0; a < M; ++a) {
+      const double h = sigma[t * M + a];
+      if (h == 0) continue;
+      m[a] = mix[t * M + a] + h;
+      const std::vector<double> up = run(0.0, m.data(), t);
+      m[a] = mix[t * M + a] - h;
+      const std::vector<double> down = run(0.0, m.data(), t);
+      m[a] = mix[t * M + a];
+      for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
+    }
+    std::vector<double> m32d(m32.begin(), m32.end());
+    const std::vector<double> at32 = run(0.0, m32d.data(), t);
+    const std::vector<float> f32 = run(0.0f, m32.data(), t);
+    const std::vector<Recip32> fq = run(Recip32(), mq.data(), t);
+    sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + which);
+    const std::vector<sr::Ensemble> fs = run(sr::Ensemble(), ms.data(), t);
+    for (std::size_t k = 0; k < K; ++k) {
+      double mean = 0, m2 = 0;
+      for (int l = 0; l < kSrRuns; ++l) {  // Welford's running mean and squared deviations
+        const double x = double(fs[k][l]), dx = x - mean;
+        mean += dx / (l + 1);
+        m2 += dx * (x - mean);
+      }
+      const double own =
+          std::max({2 * std::sqrt(m2 / (kSrRuns - 1)), std::fabs(double(f32[k]) - at32[k]),
+                    std::fabs(double(fq[k].v) - at32[k])});
+      var[k] += own * own;
+      terms[t * K + k] = v[k];
+      out.value[k] += v[k];
+    }
+  }
+  out.scale.resize(K);
+  for (std::size_t k = 0; k < K; ++k) {
+    double forward = 0, backward = 0, pf = 0, pb = 0, q = 0;
+    for (std::size_t t = 0; t < T; ++t) {
+      forward += terms[t * K + k];
+      backward += terms[(T - 1 - t) * K + k];
+      pf += forward * forward;
+      pb += backward * backward;
+      q += terms[t * K + k] * terms[t * K + k];
+    }
+    out.scale[k] = std::sqrt(var[k] + u * u * (std::max(pf, pb) + q)) + bnd::model().eta;
+  }
+  return out;
+}
+
+// The mixes [T, M] of fp32 streams xs: exactly (mix: every stream's r (hc_fn x) in double) and
+// their noise (sigma: mixes_model's scale), where the kernel recomputes them. Streams the kernel
+// recomputes too (s) are read exactly, their own rounding added to the noise.
+void recomputed_mixes(const OpCase& c, const float* xs, const Streams* s, std::vector<double>& mix,
+                      std::vector<double>& sigma) {
+  const std::size_t nd = c.cfg.stream_size(), M = std::size_t(c.cfg.mix());
+  const float* W = c.param("hc_fn").data.data();
+  NoiseModel mm = mixes_model(c.cfg, s ? s->x32.data() : xs, c.tokens, W);
+  mix = std::move(mm.value);
+  sigma = std::move(mm.scale);
+  // Where the terms repeat (not modelled): the mixes' bound, which holds for any order.
+  const bnd::ModelScope scope(bnd::fp32());
+  std::vector<bnd::Bounded> xb(nd), mb(M);
+  for (std::size_t t = 0; t < c.tokens; ++t) {
+    if (std::all_of(sigma.begin() + std::ptrdiff_t(t * M),
+                    sigma.begin() + std::ptrdiff_t(t * M + M),
+                    [](double v) { return std::isfinite(v); }))
+      continue;
+    for (std::size_t i = 0; i < nd; ++i)
+      xb[i] = s ? bnd::Bounded(s->x[t * nd + i], std::sqrt(s->roundings) * u * s->terms[t * nd + i])
+                : bnd::Bounded(xs[t * nd + i]);
+    ref::mixes(c.cfg, xb.data(), W, mb.data());
+    for (std::size_t a = 0; a < M; ++a)
+      if (!std::isfinite(sigma[t * M + a])) sigma[t * M + a] = mb[a].e;
+  }
+  if (!s) return;
+  for (std::size_t t = 0; t < c.tokens; ++t) {
+    const double* x = s->x.data() + t * nd;
+    double ss = 0;
+    for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
+    const double r = 1 / std::sqrt(ss / double(nd) + c.cfg.norm_eps);
+    for (std::size_t a = 0; a < M; ++a) {
+      double dot = 0, noise2 = 0;
+      for (std::size_t i = 0; i < nd; ++i) {
+        const double w = double(W[a * nd + i]), e = w * s->terms[t * nd + i];
+        dot += w * x[i];
+        noise2 += e * e;
+      }
+      double& sg = sigma[t * M + a];
+      mix[t * M + a] = r * dot;
+      sg = std::sqrt(sg * sg + s->roundings * u * u * r * r * noise2);
+    }
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -387,28 +532,50 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
       return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);
     case Op::mixes:
       return boundary_model(c, stage, nullptr, c.input("x").data.data());
+    case Op::split_sinkhorn_backward:
+    case Op::mixes_backward:
     case Op::pre_backward:
     case Op::post_backward:
     case Op::boundary_backward: {
+      const bnd::Declaration& d = c.precision.decl;
+      const bool fp32_sums = d.products == bnd::Format::fp32 && d.accumulation == bnd::Format::fp32;
+      const bool boundary = c.op == Op::boundary_backward;
+      const bool fp32_streams = d.streams == bnd::Format::fp32 && d.inputs == bnd::Format::fp32;
+      if (stage == "grad_hc_scale" || stage == "grad_hc_base") {
+        // The split's parameter gradients: from the case's mixes, or from the mixes the kernel
+        // recomputes in fp32 (of the case's streams, or of the new streams it recomputes too).
+        const std::size_t which = stage == "grad_hc_scale" ? 1 : 2;
+        std::vector<double> mix, sigma;
+        if (c.op == Op::split_sinkhorn_backward) {
+          const std::vector<float>& m = c.input("mixes").data;
+          mix.assign(m.begin(), m.end());
+          sigma.assign(m.size(), 0);
+        } else if (c.op == Op::mixes_backward && fp32_sums && d.mixes == bnd::Format::fp32) {
+          recomputed_mixes(c, c.input("x").data.data(), nullptr, mix, sigma);
+        } else if (boundary && fp32_sums && fp32_streams && d.mixes == bnd::Format::fp32) {
+          const Streams s = recomputed_streams(c);
+          recomputed_mixes(c, nullptr, &s, mix, sigma);
+        } else {
+          return {};
+        }
+        return split_params_model(c, which, mix, sigma);
+      }
       // Dot products over d, summed in fp32: grad_pre_mix[j] = upstream_y . x_j,
       // grad_post[k] = f . upstream_y_k, grad_comb[j, k] = residual_j . upstream_y_k; the
       // boundary's grad_pre_mix over the streams it recomputes, with fp32 streams only.
-      const bnd::Declaration& d = c.precision.decl;
-      if (d.products != bnd::Format::fp32 || d.accumulation != bnd::Format::fp32) return {};
+      if (!fp32_sums || c.op == Op::split_sinkhorn_backward || c.op == Op::mixes_backward)
+        return {};
       const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
       const float* up = c.input("upstream_y").data.data();
-      if (c.op == Op::boundary_backward)
-        return stage == "grad_pre_mix" && d.streams == bnd::Format::fp32 &&
-                       d.inputs == bnd::Format::fp32
-                   ? recomputed_pre_mix_model(c)
-                   : NoiseModel{};
+      if (boundary)
+        return stage == "grad_pre_mix" && fp32_streams ? recomputed_pre_mix_model(c) : NoiseModel{};
       if (c.op == Op::pre_backward)
         return stage == "grad_pre_mix"
                    ? dots_model(up, 1, c.input("x").data.data(), n, c.tokens, dim)
                    : NoiseModel{};
-      if (stage == "grad_post")
+      if (c.op == Op::post_backward && stage == "grad_post")
         return dots_model(c.input("f").data.data(), 1, up, n, c.tokens, dim);
-      if (stage == "grad_comb")
+      if (c.op == Op::post_backward && stage == "grad_comb")
         return dots_model(c.input("residual").data.data(), n, up, n, c.tokens, dim);
       return {};
     }
@@ -438,8 +605,8 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
     z2 += std::isfinite(z) ? z * z : HUGE_VAL;
     if (v.elements == 1 || !(z <= v.z_max)) {
       v.z_max = std::isnan(z) ? HUGE_VAL : z;
-      v.worst = Element{
-          i, i / std::max<std::size_t>(per_token, 1), double(got[i]), want, s, v.z_max, "noise"};
+      v.worst =
+          Element{i, per_token ? i / per_token : 0, double(got[i]), want, s, v.z_max, "noise"};
     }
   }
   v.z_rms = v.elements ? std::sqrt(z2 / double(v.elements)) : 0;
@@ -449,7 +616,8 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
   const double dof = double(v.elements) * model.independent;
   const bool aggregate = dof >= (kNoiseMax / kNoiseRms) * (kNoiseMax / kNoiseRms);
   v.rms_limit = aggregate ? kNoiseRms : 0;
-  char buf[360], rms[96];
+  char buf[360], rms[96], token[40] = "";
+  if (per_token) std::snprintf(token, sizeof token, " (token %zu)", v.worst.token);
   if (aggregate)
     std::snprintf(rms, sizeof rms, "rms %.3g (limit %g)", v.z_rms, kNoiseRms);
   else
@@ -459,8 +627,8 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
   v.state = flagged ? State::fail : State::pass;
   std::snprintf(buf, sizeof buf,
                 "second tier (statistical): error / fp32 rounding noise max %.3g (limit %g), %s "
-                "over %zu elements; worst at %zu (token %zu): got %.9g, want %.9g, noise %.3g",
-                v.z_max, model.max_z, rms, v.elements, v.worst.index, v.worst.token, v.worst.got,
+                "over %zu elements; worst at %zu%s: got %.9g, want %.9g, noise %.3g",
+                v.z_max, model.max_z, rms, v.elements, v.worst.index, token, v.worst.got,
                 v.worst.want, v.worst.bound);
   v.reason = v.elements ? buf
                         : "second tier (statistical): no element modelled (the terms repeat: "
@@ -493,7 +661,13 @@ void second_tier(const NoiseModels& models, const OpCase& c, const Trace<float>&
     if (!g || sv.state != State::pass || it == models.end()) continue;
     const NoiseModel& m = it->second;
     if (m.value.size() != g->values.size()) continue;
-    std::size_t per_token = m.value.size() / std::max<std::size_t>(c.tokens, 1);
+    // A parameter's gradient has no token dimension.
+    const auto& outs = op_spec(c.op).outputs;
+    const auto spec = std::find_if(outs.begin(), outs.end(),
+                                   [&](const TensorSpec& t) { return t.name == g->name; });
+    const std::size_t per_token = spec != outs.end() && !spec->per_token
+                                      ? 0
+                                      : m.value.size() / std::max<std::size_t>(c.tokens, 1);
     sv.has_noise = true;
     sv.noise = noise_judge(g->values.data(), m, per_token);
     if (sv.noise.state == State::fail) {

@@ -201,13 +201,16 @@ struct BackwardKnobs {
   enum class Sums { forward, reverse, pairwise, lanes };
   Sums sums = Sums::forward;
   bool tf32_products = false;
+  // The forward's mixes as the split's backward reads them: saved narrower than fp32 (as an
+  // autocast region saves activations) is undeclared.
+  Format saved_mixes = Format::fp32;
   bool deviates() const {
     return !den_eps || comb_transposed || !post_factor2 || !mean_term ||
            sinkhorn != Sinkhorn::unrolled || !routing || !shifted_pre;
   }
   bool chosen() const {
     return deviates() || order != Order::forward || recompute || sums != Sums::forward ||
-           tf32_products;
+           tf32_products || saved_mixes != Format::fp32;
   }
   bool block_only() const { return !routing || !shifted_pre; }  // deviates in a Block's alone
 };

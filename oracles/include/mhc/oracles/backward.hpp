@@ -80,6 +80,7 @@ template <class F>
 Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, const F* b,
                                  const F* g_pre, const F* g_post, const F* g_comb) {
   using ref::dot;
+  using ref::max_of;
   using ref::sum;
   using std::exp;
   const int n = c.n;
@@ -103,7 +104,7 @@ Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, c
     for (std::size_t k = 0; k < un; ++k)
       p[k] = m[2 * un + j * un + k] * s[2] + b[2 * un + j * un + k];
     F mx = p[0];
-    for (std::size_t k = 1; k < un; ++k) mx = std::max(mx, p[k]);
+    for (std::size_t k = 1; k < un; ++k) mx = max_of(mx, p[k]);
     for (std::size_t k = 0; k < un; ++k) p[k] = exp(p[k] - mx);
     const F rs = sum(p, un);
     for (std::size_t k = 0; k < un; ++k) p[k] = p[k] / rs;

@@ -42,14 +42,17 @@ struct NoiseModel {
 // usual forms. For pre_backward's grad_pre_mix and post_backward's grad_post and grad_comb (dot
 // products of the case's streams over d): the projection's sums model without its RMS scale; for
 // boundary_backward's grad_pre_mix with fp32 streams, the same over the streams it recomputes, with
-// their own rounding added. Empty
+// their own rounding added. For the split's parameter gradients grad_hc_scale and grad_hc_base
+// (split_sinkhorn_backward; mixes_backward, and boundary_backward with fp32 streams, which
+// recompute the mixes): the mixes' noise carried through the split's backward, its own rounding
+// measured as the comb's, and the sum over tokens. Empty
 // for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
 // streams) was handed over rounded (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
                        const bnd::StoredFormats& stored = {});
 
 // The second tier's judgement of one stage: z per element (an element whose scale is not finite
-// is not judged).
+// is not judged); per_token: its elements per token, 0 for a parameter's gradient.
 NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t per_token);
 
 // The model of every stage the tier models, end to end and anchored (kAnchored + name), by stage
