@@ -204,6 +204,17 @@ struct Recip32 {
 // "The second tier"; bench/comb_element_floor.py.
 constexpr int kSrRuns = sr::Ensemble::kLanes;
 
+// The sample standard deviation of the kSrRuns lanes (Welford's running mean and deviations).
+double lane_spread(const sr::Ensemble& e) {
+  double mean = 0, m2 = 0;
+  for (int k = 0; k < kSrRuns; ++k) {
+    const double x = double(e[k]), d = x - mean;
+    mean += d / (k + 1);
+    m2 += d * (x - mean);
+  }
+  return std::sqrt(m2 / (kSrRuns - 1));
+}
+
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
   const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
   const float s2 = c.param("hc_scale").data[2];
@@ -236,13 +247,7 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
       Ls[i] = sr::Ensemble(mix[i]) * sr::Ensemble(s2) + sr::Ensemble(base[i]);
     ref::sinkhorn(c.cfg, Ls.data(), Cs.data());
     for (std::size_t i = 0; i < nn; ++i) {
-      double mean = 0, m2 = 0;
-      for (int k = 0; k < kSrRuns; ++k) {  // Welford's running mean and squared deviations
-        const double x = double(Cs[i][k]), d = x - mean;
-        mean += d / (k + 1);
-        m2 += d * (x - mean);
-      }
-      const double v = C[i], spread = std::sqrt(m2 / (kSrRuns - 1));
+      const double v = C[i], spread = lane_spread(Cs[i]);
       m.value[t * nn + i] = v;
       m.scale[t * nn + i] =
           std::max({2 * spread, std::fabs(double(Cf[i]) - v), std::fabs(double(Cr[nn - 1 - i]) - v),
@@ -383,15 +388,8 @@ NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vec
     sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + which);
     const std::vector<sr::Ensemble> fs = run(sr::Ensemble(), ms.data(), t);
     for (std::size_t k = 0; k < K; ++k) {
-      double mean = 0, m2 = 0;
-      for (int l = 0; l < kSrRuns; ++l) {  // Welford's running mean and squared deviations
-        const double x = double(fs[k][l]), dx = x - mean;
-        mean += dx / (l + 1);
-        m2 += dx * (x - mean);
-      }
-      const double own =
-          std::max({2 * std::sqrt(m2 / (kSrRuns - 1)), std::fabs(double(f32[k]) - at32[k]),
-                    std::fabs(double(fq[k].v) - at32[k])});
+      const double own = std::max({2 * lane_spread(fs[k]), std::fabs(double(f32[k]) - at32[k]),
+                                   std::fabs(double(fq[k].v) - at32[k])});
       var[k] += own * own;
       terms[t * K + k] = v[k];
       out.value[k] += v[k];
