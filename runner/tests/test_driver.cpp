@@ -616,19 +616,22 @@ TEST_CASE("driver: mixes and coefficients stored in bf16 are judged as declared"
   CHECK(failed_undeclared == cases);
 }
 
-// The split's parameter gradients (grad_hc_scale, grad_hc_base) under the second tier: every
-// legitimate backward (ours and the catalogue's: reversed and shuffled token sums, recomputed
-// iterates, other sums over d) passes with both modelled; a backward that reads the forward's
+// The split's parameter gradients (grad_hc_scale, grad_hc_base) under the second tier: the
+// legitimate backwards that change their rounding (ours, the catalogue's shuffled token sums and
+// recomputed iterates; the other orders are measured in bench/README.md) pass with both
+// modelled; a backward that reads the forward's
 // mixes saved in bf16 stays inside the bounds of the ops that recompute the mixes on most cases
 // and fails the tier there (bench/README.md, "The split's parameter gradients").
 TEST_CASE("driver: the second tier judges the split's parameter gradients", "[driver][noise]") {
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()};
   impl::Backend saved;
   for (const auto& v : impl::variant_catalogue()) {
-    if (!v.wrong && v.backward.chosen()) legit.push_back(impl::make_backend(v));
+    if (!v.wrong &&
+        (v.backward.order == impl::BackwardKnobs::Order::shuffled || v.backward.recompute))
+      legit.push_back(impl::make_backend(v));
     if (v.backward.saved_mixes != impl::Format::fp32) saved = impl::make_backend(v);
   }
-  REQUIRE(legit.size() == 7);
+  REQUIRE(legit.size() == 4);
   REQUIRE(saved.name == "mutant:backward_bf16_saved_mixes");
   const ref::Config cfg;  // n=4, d=5120
   auto params = [](const oracles::StageVerdict& s) {
