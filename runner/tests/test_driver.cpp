@@ -619,9 +619,9 @@ TEST_CASE("driver: mixes and coefficients stored in bf16 are judged as declared"
 // The split's parameter gradients (grad_hc_scale, grad_hc_base) under the second tier: the
 // legitimate backwards that change their rounding (ours, the catalogue's shuffled token sums and
 // recomputed iterates; the other orders are measured in bench/README.md) pass with both
-// modelled; a backward that reads the forward's
-// mixes saved in bf16 stays inside the bounds of the ops that recompute the mixes on most cases
-// and fails the tier there (bench/README.md, "The split's parameter gradients").
+// modelled; a backward that reads the forward's mixes saved in bf16 stays inside the bounds of
+// the ops that recompute the mixes on most cases and fails the tier there (bench/README.md,
+// "The split's parameter gradients under the second tier").
 TEST_CASE("driver: the second tier judges the split's parameter gradients", "[driver][noise]") {
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()};
   impl::Backend saved;
