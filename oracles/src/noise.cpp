@@ -204,15 +204,23 @@ struct Recip32 {
 // "The second tier"; bench/comb_element_floor.py.
 constexpr int kSrRuns = sr::Ensemble::kLanes;
 
-// The sample standard deviation of the kSrRuns lanes (Welford's running mean and deviations).
-double lane_spread(const sr::Ensemble& e) {
+// The spread of values x[0..k) (Welford's running mean and deviations): the sample standard
+// deviation.
+double spread(const double* x, int k) {
   double mean = 0, m2 = 0;
-  for (int k = 0; k < kSrRuns; ++k) {
-    const double x = double(e[k]), d = x - mean;
-    mean += d / (k + 1);
-    m2 += d * (x - mean);
+  for (int i = 0; i < k; ++i) {
+    const double d = x[i] - mean;
+    mean += d / (i + 1);
+    m2 += d * (x[i] - mean);
   }
-  return std::sqrt(m2 / (kSrRuns - 1));
+  return std::sqrt(m2 / (k - 1));
+}
+
+// The sample standard deviation of the kSrRuns lanes.
+double lane_spread(const sr::Ensemble& e) {
+  double lanes[kSrRuns];
+  for (int k = 0; k < kSrRuns; ++k) lanes[k] = double(e[k]);
+  return spread(lanes, kSrRuns);
 }
 
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
@@ -331,66 +339,106 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
   return m;
 }
 
+// The split backward's outputs (d mixes, d hc_scale, d hc_base) in double, from a number type's.
+double as_double(float v) {
+  return double(v);
+}
+double as_double(const Recip32& v) {
+  return double(v.v);
+}
+template <class F, class Lane>
+Tensors<double> to_double(const Tensors<F>& g, Lane lane) {
+  Tensors<double> out(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    for (const F& v : g[i]) out[i].push_back(lane(v));
+  return out;
+}
+
+// K outputs that are, for token t, a function proj(g, mix, out) of the split backward's outputs g
+// at the token's mixes (value mix, noise sigma: the kernel's own fp32 mixes, exact where sigma is
+// 0): their value at mix, and the variance of their noise in two independent parts: the mixes'
+// noise carried through (half the central difference over +-sigma of each mix in turn), and the
+// split backward's own rounding at the mixes rounded to fp32, as comb_model measures the forward's
+// (twice the spread of kSrRuns stochastically rounded runs, and the deviations of an fp32 run and
+// one dividing by reciprocals; salt seeds the lanes). False where a sigma is not finite (not
+// modelled).
+template <class Proj>
+bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, const double* sigma,
+                          std::size_t K, const Proj& proj, std::uint64_t salt, double* value,
+                          double* var) {
+  const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
+  const float *scale = c.param("hc_scale").data.data(), *base = c.param("hc_base").data.data();
+  const float *up_pre = c.input("upstream_pre").data.data() + t * n,
+              *up_post = c.input("upstream_post").data.data() + t * n,
+              *up_comb = c.input("upstream_comb").data.data() + t * nn;
+  auto run = [&](auto zero, const auto* m) {
+    using F = decltype(zero);
+    const std::vector<F> s(scale, scale + 3), b(base, base + M), gp(up_pre, up_pre + n),
+        gq(up_post, up_post + n), gc(up_comb, up_comb + nn);
+    return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(), gc.data());
+  };
+  const auto same = [](auto v) { return as_double(v); };
+  std::vector<double> m(mix, mix + M), m32d(M), up(K), down(K), at32(K), o(K);
+  std::vector<float> m32(M);
+  std::vector<Recip32> mq(M);
+  std::vector<sr::Ensemble> ms(M);
+  for (std::size_t a = 0; a < M; ++a) {
+    if (!std::isfinite(sigma[a])) return false;
+    m32[a] = float(m[a]);
+    m32d[a] = double(m32[a]);
+    mq[a] = m32[a];
+    ms[a] = sr::Ensemble(m32[a]);
+  }
+  proj(run(0.0, m.data()), m.data(), value);
+  std::fill(var, var + K, 0.0);
+  for (std::size_t a = 0; a < M; ++a) {
+    if (sigma[a] == 0) continue;
+    m[a] = mix[a] + sigma[a];
+    proj(run(0.0, m.data()), m.data(), up.data());
+    m[a] = mix[a] - sigma[a];
+    proj(run(0.0, m.data()), m.data(), down.data());
+    m[a] = mix[a];
+    for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
+  }
+  proj(run(0.0, m32d.data()), m32d.data(), at32.data());
+  std::vector<double> own(K);
+  proj(to_double(run(0.0f, m32.data()), same), m32d.data(), o.data());
+  for (std::size_t k = 0; k < K; ++k) own[k] = std::fabs(o[k] - at32[k]);
+  proj(to_double(run(Recip32(), mq.data()), same), m32d.data(), o.data());
+  for (std::size_t k = 0; k < K; ++k) own[k] = std::max(own[k], std::fabs(o[k] - at32[k]));
+  sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + salt);
+  const Tensors<sr::Ensemble> fs = run(sr::Ensemble(), ms.data());
+  std::vector<double> lanes(K * kSrRuns);
+  for (int l = 0; l < kSrRuns; ++l) {
+    proj(to_double(fs, [l](const sr::Ensemble& v) { return double(v[l]); }), m32d.data(), o.data());
+    for (std::size_t k = 0; k < K; ++k) lanes[k * kSrRuns + std::size_t(l)] = o[k];
+  }
+  for (std::size_t k = 0; k < K; ++k) {
+    own[k] = std::max(own[k], 2 * spread(&lanes[k * kSrRuns], kSrRuns));
+    var[k] += own[k] * own[k];
+  }
+  return true;
+}
+
 // The split's parameter gradients summed over tokens, grad_hc_scale (which = 1) or grad_hc_base
-// (2), from each token's mixes (value mix, noise sigma: the kernel's own fp32 mixes, exact where
-// sigma is 0). Their noise, as independent parts added in quadrature: the mixes' noise carried
-// through the split's backward (half the central difference over +-sigma of each mix in turn);
-// the split backward's own rounding, as comb_model measures the forward's (twice the spread of
-// kSrRuns stochastically rounded runs, and the deviations of an fp32 run and one dividing by
-// reciprocals, at the mixes rounded to fp32); and the fp32 sum over tokens, as sum_noise.
+// (2), from each token's mixes (value mix, noise sigma): each token's noise as
+// split_backward_noise's, and the fp32 sum over tokens, as sum_noise.
 NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vector<double>& mix,
                               const std::vector<double>& sigma) {
-  const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
-  const std::size_t K = which == 1 ? 3 : M, T = c.tokens;
-  const float *scale = c.param("hc_scale").data.data(), *base = c.param("hc_base").data.data();
-  const float *up_pre = c.input("upstream_pre").data.data(),
-              *up_post = c.input("upstream_post").data.data(),
-              *up_comb = c.input("upstream_comb").data.data();
-  auto run = [&](auto zero, const auto* m, std::size_t t) {
-    using F = decltype(zero);
-    const std::vector<F> s(scale, scale + 3), b(base, base + M),
-        gp(up_pre + t * n, up_pre + t * n + n), gq(up_post + t * n, up_post + t * n + n),
-        gc(up_comb + t * nn, up_comb + t * nn + nn);
-    return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(),
-                                    gc.data())[which];
-  };
+  const std::size_t M = std::size_t(c.cfg.mix()), K = which == 1 ? 3 : M, T = c.tokens;
   const bnd::ModelScope scope(bnd::fp32());
   NoiseModel out;
   out.value.assign(K, 0);
   out.independent = 0;  // one token's outputs share its mixes' errors: judged element by element
-  std::vector<double> var(K, 0), terms(T * K), m(M);
-  std::vector<float> m32(M);
-  std::vector<Recip32> mq(M);
-  std::vector<sr::Ensemble> ms(M);
+  std::vector<double> var(K, 0), terms(T * K), v(K), w(K);
+  const auto proj = [which](const Tensors<double>& g, const double*, double* o) {
+    std::copy(g[which].begin(), g[which].end(), o);
+  };
   for (std::size_t t = 0; t < T; ++t) {
-    for (std::size_t a = 0; a < M; ++a) {
-      if (!std::isfinite(sigma[t * M + a])) return {};
-      m[a] = mix[t * M + a];
-      m32[a] = float(m[a]);
-      mq[a] = m32[a];
-      ms[a] = sr::Ensemble(m32[a]);
-    }
-    const std::vector<double> v = run(0.0, m.data(), t);
-    for (std::size_t a = 0; a < M; ++a) {
-      const double h = sigma[t * M + a];
-      if (h == 0) continue;
-      m[a] = mix[t * M + a] + h;
-      const std::vector<double> up = run(0.0, m.data(), t);
-      m[a] = mix[t * M + a] - h;
-      const std::vector<double> down = run(0.0, m.data(), t);
-      m[a] = mix[t * M + a];
-      for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
-    }
-    std::vector<double> m32d(m32.begin(), m32.end());
-    const std::vector<double> at32 = run(0.0, m32d.data(), t);
-    const std::vector<float> f32 = run(0.0f, m32.data(), t);
-    const std::vector<Recip32> fq = run(Recip32(), mq.data(), t);
-    sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + which);
-    const std::vector<sr::Ensemble> fs = run(sr::Ensemble(), ms.data(), t);
+    if (!split_backward_noise(c, t, &mix[t * M], &sigma[t * M], K, proj, which, v.data(), w.data()))
+      return {};
     for (std::size_t k = 0; k < K; ++k) {
-      const double own = std::max({2 * lane_spread(fs[k]), std::fabs(double(f32[k]) - at32[k]),
-                                   std::fabs(double(fq[k].v) - at32[k])});
-      var[k] += own * own;
+      var[k] += w[k];
       terms[t * K + k] = v[k];
       out.value[k] += v[k];
     }
