@@ -24,6 +24,16 @@ double sum_noise(float partials2_forward, float partials2_backward, float produc
                        4 * double(products2));
 }
 
+// The RMS scale r = (S / nd + eps)^-1/2's relative noise from its sum of squares S (q): half the
+// sum's, and about one u for each of the mean, the eps, the square root and the division (5 u,
+// an approximate reciprocal square root included).
+double rms_scale_noise(const bnd::detail::SequentialSums& q) {
+  const double S_noise =
+      std::max({sum_noise(q.partials2_forward, q.partials2_backward, q.products2),
+                std::fabs(double(q.forward) - q.exact), std::fabs(double(q.backward) - q.exact)});
+  return q.exact > 0 ? 0.5 * S_noise / q.exact + 5 * u : 5 * u;
+}
+
 NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, const float* W) {
   const std::size_t nd = cfg.stream_size(), M = std::size_t(cfg.mix());
   const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d);
@@ -62,12 +72,7 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
     auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(nd) + float(cfg.norm_eps)); };
     const float rf = r_fp32(q.forward), rb = r_fp32(q.backward);
     const double r = 1 / std::sqrt(q.exact / double(nd) + cfg.norm_eps);
-    // r's relative noise: half the sum's, and about one u for each of the mean, the eps, the
-    // square root and the division (5 u, an approximate reciprocal square root included).
-    const double S_noise =
-        std::max({sum_noise(q.partials2_forward, q.partials2_backward, q.products2),
-                  std::fabs(double(q.forward) - q.exact), std::fabs(double(q.backward) - q.exact)});
-    const double r_rel = q.exact > 0 ? 0.5 * S_noise / q.exact + 5 * u : 5 * u;
+    const double r_rel = rms_scale_noise(q);
     for (std::size_t a = 0; a < M; ++a) {
       const auto& o = dots[t * M + a];
       const auto& oc = columns[t * M + a];
@@ -354,6 +359,19 @@ Tensors<double> to_double(const Tensors<F>& g, Lane lane) {
   return out;
 }
 
+// Token t's split backward (d mixes, d hc_scale, d hc_base) at mixes m, in number type F.
+template <class F>
+Tensors<F> split_backward_at(const OpCase& c, std::size_t t, const F* m) {
+  const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
+  const float *scale = c.param("hc_scale").data.data(), *base = c.param("hc_base").data.data();
+  const float *up_pre = c.input("upstream_pre").data.data() + t * n,
+              *up_post = c.input("upstream_post").data.data() + t * n,
+              *up_comb = c.input("upstream_comb").data.data() + t * nn;
+  const std::vector<F> s(scale, scale + 3), b(base, base + M), gp(up_pre, up_pre + n),
+      gq(up_post, up_post + n), gc(up_comb, up_comb + nn);
+  return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(), gc.data());
+}
+
 // K outputs that are, for token t, a function proj(g, mix, out) of the split backward's outputs g
 // at the token's mixes (value mix, noise sigma: the kernel's own fp32 mixes, exact where sigma is
 // 0): their value at mix, and the variance of their noise in two independent parts: the mixes'
@@ -366,17 +384,8 @@ template <class Proj>
 bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, const double* sigma,
                           std::size_t K, const Proj& proj, std::uint64_t salt, double* value,
                           double* var) {
-  const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
-  const float *scale = c.param("hc_scale").data.data(), *base = c.param("hc_base").data.data();
-  const float *up_pre = c.input("upstream_pre").data.data() + t * n,
-              *up_post = c.input("upstream_post").data.data() + t * n,
-              *up_comb = c.input("upstream_comb").data.data() + t * nn;
-  auto run = [&](auto zero, const auto* m) {
-    using F = decltype(zero);
-    const std::vector<F> s(scale, scale + 3), b(base, base + M), gp(up_pre, up_pre + n),
-        gq(up_post, up_post + n), gc(up_comb, up_comb + nn);
-    return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(), gc.data());
-  };
+  const std::size_t M = std::size_t(c.cfg.mix());
+  auto run = [&](auto, const auto* m) { return split_backward_at(c, t, m); };
   const auto same = [](auto v) { return as_double(v); };
   std::vector<double> m(mix, mix + M), m32d(M), up(K), down(K), at32(K), o(K);
   std::vector<float> m32(M);
@@ -503,6 +512,119 @@ void recomputed_mixes(const OpCase& c, const float* xs, const Streams* s, std::v
   }
 }
 
+// The boundary backward's grad_post[k] = f . gx_k (comb false: the rows a = f) or grad_comb[j, k] =
+// R_j . gx_k (a = R): gx_k, the gradient reaching the new stream x_k, is formed by the kernel in
+// fp32 and not handed over:
+//   gx_k = upstream_x_k + pre_mix_k upstream_y + r sum_m G_m W[m, k] - x_k (r^2 / nd) G . mix,
+// G = upstream_mixes + the split's backward of the recomputed mixes. Independent parts in
+// quadrature: the dots model over gx (as a straightforward kernel forms it, its elements' own
+// noise the sums model of their terms); G's noise (split_backward_noise) carried by
+// D[i, k, m] = r a_i . W[m, k] - (r^2 / nd) mix_m a_i . x_k; and r's relative noise (mixes_model's)
+// on the two terms, 3 times on the second (r^3 where a kernel takes the projection unscaled).
+NoiseModel recomputed_stream_grads_model(const OpCase& c, bool comb) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
+  const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens, na = comb ? n : 1, K = na * n;
+  const float* W = c.param("hc_fn").data.data();
+  const float* a = c.input(comb ? "residual" : "f").data.data();
+  const float *up_x = c.input("upstream_x").data.data(), *up_y = c.input("upstream_y").data.data(),
+              *up_m = c.input("upstream_mixes").data.data(),
+              *pre_mix = c.input("pre_mix").data.data();
+  const Streams s = recomputed_streams(c);
+  std::vector<double> mix, sigma;
+  recomputed_mixes(c, nullptr, &s, mix, sigma);
+  std::vector<bnd::detail::SequentialSums> squares(T);
+  bnd::detail::self_sums(s.x32.data(), T, nd, squares.data());
+  std::vector<float> gx32(T * nd);
+  std::vector<double> gx(T * nd), gx_noise(T * nd), var(T * K), G(M), A(K * M), X(K), v(K), w(K);
+  std::vector<double> terms(M + 3);
+  const bnd::ModelScope scope(bnd::fp32());
+  for (std::size_t t = 0; t < T; ++t) {
+    const double* x = s.x.data() + t * nd;
+    const double* mt = mix.data() + t * M;
+    double ss = 0;
+    for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
+    const double r = 1 / std::sqrt(ss / double(nd) + c.cfg.norm_eps);
+    const double r_rel = rms_scale_noise(squares[t]);
+    const std::vector<double> g0 = split_backward_at(c, t, mt)[0];
+    double Gmix = 0;
+    for (std::size_t m = 0; m < M; ++m) {
+      G[m] = g0[m] + double(up_m[t * M + m]);
+      Gmix += G[m] * mt[m];
+    }
+    const double cterm = r * r / double(nd) * Gmix;
+    // gx exact, in fp32 as the pieces' kernels compose it, and each element's noise.
+    std::vector<float> G32(G.begin(), G.end());
+    const float r32 = float(r), c32 = float(cterm);
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::size_t e = 0; e < d; ++e) {
+        const std::size_t i = k * d + e, at = t * nd + i;
+        const double py = double(pre_mix[t * n + k]) * double(up_y[t * d + e]);
+        double proj = 0;
+        float acc = 0;
+        for (std::size_t m = 0; m < M; ++m) {
+          terms[m] = r * G[m] * double(W[m * nd + i]);
+          proj += G[m] * double(W[m * nd + i]);
+          acc += G32[m] * W[m * nd + i];
+        }
+        terms[M] = -x[i] * cterm;
+        terms[M + 1] = double(up_x[at]);
+        terms[M + 2] = py;
+        gx[at] = double(up_x[at]) + py + r * proj - x[i] * cterm;
+        gx32[at] = up_x[at] + (r32 * acc - s.x32[at] * c32) + pre_mix[t * n + k] * up_y[t * d + e];
+        double pf = 0, pb = 0, p2 = 0, fw = 0, bw = 0;
+        for (std::size_t j = 0; j < M + 3; ++j) {
+          fw += terms[j];
+          bw += terms[M + 2 - j];
+          pf += fw * fw;
+          pb += bw * bw;
+          p2 += terms[j] * terms[j];
+        }
+        const double own = cterm * s.terms[at];  // the recomputed stream's rounding
+        gx_noise[at] =
+            std::sqrt(u * u * (std::max(pf, pb) + 4 * p2) + s.roundings * u * u * own * own) / u;
+      }
+    // D's pieces: A[i, k, m] = a_i . W[m, k], X[i, k] = a_i . x_k.
+    for (std::size_t i = 0; i < na; ++i)
+      for (std::size_t k = 0; k < n; ++k) {
+        const float* ai = a + (t * na + i) * d;
+        double xs = 0;
+        for (std::size_t e = 0; e < d; ++e) xs += double(ai[e]) * x[k * d + e];
+        X[i * n + k] = xs;
+        for (std::size_t m = 0; m < M; ++m) {
+          double ws = 0;
+          for (std::size_t e = 0; e < d; ++e) ws += double(ai[e]) * double(W[m * nd + k * d + e]);
+          A[(i * n + k) * M + m] = ws;
+        }
+      }
+    const auto proj = [&](const Tensors<double>& g, const double* mv, double* o) {
+      for (std::size_t ik = 0; ik < K; ++ik) {
+        double sum = 0;
+        for (std::size_t m = 0; m < M; ++m)
+          sum += (g[0][m] + double(up_m[t * M + m])) *
+                 (r * A[ik * M + m] - r * r / double(nd) * mv[m] * X[ik]);
+        o[ik] = sum;
+      }
+    };
+    if (!split_backward_noise(c, t, mt, sigma.data() + t * M, K, proj, 3 + na, v.data(),
+                              w.data())) {
+      std::fill(var.begin() + std::ptrdiff_t(t * K), var.begin() + std::ptrdiff_t(t * K + K),
+                HUGE_VAL);
+      continue;
+    }
+    for (std::size_t ik = 0; ik < K; ++ik) {
+      double wterm = 0;
+      for (std::size_t m = 0; m < M; ++m) wterm += r * G[m] * A[ik * M + m];
+      const double rw = r_rel * wterm, rc = 3 * r_rel * cterm * X[ik];
+      var[t * K + ik] = w[ik] + rw * rw + rc * rc;
+    }
+  }
+  NoiseModel out = dots_model(a, na, gx32.data(), n, T, d, {gx.data(), gx_noise.data(), 1});
+  out.independent = 0;  // a token's outputs share its G's and r's errors
+  for (std::size_t i = 0; i < out.scale.size(); ++i)
+    out.scale[i] = std::sqrt(out.scale[i] * out.scale[i] + var[i]);
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -613,8 +735,12 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
         return {};
       const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
       const float* up = c.input("upstream_y").data.data();
-      if (boundary)
-        return stage == "grad_pre_mix" && fp32_streams ? recomputed_pre_mix_model(c) : NoiseModel{};
+      if (boundary && !fp32_streams) return {};
+      if (boundary && stage == "grad_pre_mix") return recomputed_pre_mix_model(c);
+      if (boundary && (stage == "grad_post" || stage == "grad_comb") &&
+          d.mixes == bnd::Format::fp32)
+        return recomputed_stream_grads_model(c, stage == "grad_comb");
+      if (boundary) return {};
       if (c.op == Op::pre_backward)
         return stage == "grad_pre_mix"
                    ? dots_model(up, 1, c.input("x").data.data(), n, c.tokens, dim)
