@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 namespace mhc::oracles {
 
@@ -177,8 +178,7 @@ Streams recomputed_streams(const OpCase& c) {
 
 // The boundary backward's grad_pre_mix[k] = upstream_y . x_k: the dots model over the recomputed
 // streams.
-NoiseModel recomputed_pre_mix_model(const OpCase& c) {
-  const Streams s = recomputed_streams(c);
+NoiseModel recomputed_pre_mix_model(const OpCase& c, const Streams& s) {
   return dots_model(c.input("upstream_y").data.data(), 1, s.x32.data(), std::size_t(c.cfg.n),
                     c.tokens, std::size_t(c.cfg.d), {s.x.data(), s.terms.data(), s.roundings});
 }
@@ -512,53 +512,62 @@ void recomputed_mixes(const OpCase& c, const float* xs, const Streams* s, std::v
   }
 }
 
-// The boundary backward's grad_post[k] = f . gx_k (comb false: the rows a = f) or grad_comb[j, k] =
-// R_j . gx_k (a = R): gx_k, the gradient reaching the new stream x_k, is formed by the kernel in
-// fp32 and not handed over:
-//   gx_k = upstream_x_k + pre_mix_k upstream_y + r sum_m G_m W[m, k] - x_k (r^2 / nd) G . mix,
-// G = upstream_mixes + the split's backward of the recomputed mixes. Independent parts in
-// quadrature: the dots model over gx (as a straightforward kernel forms it, its elements' own
-// noise the sums model of their terms); G's noise (split_backward_noise) carried by
-// D[i, k, m] = r a_i . W[m, k] - (r^2 / nd) mix_m a_i . x_k; and r's relative noise (mixes_model's)
-// on the two terms, 3 times on the second (r^3 where a kernel takes the projection unscaled).
-NoiseModel recomputed_stream_grads_model(const OpCase& c, bool comb) {
+// The gradient reaching streams x through the mixes' backward, which the kernel forms in fp32 and
+// does not hand over (mixes_backward's grad_x; the boundary's new streams, with its direct terms
+// upstream_x_k + pre_mix_k upstream_y):
+//   gx_k = direct_k + r sum_m G_m W[m, k] - x_k c,  c = (r^2 / nd) G . mix,
+// G = upstream_mixes + the split's backward of the recomputed mixes, r the RMS scale. Exact (gx),
+// in fp32 as the pieces' kernels compose it (gx32), and each element's own noise (the sums model
+// of its M + 3 terms, and the stream's own rounding in x_k c); per token r, r's relative noise
+// (mixes_model's), G and c; the mixes (value and noise) that split_backward_noise reads.
+struct StreamGrad {
+  Streams s;
+  std::vector<float> gx32;
+  std::vector<double> gx, noise, r, r_rel, G, c, mix, sigma;
+};
+StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
-  const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens, na = comb ? n : 1, K = na * n;
+  const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens;
   const float* W = c.param("hc_fn").data.data();
-  const float* a = c.input(comb ? "residual" : "f").data.data();
-  const float *up_x = c.input("upstream_x").data.data(), *up_y = c.input("upstream_y").data.data(),
-              *up_m = c.input("upstream_mixes").data.data(),
-              *pre_mix = c.input("pre_mix").data.data();
-  const Streams s = recomputed_streams(c);
-  std::vector<double> mix, sigma;
-  recomputed_mixes(c, nullptr, &s, mix, sigma);
+  const float* up_m = c.input("upstream_mixes").data.data();
+  StreamGrad g{std::move(streams),
+               std::vector<float>(T * nd),
+               std::vector<double>(T * nd),
+               std::vector<double>(T * nd),
+               std::vector<double>(T),
+               std::vector<double>(T),
+               std::vector<double>(T * M),
+               std::vector<double>(T),
+               {},
+               {}};
+  const Streams& s = g.s;
+  recomputed_mixes(c, nullptr, &s, g.mix, g.sigma);
   std::vector<bnd::detail::SequentialSums> squares(T);
   bnd::detail::self_sums(s.x32.data(), T, nd, squares.data());
-  std::vector<float> gx32(T * nd);
-  std::vector<double> gx(T * nd), gx_noise(T * nd), var(T * K), G(M), A(K * M), X(K), v(K), w(K);
-  std::vector<double> terms(M + 3);
-  const bnd::ModelScope scope(bnd::fp32());
+  std::vector<double> terms(M + 3, 0.0);
+  std::vector<float> G32(M);
   for (std::size_t t = 0; t < T; ++t) {
     const double* x = s.x.data() + t * nd;
-    const double* mt = mix.data() + t * M;
+    const double* mt = g.mix.data() + t * M;
     double ss = 0;
     for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
     const double r = 1 / std::sqrt(ss / double(nd) + c.cfg.norm_eps);
-    const double r_rel = rms_scale_noise(squares[t]);
     const std::vector<double> g0 = split_backward_at(c, t, mt)[0];
+    double* G = g.G.data() + t * M;
     double Gmix = 0;
     for (std::size_t m = 0; m < M; ++m) {
       G[m] = g0[m] + double(up_m[t * M + m]);
+      G32[m] = float(G[m]);
       Gmix += G[m] * mt[m];
     }
     const double cterm = r * r / double(nd) * Gmix;
-    // gx exact, in fp32 as the pieces' kernels compose it, and each element's noise.
-    std::vector<float> G32(G.begin(), G.end());
+    g.r[t] = r;
+    g.r_rel[t] = rms_scale_noise(squares[t]);
+    g.c[t] = cterm;
     const float r32 = float(r), c32 = float(cterm);
     for (std::size_t k = 0; k < n; ++k)
       for (std::size_t e = 0; e < d; ++e) {
         const std::size_t i = k * d + e, at = t * nd + i;
-        const double py = double(pre_mix[t * n + k]) * double(up_y[t * d + e]);
         double proj = 0;
         float acc = 0;
         for (std::size_t m = 0; m < M; ++m) {
@@ -567,10 +576,17 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, bool comb) {
           acc += G32[m] * W[m * nd + i];
         }
         terms[M] = -x[i] * cterm;
-        terms[M + 1] = double(up_x[at]);
-        terms[M + 2] = py;
-        gx[at] = double(up_x[at]) + py + r * proj - x[i] * cterm;
-        gx32[at] = up_x[at] + (r32 * acc - s.x32[at] * c32) + pre_mix[t * n + k] * up_y[t * d + e];
+        float gx32 = r32 * acc - s.x32[at] * c32;
+        if (direct) {
+          const float *up_x = c.input("upstream_x").data.data() + at,
+                      *up_y = c.input("upstream_y").data.data() + t * d + e,
+                      *pm = c.input("pre_mix").data.data() + t * n + k;
+          terms[M + 1] = double(*up_x);
+          terms[M + 2] = double(*pm) * double(*up_y);
+          gx32 = *up_x + gx32 + *pm * *up_y;
+        }
+        g.gx[at] = terms[M + 1] + terms[M + 2] + r * proj - x[i] * cterm;
+        g.gx32[at] = gx32;
         double pf = 0, pb = 0, p2 = 0, fw = 0, bw = 0;
         for (std::size_t j = 0; j < M + 3; ++j) {
           fw += terms[j];
@@ -579,10 +595,30 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, bool comb) {
           pb += bw * bw;
           p2 += terms[j] * terms[j];
         }
-        const double own = cterm * s.terms[at];  // the recomputed stream's rounding
-        gx_noise[at] =
-            std::sqrt(u * u * (std::max(pf, pb) + 4 * p2) + s.roundings * u * u * own * own) / u;
+        const double own = cterm * s.terms[at];  // the stream's own rounding
+        g.noise[at] = u * std::sqrt(std::max(pf, pb) + 4 * p2 + s.roundings * own * own);
       }
+  }
+  return g;
+}
+
+// The boundary backward's grad_post[k] = f . gx_k (comb false: the rows a = f) or grad_comb[j, k] =
+// R_j . gx_k (a = R), over its new streams' gradient gx. Independent parts in quadrature: the dots
+// model over gx32 with each element's own noise; G's noise (split_backward_noise) carried by
+// D[i, k, m] = r a_i . W[m, k] - (r^2 / nd) mix_m a_i . x_k; and r's relative noise on the two
+// terms, 3 times on the second (r^3 where a kernel takes the projection unscaled).
+NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, bool comb) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
+  const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens, na = comb ? n : 1, K = na * n;
+  const float* W = c.param("hc_fn").data.data();
+  const float* a = c.input(comb ? "residual" : "f").data.data();
+  const float* up_m = c.input("upstream_mixes").data.data();
+  std::vector<double> own(T * nd), var(T * K), A(K * M), X(K), v(K), w(K);
+  for (std::size_t i = 0; i < T * nd; ++i) own[i] = g.noise[i] / u;
+  const bnd::ModelScope scope(bnd::fp32());
+  for (std::size_t t = 0; t < T; ++t) {
+    const double* x = g.s.x.data() + t * nd;
+    const double r = g.r[t];
     // D's pieces: A[i, k, m] = a_i . W[m, k], X[i, k] = a_i . x_k.
     for (std::size_t i = 0; i < na; ++i)
       for (std::size_t k = 0; k < n; ++k) {
@@ -596,16 +632,16 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, bool comb) {
           A[(i * n + k) * M + m] = ws;
         }
       }
-    const auto proj = [&](const Tensors<double>& g, const double* mv, double* o) {
+    const auto proj = [&](const Tensors<double>& gg, const double* mv, double* o) {
       for (std::size_t ik = 0; ik < K; ++ik) {
         double sum = 0;
         for (std::size_t m = 0; m < M; ++m)
-          sum += (g[0][m] + double(up_m[t * M + m])) *
+          sum += (gg[0][m] + double(up_m[t * M + m])) *
                  (r * A[ik * M + m] - r * r / double(nd) * mv[m] * X[ik]);
         o[ik] = sum;
       }
     };
-    if (!split_backward_noise(c, t, mt, sigma.data() + t * M, K, proj, 3 + na, v.data(),
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], K, proj, 3 + na, v.data(),
                               w.data())) {
       std::fill(var.begin() + std::ptrdiff_t(t * K), var.begin() + std::ptrdiff_t(t * K + K),
                 HUGE_VAL);
@@ -613,17 +649,122 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, bool comb) {
     }
     for (std::size_t ik = 0; ik < K; ++ik) {
       double wterm = 0;
-      for (std::size_t m = 0; m < M; ++m) wterm += r * G[m] * A[ik * M + m];
-      const double rw = r_rel * wterm, rc = 3 * r_rel * cterm * X[ik];
+      for (std::size_t m = 0; m < M; ++m) wterm += r * g.G[t * M + m] * A[ik * M + m];
+      const double rw = g.r_rel[t] * wterm, rc = 3 * g.r_rel[t] * g.c[t] * X[ik];
       var[t * K + ik] = w[ik] + rw * rw + rc * rc;
     }
   }
-  NoiseModel out = dots_model(a, na, gx32.data(), n, T, d, {gx.data(), gx_noise.data(), 1});
+  NoiseModel out = dots_model(a, na, g.gx32.data(), n, T, d, {g.gx.data(), own.data(), 1});
   out.independent = 0;  // a token's outputs share its G's and r's errors
   for (std::size_t i = 0; i < out.scale.size(); ++i)
     out.scale[i] = std::sqrt(out.scale[i] * out.scale[i] + var[i]);
   return out;
 }
+
+// Stream gradients that sum gx over the streams with weights w[j, k] (rows j of each token, w
+// [T, rows, n]; null: gx itself, mixes_backward's grad_x): the boundary's grad_f (w = post) and
+// grad_residual (w = comb). Each element's value from gx in double; independent parts in
+// quadrature: the n-term sum's rounding (as sum_noise; none for gx itself), the terms' own noise,
+// G's noise (split_backward_noise) through B[j, e, m] = r sum_k w_jk W[m, k e] - (r^2 / nd) mix_m
+// sum_k w_jk x_ke, and r's relative noise as in the dots.
+NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* w,
+                             std::size_t rows) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
+  const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens, K = rows * d;
+  const float* W = c.param("hc_fn").data.data();
+  const float* up_m = c.input("upstream_mixes").data.data();
+  auto weight = [&](std::size_t t, std::size_t j, std::size_t k) {
+    return w ? double(w[(t * rows + j) * n + k]) : double(j == k);
+  };
+  NoiseModel out;
+  out.value.resize(T * K);
+  out.scale.resize(T * K);
+  out.independent = 0;  // a token's outputs share its G's and r's errors
+  std::vector<double> WB(M * K), XB(K), wterm(K), v(K), var(K);
+  const bnd::ModelScope scope(bnd::fp32());
+  for (std::size_t t = 0; t < T; ++t) {
+    const double* x = g.s.x.data() + t * nd;
+    const double r = g.r[t];
+    std::fill(WB.begin(), WB.end(), 0.0);
+    std::fill(XB.begin(), XB.end(), 0.0);
+    for (std::size_t j = 0; j < rows; ++j)  // WB [m][j d + e]: the loops below run along e
+      for (std::size_t k = 0; k < n; ++k) {
+        const double wk = weight(t, j, k);
+        if (wk == 0) continue;
+        for (std::size_t e = 0; e < d; ++e) XB[j * d + e] += wk * x[k * d + e];
+        for (std::size_t m = 0; m < M; ++m) {
+          double* wb = &WB[m * K + j * d];
+          const float* wm = W + m * nd + k * d;
+          for (std::size_t e = 0; e < d; ++e) wb[e] += wk * double(wm[e]);
+        }
+      }
+    // The W term r sum_m G_m WB[m, je] of each output.
+    std::fill(wterm.begin(), wterm.end(), 0.0);
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t je = 0; je < K; ++je) wterm[je] += r * g.G[t * M + m] * WB[m * K + je];
+    const auto proj = [&](const Tensors<double>& gg, const double* mv, double* o) {
+      double gm = 0;
+      for (std::size_t m = 0; m < M; ++m) gm += (gg[0][m] + double(up_m[t * M + m])) * mv[m];
+      const double cc = r * r / double(nd) * gm;
+      for (std::size_t je = 0; je < K; ++je) o[je] = -cc * XB[je];
+      for (std::size_t m = 0; m < M; ++m) {
+        const double gr = r * (gg[0][m] + double(up_m[t * M + m]));
+        const double* wb = &WB[m * K];
+        for (std::size_t je = 0; je < K; ++je) o[je] += gr * wb[je];
+      }
+    };
+    const bool modelled = split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], K, proj,
+                                               10 + rows, v.data(), var.data());
+    for (std::size_t j = 0; j < rows; ++j)
+      for (std::size_t e = 0; e < d; ++e) {
+        const std::size_t je = j * d + e;
+        double value = 0, own2 = 0, pf = 0, pb = 0, p2 = 0, fw = 0, bw = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+          const std::size_t at = t * nd + k * d + e, back = t * nd + (n - 1 - k) * d + e;
+          const double wk = weight(t, j, k), term = wk * g.gx[at];
+          value += term;
+          own2 += wk * wk * g.noise[at] * g.noise[at];
+          fw += term;
+          bw += weight(t, j, n - 1 - k) * g.gx[back];
+          pf += fw * fw;
+          pb += bw * bw;
+          p2 += term * term;
+        }
+        const double rw = g.r_rel[t] * wterm[je], rc = 3 * g.r_rel[t] * g.c[t] * XB[je];
+        const double sum2 = w ? u * u * (std::max(pf, pb) + 4 * p2) : 0;
+        out.value[t * K + je] = value;
+        out.scale[t * K + je] =
+            modelled ? std::sqrt(var[je] + own2 + sum2 + rw * rw + rc * rc) : HUGE_VAL;
+      }
+  }
+  return out;
+}
+
+// The case's streams x as Streams (exact: no rounding of their own).
+Streams given_streams(const OpCase& c, const char* name) {
+  const std::vector<float>& x = c.input(name).data;
+  Streams s{x, std::vector<double>(x.begin(), x.end()), std::vector<double>(x.size()), 0};
+  for (std::size_t i = 0; i < x.size(); ++i) s.terms[i] = std::fabs(s.x[i]);
+  return s;
+}
+
+// The streams' gradient of a mixes_backward or boundary_backward case, formed once for the stages
+// whose models read it.
+class Shared {
+ public:
+  explicit Shared(const OpCase& c) : c_(c) {}
+  const StreamGrad& grad() {
+    if (!grad_)
+      grad_ = std::make_unique<StreamGrad>(c_.op == Op::mixes_backward
+                                               ? stream_grad(c_, given_streams(c_, "x"), false)
+                                               : stream_grad(c_, recomputed_streams(c_), true));
+    return *grad_;
+  }
+
+ private:
+  const OpCase& c_;
+  std::unique_ptr<StreamGrad> grad_;
+};
 
 }  // namespace
 
@@ -684,10 +825,9 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
                      : handed_over(c, got, stored, streams, c.tokens * c.cfg.stream_size()));
 }
 
-}  // namespace
-
-NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
-                       const bnd::StoredFormats& stored) {
+// noise_model with the case's shared state.
+NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float>& got,
+                    const bnd::StoredFormats& stored, Shared& shared) {
   // The split's models need its stages in fp32: mixes read as the kernel stored them, the
   // coefficients not rounded after; streams stored narrower are read as they are. The
   // projection's model needs fp32 operands and sums too.
@@ -713,20 +853,20 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
         // The split's parameter gradients: from the case's mixes, or from the mixes the kernel
         // recomputes in fp32 (of the case's streams, or of the new streams it recomputes too).
         const std::size_t which = stage == "grad_hc_scale" ? 1 : 2;
-        std::vector<double> mix, sigma;
         if (c.op == Op::split_sinkhorn_backward) {
           const std::vector<float>& m = c.input("mixes").data;
-          mix.assign(m.begin(), m.end());
-          sigma.assign(m.size(), 0);
-        } else if (c.op == Op::mixes_backward && fp32_sums && d.mixes == bnd::Format::fp32) {
-          recomputed_mixes(c, c.input("x").data.data(), nullptr, mix, sigma);
-        } else if (boundary && fp32_sums && fp32_streams && d.mixes == bnd::Format::fp32) {
-          const Streams s = recomputed_streams(c);
-          recomputed_mixes(c, nullptr, &s, mix, sigma);
-        } else {
-          return {};
+          return split_params_model(c, which, std::vector<double>(m.begin(), m.end()),
+                                    std::vector<double>(m.size(), 0));
         }
-        return split_params_model(c, which, mix, sigma);
+        if ((c.op == Op::mixes_backward || (boundary && fp32_streams)) && fp32_sums &&
+            d.mixes == bnd::Format::fp32)
+          return split_params_model(c, which, shared.grad().mix, shared.grad().sigma);
+        return {};
+      }
+      if (c.op == Op::mixes_backward) {  // grad_x: the streams' gradient itself
+        if (stage != "grad_x" || !fp32_sums || !fp32_streams || d.mixes != bnd::Format::fp32)
+          return {};
+        return stream_sums_model(c, shared.grad(), nullptr, std::size_t(c.cfg.n));
       }
       // Dot products over d, summed in fp32: grad_pre_mix[j] = upstream_y . x_j,
       // grad_post[k] = f . upstream_y_k, grad_comb[j, k] = residual_j . upstream_y_k; the
@@ -736,10 +876,16 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
       const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
       const float* up = c.input("upstream_y").data.data();
       if (boundary && !fp32_streams) return {};
-      if (boundary && stage == "grad_pre_mix") return recomputed_pre_mix_model(c);
+      if (boundary && stage == "grad_pre_mix") return recomputed_pre_mix_model(c, shared.grad().s);
       if (boundary && (stage == "grad_post" || stage == "grad_comb") &&
           d.mixes == bnd::Format::fp32)
-        return recomputed_stream_grads_model(c, stage == "grad_comb");
+        return recomputed_stream_grads_model(c, shared.grad(), stage == "grad_comb");
+      if (boundary && (stage == "grad_f" || stage == "grad_residual") &&
+          d.mixes == bnd::Format::fp32) {
+        const bool f = stage == "grad_f";
+        return stream_sums_model(c, shared.grad(), c.input(f ? "post" : "comb").data.data(),
+                                 f ? 1 : n);
+      }
       if (boundary) return {};
       if (c.op == Op::pre_backward)
         return stage == "grad_pre_mix"
@@ -763,6 +909,14 @@ NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<fl
     default:
       return {};
   }
+}
+
+}  // namespace
+
+NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
+                       const bnd::StoredFormats& stored) {
+  Shared shared(c);
+  return model_of(c, stage, got, stored, shared);
 }
 
 NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t per_token) {
@@ -811,13 +965,14 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
 NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
                          const bnd::StoredFormats& stored) {
   NoiseModels models;
+  Shared shared(c);
   for (const auto& s : got)
     for (const std::string& name : {s.name, kAnchored + s.name}) {
       if (std::any_of(stored.begin(), stored.end(), [&](const auto& f) {
             return f.first == s.name && f.second != bnd::Format::fp32;
           }))
         continue;
-      NoiseModel m = noise_model(c, name, got, stored);
+      NoiseModel m = model_of(c, name, got, stored, shared);
       if (!m.value.empty()) models.emplace(name, std::move(m));
     }
   return models;

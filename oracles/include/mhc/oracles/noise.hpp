@@ -45,10 +45,11 @@ struct NoiseModel {
 // their own rounding added. For the split's parameter gradients grad_hc_scale and grad_hc_base
 // (split_sinkhorn_backward; mixes_backward, and boundary_backward with fp32 streams, which
 // recompute the mixes): the mixes' noise carried through the split's backward, its own rounding
-// measured as the comb's, and the sum over tokens. For boundary_backward's grad_post and
-// grad_comb with fp32 streams: the dots model over the gradient of the new streams the kernel
-// forms, with that gradient's own noise, the split backward's carried through the projection's
-// backward, and the RMS scale's. Empty
+// measured as the comb's, and the sum over tokens. For the gradient of the streams the kernel
+// forms through the mixes' backward (fp32 streams), with its own noise, the split backward's
+// carried through the projection's backward, and the RMS scale's: mixes_backward's grad_x (that
+// gradient), boundary_backward's grad_f and grad_residual (its sums over the streams) and
+// grad_post and grad_comb (dots over d with it). Empty
 // for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
 // streams) was handed over rounded (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
