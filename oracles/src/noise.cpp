@@ -417,13 +417,18 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
   for (std::size_t k = 0; k < K; ++k) own[k] = std::max(own[k], std::fabs(o[k] - at32[k]));
   sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + salt);
   const Tensors<sr::Ensemble> fs = run(sr::Ensemble(), ms.data());
-  std::vector<double> lanes(K * kSrRuns);
+  // The lanes' spread per output, Welford's as spread() runs it, lane by lane.
+  std::vector<double> mean(K, 0.0), m2(K, 0.0);
   for (int l = 0; l < kSrRuns; ++l) {
     proj(to_double(fs, [l](const sr::Ensemble& v) { return double(v[l]); }), m32d.data(), o.data());
-    for (std::size_t k = 0; k < K; ++k) lanes[k * kSrRuns + std::size_t(l)] = o[k];
+    for (std::size_t k = 0; k < K; ++k) {
+      const double dl = o[k] - mean[k];
+      mean[k] += dl / (l + 1);
+      m2[k] += dl * (o[k] - mean[k]);
+    }
   }
   for (std::size_t k = 0; k < K; ++k) {
-    own[k] = std::max(own[k], 2 * spread(&lanes[k * kSrRuns], kSrRuns));
+    own[k] = std::max(own[k], 2 * std::sqrt(m2[k] / (kSrRuns - 1)));
     var[k] += own[k] * own[k];
   }
   return true;
@@ -530,6 +535,9 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
   const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens;
   const float* W = c.param("hc_fn").data.data();
   const float* up_m = c.input("upstream_mixes").data.data();
+  const float *up_x = direct ? c.input("upstream_x").data.data() : nullptr,
+              *up_y = direct ? c.input("upstream_y").data.data() : nullptr,
+              *pre_mix = direct ? c.input("pre_mix").data.data() : nullptr;
   StreamGrad g{std::move(streams),
                std::vector<float>(T * nd),
                std::vector<double>(T * nd),
@@ -578,12 +586,10 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
         terms[M] = -x[i] * cterm;
         float gx32 = r32 * acc - s.x32[at] * c32;
         if (direct) {
-          const float *up_x = c.input("upstream_x").data.data() + at,
-                      *up_y = c.input("upstream_y").data.data() + t * d + e,
-                      *pm = c.input("pre_mix").data.data() + t * n + k;
-          terms[M + 1] = double(*up_x);
-          terms[M + 2] = double(*pm) * double(*up_y);
-          gx32 = *up_x + gx32 + *pm * *up_y;
+          const float ux = up_x[at], uy = up_y[t * d + e], pm = pre_mix[t * n + k];
+          terms[M + 1] = double(ux);
+          terms[M + 2] = double(pm) * double(uy);
+          gx32 = ux + gx32 + pm * uy;
         }
         g.gx[at] = terms[M + 1] + terms[M + 2] + r * proj - x[i] * cterm;
         g.gx32[at] = gx32;
