@@ -209,23 +209,15 @@ struct Recip32 {
 // "The second tier"; bench/comb_element_floor.py.
 constexpr int kSrRuns = sr::Ensemble::kLanes;
 
-// The spread of values x[0..k) (Welford's running mean and deviations): the sample standard
-// deviation.
-double spread(const double* x, int k) {
-  double mean = 0, m2 = 0;
-  for (int i = 0; i < k; ++i) {
-    const double d = x[i] - mean;
-    mean += d / (i + 1);
-    m2 += d * (x[i] - mean);
-  }
-  return std::sqrt(m2 / (k - 1));
-}
-
-// The sample standard deviation of the kSrRuns lanes.
+// The sample standard deviation of the kSrRuns lanes (Welford's running mean and deviations).
 double lane_spread(const sr::Ensemble& e) {
-  double lanes[kSrRuns];
-  for (int k = 0; k < kSrRuns; ++k) lanes[k] = double(e[k]);
-  return spread(lanes, kSrRuns);
+  double mean = 0, m2 = 0;
+  for (int k = 0; k < kSrRuns; ++k) {
+    const double x = double(e[k]), d = x - mean;
+    mean += d / (k + 1);
+    m2 += d * (x - mean);
+  }
+  return std::sqrt(m2 / (kSrRuns - 1));
 }
 
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
@@ -385,7 +377,6 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
                           std::size_t K, const Proj& proj, std::uint64_t salt, double* value,
                           double* var) {
   const std::size_t M = std::size_t(c.cfg.mix());
-  auto run = [&](auto, const auto* m) { return split_backward_at(c, t, m); };
   const auto same = [](auto v) { return as_double(v); };
   std::vector<double> m(mix, mix + M), m32d(M), up(K), down(K), at32(K), o(K);
   std::vector<float> m32(M);
@@ -398,26 +389,26 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
     mq[a] = m32[a];
     ms[a] = sr::Ensemble(m32[a]);
   }
-  proj(run(0.0, m.data()), m.data(), value);
+  proj(split_backward_at(c, t, m.data()), m.data(), value);
   std::fill(var, var + K, 0.0);
   for (std::size_t a = 0; a < M; ++a) {
     if (sigma[a] == 0) continue;
     m[a] = mix[a] + sigma[a];
-    proj(run(0.0, m.data()), m.data(), up.data());
+    proj(split_backward_at(c, t, m.data()), m.data(), up.data());
     m[a] = mix[a] - sigma[a];
-    proj(run(0.0, m.data()), m.data(), down.data());
+    proj(split_backward_at(c, t, m.data()), m.data(), down.data());
     m[a] = mix[a];
     for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
   }
-  proj(run(0.0, m32d.data()), m32d.data(), at32.data());
+  proj(split_backward_at(c, t, m32d.data()), m32d.data(), at32.data());
   std::vector<double> own(K);
-  proj(to_double(run(0.0f, m32.data()), same), m32d.data(), o.data());
+  proj(to_double(split_backward_at(c, t, m32.data()), same), m32d.data(), o.data());
   for (std::size_t k = 0; k < K; ++k) own[k] = std::fabs(o[k] - at32[k]);
-  proj(to_double(run(Recip32(), mq.data()), same), m32d.data(), o.data());
+  proj(to_double(split_backward_at(c, t, mq.data()), same), m32d.data(), o.data());
   for (std::size_t k = 0; k < K; ++k) own[k] = std::max(own[k], std::fabs(o[k] - at32[k]));
   sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + salt);
-  const Tensors<sr::Ensemble> fs = run(sr::Ensemble(), ms.data());
-  // The lanes' spread per output, Welford's as spread() runs it, lane by lane.
+  const Tensors<sr::Ensemble> fs = split_backward_at(c, t, ms.data());
+  // The lanes' spread per output, as lane_spread runs it, lane by lane.
   std::vector<double> mean(K, 0.0), m2(K, 0.0);
   for (int l = 0; l < kSrRuns; ++l) {
     proj(to_double(fs, [l](const sr::Ensemble& v) { return double(v[l]); }), m32d.data(), o.data());
@@ -472,14 +463,15 @@ NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vec
   return out;
 }
 
-// The mixes [T, M] of fp32 streams xs: exactly (mix: every stream's r (hc_fn x) in double) and
-// their noise (sigma: mixes_model's scale), where the kernel recomputes them. Streams the kernel
-// recomputes too (s) are read exactly, their own rounding added to the noise.
-void recomputed_mixes(const OpCase& c, const float* xs, const Streams* s, std::vector<double>& mix,
+// The mixes [T, M] of streams s (fp32 as the kernel holds them) that the kernel recomputes:
+// exactly (mix: every stream's r (hc_fn x) in double) and their noise (sigma: mixes_model's
+// scale); streams the kernel recomputes too (s.roundings > 0) read exactly, their own rounding
+// added to the noise.
+void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mix,
                       std::vector<double>& sigma) {
   const std::size_t nd = c.cfg.stream_size(), M = std::size_t(c.cfg.mix());
   const float* W = c.param("hc_fn").data.data();
-  NoiseModel mm = mixes_model(c.cfg, s ? s->x32.data() : xs, c.tokens, W);
+  NoiseModel mm = mixes_model(c.cfg, s.x32.data(), c.tokens, W);
   mix = std::move(mm.value);
   sigma = std::move(mm.scale);
   // Where the terms repeat (not modelled): the mixes' bound, which holds for any order.
@@ -491,28 +483,27 @@ void recomputed_mixes(const OpCase& c, const float* xs, const Streams* s, std::v
                     [](double v) { return std::isfinite(v); }))
       continue;
     for (std::size_t i = 0; i < nd; ++i)
-      xb[i] = s ? bnd::Bounded(s->x[t * nd + i], std::sqrt(s->roundings) * u * s->terms[t * nd + i])
-                : bnd::Bounded(xs[t * nd + i]);
+      xb[i] = bnd::Bounded(s.x[t * nd + i], std::sqrt(s.roundings) * u * s.terms[t * nd + i]);
     ref::mixes(c.cfg, xb.data(), W, mb.data());
     for (std::size_t a = 0; a < M; ++a)
       if (!std::isfinite(sigma[t * M + a])) sigma[t * M + a] = mb[a].e;
   }
-  if (!s) return;
+  if (s.roundings == 0) return;  // mixes_model's values are exact
   for (std::size_t t = 0; t < c.tokens; ++t) {
-    const double* x = s->x.data() + t * nd;
+    const double* x = s.x.data() + t * nd;
     double ss = 0;
     for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
     const double r = 1 / std::sqrt(ss / double(nd) + c.cfg.norm_eps);
     for (std::size_t a = 0; a < M; ++a) {
       double dot = 0, noise2 = 0;
       for (std::size_t i = 0; i < nd; ++i) {
-        const double w = double(W[a * nd + i]), e = w * s->terms[t * nd + i];
+        const double w = double(W[a * nd + i]), e = w * s.terms[t * nd + i];
         dot += w * x[i];
         noise2 += e * e;
       }
       double& sg = sigma[t * M + a];
       mix[t * M + a] = r * dot;
-      sg = std::sqrt(sg * sg + s->roundings * u * u * r * r * noise2);
+      sg = std::sqrt(sg * sg + s.roundings * u * u * r * r * noise2);
     }
   }
 }
@@ -549,7 +540,7 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
                {},
                {}};
   const Streams& s = g.s;
-  recomputed_mixes(c, nullptr, &s, g.mix, g.sigma);
+  recomputed_mixes(c, s, g.mix, g.sigma);
   std::vector<bnd::detail::SequentialSums> squares(T);
   bnd::detail::self_sums(s.x32.data(), T, nd, squares.data());
   std::vector<double> terms(M + 3, 0.0);
