@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "mhc/oracles/anchored.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 
@@ -61,7 +62,8 @@ const std::vector<ref::BlockSemantics>& block_deviation_catalogue() {
 
 std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads,
                                   ErrorModel model, const std::vector<std::string>& failed,
-                                  const Trace<bnd::Bounded>* own) {
+                                  const Trace<bnd::Bounded>* own, const NoiseModels* models,
+                                  const bnd::StoredFormats& stored) {
   std::vector<std::string> names;
   auto values = [](const Trace<bnd::Bounded>& t, const std::string& name) {
     const Trace<bnd::Bounded>::value_type* found = nullptr;
@@ -69,8 +71,8 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
       if (st.name == name) found = &st;
     return found;
   };
-  // Whether `trace` has every failed stage as `own` has it (a stage `own` lacks, an anchored
-  // one, is not known to be the same).
+  // Whether `trace` has every failed stage as `own` has it (a stage `own` lacks is not known to
+  // be the same).
   auto same = [&](const Trace<bnd::Bounded>& trace) {
     if (!own || failed.empty()) return false;
     for (const auto& name : failed) {
@@ -100,9 +102,18 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
   for (const auto& alt : alternatives) {
     if (!ref::validate(alt.cfg).empty()) continue;  // e.g. iters - 1 = 0
     const std::string name = alt.block.sem.is_default() ? alt.cfg.sem.name() : alt.block.sem.name();
-    const Trace<bnd::Bounded> want = oracle_trace(alt, threads, model, {}, &got);
+    Trace<bnd::Bounded> want = oracle_trace(alt, threads, model, {}, &got);
+    const Trace<bnd::Bounded> anchored = anchored_trace(alt, got, threads, model, stored);
+    Verdict v = compare(got, want);
+    add_anchored(anchored_stages(alt, got, anchored), v);
+    want.insert(want.end(), anchored.begin(), anchored.end());
     if (same(want)) continue;
-    const Verdict v = compare(got, want);
+    if (models && own) {
+      NoiseModels judged = noise_models(alt, got, stored);  // measured under its semantics
+      for (auto& [stage, m] : moved_models(*models, *own, want))
+        judged.emplace(stage, std::move(m));
+      second_tier(judged, alt, got, v);
+    }
     bool all_pass = !v.stages.empty();
     bool any_judged = false;
     for (const auto& s : v.stages) {

@@ -295,7 +295,8 @@ double half_ulp(double x, double top = HUGE_VAL) {
 // tanh within 2.5, so max_z is 1: docs/semantics.md, "The second tier".
 NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
   const std::size_t n = std::size_t(c.cfg.n), M = std::size_t(c.cfg.mix()), at = pre ? 0 : n;
-  const double scale = double(c.param("hc_scale").data[pre ? 0 : 1]);
+  const ref::Semantics& sem = c.cfg.sem;  // the diagnosis's deviations of the weights too
+  const double scale = double(c.param("hc_scale").data[pre != sem.scales_swapped ? 0 : 1]);
   const float* base = c.param("hc_base").data.data();
   const double log2e = 1.4426950408889634, log2e_f = double(float(log2e));
   Split<double> exact(c.cfg);
@@ -321,11 +322,13 @@ NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
       // 2.19 ulp, CUDA's by 2), 1 + t.
       const double th = std::tanh(a / 2);
       const double tanh_form = d * da + 0.5 * (5 * half_ulp(th, 1) + half_ulp(1 + th, 2));
-      const double value = (pre ? exact.pre : exact.post)[j], factor = pre ? 1 : 2;
+      const double value = (pre ? exact.pre : exact.post)[j];
+      const double factor = !pre && sem.post_factor2 ? 2 : 1;
+      const bool eps = pre ? sem.pre_eps : sem.post_eps;
       // A form whose exp overflows in double overflows in fp32 too, where sig < FLT_MIN.
       auto usable = [](double f) { return std::isfinite(f) ? f : 0.0; };
       const double worst = factor * std::max({usable(exp_form), usable(ratio_form), tanh_form}) +
-                           (pre ? half_ulp(value) : 0);  // pre's + eps
+                           (eps ? half_ulp(value) : 0);  // + eps
       // The products of two first-order terms (each below 8 u relative) and the reference's own
       // error; FLT_MIN for results that underflow.
       m.value[t * n + j] = value;
@@ -822,17 +825,41 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
                      : handed_over(c, got, stored, streams, c.tokens * c.cfg.stream_size()));
 }
 
+// The models of the kernel's own stages: the Block's and the stack's boundaries (block_model), and
+// the boundary's, anchored: its mixes of its new streams, the split of its mixes.
+NoiseModel on_kernel(const OpCase& c, const std::string& stage, const Trace<float>& got,
+                     const bnd::StoredFormats& stored) {
+  if (c.op == Op::block || c.op == Op::stack) return block_model(c, stage, got, stored);
+  if (stage.rfind(kAnchored, 0) == 0)
+    return boundary_model(c, stage.substr(kAnchored.size()),
+                          handed_over(c, got, stored, "mixes", c.tokens * std::size_t(c.cfg.mix())),
+                          nullptr);
+  if (stage == "mixes")
+    return boundary_model(c, stage, nullptr,
+                          handed_over(c, got, stored, "x", c.tokens * c.cfg.stream_size()));
+  return {};
+}
+
 // noise_model with the case's shared state.
 NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float>& got,
                     const bnd::StoredFormats& stored, Shared& shared) {
   // The split's models need its stages in fp32: mixes read as the kernel stored them, the
   // coefficients not rounded after; streams stored narrower are read as they are. The
   // projection's model needs fp32 operands and sums too.
-  if (!c.cfg.sem.is_default() || c.precision.decl.coefficients != bnd::Format::fp32) return {};
+  if (c.precision.decl.coefficients != bnd::Format::fp32) return {};
+  // Under another semantics (the diagnosis's alternatives) only the split's, from the case's
+  // mixes or anchored on the kernel's, which follow the semantics.
+  const auto split = [](const std::string& s) { return s == "comb" || s == "pre" || s == "post"; };
+  if (!c.cfg.sem.is_default() && !((c.op == Op::split_sinkhorn && split(stage)) ||
+                                   (c.op == Op::boundary && stage.rfind(kAnchored, 0) == 0 &&
+                                    split(stage.substr(kAnchored.size())))))
+    return {};
+  if (c.op == Op::block || c.op == Op::stack || c.op == Op::boundary) {
+    NoiseModel m = on_kernel(c, stage, got, stored);
+    m.on_kernel = true;
+    return m;
+  }
   switch (c.op) {
-    case Op::block:
-    case Op::stack:
-      return block_model(c, stage, got, stored);
     case Op::split_sinkhorn:  // from the case's mixes
       return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);
     case Op::mixes:
@@ -894,15 +921,6 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
         return dots_model(c.input("residual").data.data(), n, up, n, c.tokens, dim);
       return {};
     }
-    case Op::boundary:  // anchored: the split from the kernel's mixes, these from its streams
-      if (stage == "mixes")
-        return boundary_model(c, stage, nullptr,
-                              handed_over(c, got, stored, "x", c.tokens * c.cfg.stream_size()));
-      if (stage.rfind(kAnchored, 0) == 0)
-        return boundary_model(
-            c, stage.substr(kAnchored.size()),
-            handed_over(c, got, stored, "mixes", c.tokens * std::size_t(c.cfg.mix())), nullptr);
-      return {};
     default:
       return {};
   }
@@ -973,6 +991,26 @@ NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
       if (!m.value.empty()) models.emplace(name, std::move(m));
     }
   return models;
+}
+
+NoiseModels moved_models(const NoiseModels& models, const Trace<bnd::Bounded>& own,
+                         const Trace<bnd::Bounded>& alt) {
+  NoiseModels moved;
+  for (const auto& [stage, m] : models) {
+    const Stage<bnd::Bounded>*a = find_stage(alt, stage), *o = find_stage(own, stage);
+    if ((m.on_kernel && stage.rfind(kAnchored, 0) != 0) || !a || !o ||
+        a->values.size() != m.value.size() || o->values.size() != m.value.size())
+      continue;
+    // A deviation that moves an element beyond the case's bound is told apart by the bounds; the
+    // case's noise need not be the deviation's there.
+    bool within = true;
+    for (std::size_t i = 0; i < m.value.size() && within; ++i)
+      within = !(std::fabs(a->values[i].v - o->values[i].v) > o->values[i].e);
+    if (!within) continue;
+    NoiseModel& n = moved[stage] = m;
+    for (std::size_t i = 0; i < n.value.size(); ++i) n.value[i] += a->values[i].v - o->values[i].v;
+  }
+  return moved;
 }
 
 void second_tier(const NoiseModels& models, const OpCase& c, const Trace<float>& got, Verdict& v) {

@@ -121,10 +121,10 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   Outcome o;
   // The anchored stages and the second tier's models read only the case and the kernel's trace:
   // with a second core they are computed while the oracle evaluates the case.
-  std::vector<oracles::StageVerdict> anchored;
+  oracles::Trace<bnd::Bounded> anchored;
   oracles::NoiseModels models;
   auto side = [&] {
-    anchored = oracles::anchored_stages(c, got, j.threads, j.model, stored);
+    anchored = oracles::anchored_trace(c, got, j.threads, j.model, stored);
     models = oracles::noise_models(c, got, stored);
   };
   const unsigned threads = j.threads ? j.threads : std::thread::hardware_concurrency();
@@ -140,7 +140,7 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   set_phase("judging the outputs");
   o.verdict = oracles::compare(got, want, j.threads);
   if (beside) beside->wait();
-  oracles::add_anchored(std::move(anchored), o.verdict);
+  oracles::add_anchored(oracles::anchored_stages(c, got, anchored), o.verdict);
   oracles::second_tier(models, c, got, o.verdict);
   if (!wrote.empty()) {  // a failure of the case before any stage's
     oracles::Verdict v = kernel_verdict(oracles::State::fail, "wrote_input", wrote);
@@ -151,17 +151,18 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   if (j.diagnose && o.verdict.state == oracles::State::fail && !o.got.empty()) {
     set_phase("diagnosing the failure");
     // Within the worst-case bounds, every deviation too small to leave them would "explain" an
-    // output that failed tighter ones: judge the alternatives by the bounds it failed instead.
-    // (A failure of the second tier alone is not told apart so: its models assume the case's
-    // own semantics, and the diagnosis lists every deviation within the first tier's bounds that
-    // changes a stage that failed.)
+    // output that failed tighter ones: judge the alternatives by the bounds it failed instead,
+    // and by the second tier, as the case.
     const bool worst_case =
         j.model != oracles::ErrorModel::rigorous && oracles::within_worst_case(c, o.got, j.threads);
     std::vector<std::string> failed;
     for (const auto& s : o.verdict.stages)
       if (s.state == oracles::State::fail) failed.push_back(s.stage);
-    o.deviations = oracles::diagnose(
-        c, o.got, j.threads, worst_case ? j.model : oracles::ErrorModel::rigorous, failed, &want);
+    oracles::Trace<bnd::Bounded> own = want;
+    own.insert(own.end(), anchored.begin(), anchored.end());
+    o.deviations =
+        oracles::diagnose(c, o.got, j.threads, worst_case ? j.model : oracles::ErrorModel::rigorous,
+                          failed, &own, &models, stored);
     o.diagnosis = worst_case && o.deviations.empty() ? oracles::kWithinWorstCase
                                                      : oracles::describe_diagnosis(o.deviations);
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include "mhc/oracles/diagnosis.hpp"
 #include "mhc/oracles/error_model.hpp"
 #include "mhc/oracles/verdict.hpp"
 #include "mhc/runner/driver.hpp"
@@ -689,4 +690,49 @@ TEST_CASE("driver: the second tier judges the split's backward and what the boun
     if (boundary) CHECK(dots_by_tier >= 2);  // both stages of seed 2
     if (op == Op::mixes_backward) CHECK(grad_x_by_tier >= 2);
   }
+}
+
+TEST_CASE("driver: the diagnosis judges a deviation as the case: anchored stages and second tier",
+          "[driver][noise][diagnosis]") {
+  ref::Config cfg;
+  cfg.d = 256;
+  // Each forward wrong kernel with a catalogued deviation is diagnosed as that deviation; those
+  // whose deviation is told apart by the comb's or the weights' noise, as it alone.
+  const std::vector<std::string> alone{"col_eps_after", "row_eps_after", "pre_without_eps",
+                                       "post_with_eps"};
+  int judged = 0;
+  for (const auto& v : impl::variant_catalogue()) {
+    if (!v.wrong || v.explains.empty() || v.name.rfind("mutant:block_", 0) == 0 ||
+        v.name.rfind("mutant:backward_", 0) == 0)
+      continue;
+    const impl::Backend b = impl::make_backend(v);
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      const auto c = oracles::generate_case(Op::boundary, cfg, 4, seed, oracles::Precision::fp32());
+      const runner::Outcome o = runner::judge(b, c, judging1());
+      if (o.verdict.state != State::fail) continue;
+      ++judged;
+      CAPTURE(v.name, seed, o.diagnosis);
+      CHECK(std::count(o.deviations.begin(), o.deviations.end(), v.explains) == 1);
+      if (std::count(alone.begin(), alone.end(), v.explains))
+        CHECK(o.deviations == std::vector<std::string>{v.explains});
+    }
+  }
+  CHECK(judged >= 40);
+  // Kernels outside the catalogue whose error only the second tier sees (here anchored on the
+  // kernel's mixes; and the streams' gradient at d = 5120) are not given a deviation's name.
+  for (const char* name : {"mutant:sinkhorn_reciprocal_estimate", "mutant:sigmoid_exp_estimate"})
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      const auto c = oracles::generate_case(Op::boundary, cfg, 4, seed, oracles::Precision::fp32());
+      const runner::Outcome o = runner::judge(*impl::find_backend(name), c, judging1());
+      CAPTURE(name, seed, o.diagnosis);
+      CHECK(o.verdict.state == State::fail);
+      CHECK(o.deviations.empty());
+    }
+  const auto c =
+      oracles::generate_case(Op::mixes_backward, ref::Config{}, 16, 2, oracles::Precision::fp32());
+  const runner::Outcome o =
+      runner::judge(*impl::find_backend("mutant:backward_bf16_saved_mixes"), c, judging1());
+  CAPTURE(o.diagnosis);
+  CHECK(o.verdict.first_divergent == "grad_x");
+  CHECK(o.diagnosis == oracles::kWithinWorstCase);
 }

@@ -14,12 +14,16 @@ namespace mhc::oracles {
 // The prefix of an anchored stage's name: "anchored.comb" is comb judged from the kernel's mixes.
 inline const std::string kAnchored = "anchored.";
 
-// A verdict "anchored.<stage>" for each of pre, post and comb the kernel produced (ops mixes and
-// boundary, given the kernel's mixes; none where the mixes were rounded on handover). Reads only
-// the case and the kernel's trace, so it may run beside the end-to-end judgement.
+// The split's oracle from the kernel's mixes, a stage "anchored.<stage>" for each of pre, post and
+// comb the kernel produced (ops mixes and boundary, given the kernel's mixes; empty where the
+// mixes were rounded on handover). Reads only the case and the kernel's trace, so it may run beside
+// the end-to-end judgement.
+Trace<bnd::Bounded> anchored_trace(const OpCase& c, const Trace<float>& got, unsigned threads,
+                                   ErrorModel model, const bnd::StoredFormats& stored = {});
+
+// The verdict of each anchored stage, against the kernel's stage it names.
 std::vector<StageVerdict> anchored_stages(const OpCase& c, const Trace<float>& got,
-                                          unsigned threads, ErrorModel model,
-                                          const bnd::StoredFormats& stored = {});
+                                          const Trace<bnd::Bounded>& anchored);
 
 // Appends the anchored verdicts to v and settles it. An end-to-end stage that is undecidable while
 // its anchored stage is decided takes that decision (rule "anchored").

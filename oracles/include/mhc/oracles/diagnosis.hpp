@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mhc/oracles/error_model.hpp"
+#include "mhc/oracles/noise.hpp"
 #include "mhc/oracles/ops.hpp"
 
 namespace mhc::oracles {
@@ -21,14 +22,18 @@ const std::vector<ref::Semantics>& deviation_catalogue();
 const std::vector<ref::BlockSemantics>& block_deviation_catalogue();
 
 // The names of the deviations under which the oracle (same case, same precision model, bounds
-// of the given error model) passes every stage the kernel produced; empty when none explains it.
-// `failed`: the stages that failed, and `own` the case's own oracle; a deviation that leaves all
-// of them as `own` has them cannot explain the failure, and is not named (a failure of the
-// second tier alone passes the first under every such deviation).
+// of the given error model) passes every stage the kernel produced, its anchored stages too;
+// empty when none explains it. `failed`: the stages that failed, and `own` the case's own oracle
+// (its anchored stages too); a deviation that leaves all of them as `own` has them cannot explain
+// the failure, and is not named. With the case's second tier (`models`), a deviation must pass it
+// too, around its own values (second_tier): an error inside the bounds that the tier flags is
+// explained only by a deviation that moves the values onto it.
 std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads = 1,
                                   ErrorModel model = ErrorModel::rigorous,
                                   const std::vector<std::string>& failed = {},
-                                  const Trace<bnd::Bounded>* own = nullptr);
+                                  const Trace<bnd::Bounded>* own = nullptr,
+                                  const NoiseModels* models = nullptr,
+                                  const bnd::StoredFormats& stored = {});
 
 // Whether the output passes every stage within the worst-case (rigorous) bounds of the case's own
 // semantics. A failure under tighter bounds is then explained by a deviation only under those

@@ -32,6 +32,7 @@ struct NoiseModel {
   std::vector<double> value, scale;
   double max_z = kNoiseMax;
   double independent = 1;  // the share of its elements whose errors are free (the comb's sums)
+  bool on_kernel = false;  // its values are of the kernel's own stages (mixes of its streams)
 };
 // For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection
 // (forward and backward, stream-major and d-major) and of the RMS statistic, and the deviations
@@ -62,13 +63,22 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
 // The model of every stage the tier models, end to end and anchored (kAnchored + name), by stage
 // name. Reads only the case and the kernel's trace, so it may run beside the bounds' judgement.
 // A stage handed over in a format narrower than fp32 (stored) has none: its storage's rounding,
-// not fp32's noise, is its error (the bounds count that rounding).
+// not fp32's noise, is its error (the bounds count that rounding). Under semantics other than
+// DeepSeek's, the comb's alone (moved_models).
 using NoiseModels = std::map<std::string, NoiseModel>;
 NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
                          const bnd::StoredFormats& stored = {});
 
 // Adds the second tier to every stage of v it has a model for; a stage that passed its bounds and
-// is flagged fails by rule "noise". Cases of deviating semantics (the diagnosis) have no models.
+// is flagged fails by rule "noise".
 void second_tier(const NoiseModels& models, const OpCase& c, const Trace<float>& got, Verdict& v);
+
+// For the diagnosis's alternative semantics, whose models noise_models makes for the comb alone:
+// the case's models, each element's value moved by alt - own (the double values of the
+// alternative's oracle and of the case's), the change the deviation makes, with the noise of the
+// case's arithmetic. Only where both oracles read what the model reads: the case's data, or the
+// kernel's mixes (anchored); not the models of the kernel's streams (on_kernel).
+NoiseModels moved_models(const NoiseModels& models, const Trace<bnd::Bounded>& own,
+                         const Trace<bnd::Bounded>& alt);
 
 }  // namespace mhc::oracles
