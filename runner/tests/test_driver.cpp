@@ -729,7 +729,7 @@ TEST_CASE("driver: the diagnosis judges a deviation as the case: anchored stages
       CHECK(o.deviations.empty());
     }
   const auto c =
-      oracles::generate_case(Op::mixes_backward, ref::Config{}, 16, 2, oracles::Precision::fp32());
+      oracles::generate_case(Op::mixes_backward, ref::Config{}, 4, 2, oracles::Precision::fp32());
   const runner::Outcome o =
       runner::judge(*impl::find_backend("mutant:backward_bf16_saved_mixes"), c, judging1());
   CAPTURE(o.diagnosis);
