@@ -740,6 +740,66 @@ NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* 
   return out;
 }
 
+// grad_hc_fn[m, i] = sum_t r_t G_t[m] x_t[i], the projection's weight gradient over the tokens'
+// streams (the case's, or the new streams the boundary recomputes). Independent parts in
+// quadrature: G_t[m]'s noise (split_backward_noise, and the rounding of its sum with
+// upstream_mixes) and r_t's, each times r_t x_t[i]; the streams' own rounding times r_t G_t[m];
+// and the fp32 products and sum over tokens (the sums model of the T terms, two roundings a term).
+// A token's errors reach every element of a row m: judged element by element.
+NoiseModel hc_fn_grad_model(const OpCase& c, const StreamGrad& g) {
+  const std::size_t nd = c.cfg.stream_size(), M = std::size_t(c.cfg.mix()), T = c.tokens;
+  const bnd::ModelScope scope(bnd::fp32());
+  std::vector<double> varG(T * M), v(M);
+  const auto proj = [](const Tensors<double>& gg, const double*, double* o) {
+    std::copy(gg[0].begin(), gg[0].end(), o);
+  };
+  for (std::size_t t = 0; t < T; ++t) {
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], M, proj, 3, v.data(),
+                              &varG[t * M]))
+      return {};
+    for (std::size_t m = 0; m < M; ++m) varG[t * M + m] += u * u * g.G[t * M + m] * g.G[t * M + m];
+  }
+  // Token by token along i (contiguous), the partial sums of both orders kept per element.
+  NoiseModel out;
+  out.value.assign(M * nd, 0.0);
+  out.independent = 0;
+  std::vector<double> var(M * nd, 0.0), pf(M * nd, 0.0), q(M * nd, 0.0), bw(M * nd, 0.0),
+      pb(M * nd, 0.0);
+  for (std::size_t t = 0; t < T; ++t) {
+    const double r = g.r[t], rr = g.r_rel[t] * g.r_rel[t], own2 = g.s.roundings * u * u * r * r;
+    const double* x = &g.s.x[t * nd];
+    const double* own = &g.s.terms[t * nd];
+    for (std::size_t m = 0; m < M; ++m) {
+      const double G = g.G[t * M + m], vg = varG[t * M + m] + G * G * rr;
+      double *val = &out.value[m * nd], *vr = &var[m * nd], *f2 = &pf[m * nd], *q2 = &q[m * nd];
+      for (std::size_t i = 0; i < nd; ++i) {
+        const double carried = r * x[i], term = carried * G;
+        val[i] += term;
+        f2[i] += val[i] * val[i];
+        q2[i] += term * term;
+        vr[i] += carried * carried * vg + own2 * G * G * own[i] * own[i];
+      }
+    }
+  }
+  for (std::size_t t = T; t-- > 0;) {
+    const double r = g.r[t];
+    const double* x = &g.s.x[t * nd];
+    for (std::size_t m = 0; m < M; ++m) {
+      const double G = g.G[t * M + m];
+      double *b = &bw[m * nd], *b2 = &pb[m * nd];
+      for (std::size_t i = 0; i < nd; ++i) {
+        b[i] += r * x[i] * G;
+        b2[i] += b[i] * b[i];
+      }
+    }
+  }
+  out.scale.resize(M * nd);
+  for (std::size_t k = 0; k < M * nd; ++k)
+    out.scale[k] =
+        std::sqrt(var[k] + u * u * (std::max(pf[k], pb[k]) + 4 * q[k])) + bnd::model().eta;
+  return out;
+}
+
 // The case's streams x as Streams (exact: no rounding of their own).
 Streams given_streams(const OpCase& c, const char* name) {
   const std::vector<float>& x = c.input(name).data;
@@ -885,6 +945,12 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
         if ((c.op == Op::mixes_backward || (boundary && fp32_streams)) && fp32_sums &&
             d.mixes == bnd::Format::fp32)
           return split_params_model(c, which, shared.grad().mix, shared.grad().sigma);
+        return {};
+      }
+      if (stage == "grad_hc_fn") {  // over the streams the mixes were recomputed from
+        if ((c.op == Op::mixes_backward || (boundary && fp32_streams)) && fp32_sums &&
+            d.mixes == bnd::Format::fp32)
+          return hc_fn_grad_model(c, shared.grad());
         return {};
       }
       if (c.op == Op::mixes_backward) {  // grad_x: the streams' gradient itself

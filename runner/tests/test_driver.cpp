@@ -653,16 +653,19 @@ TEST_CASE("driver: the second tier judges the split's backward and what the boun
            : op == Op::boundary_backward ? s.stage == "grad_f" || s.stage == "grad_residual"
                                          : false;
   };
+  auto hc_fn = [](Op op, const oracles::StageVerdict& s) {
+    return op != Op::split_sinkhorn_backward && s.stage == "grad_hc_fn";
+  };
   for (Op op : {Op::split_sinkhorn_backward, Op::mixes_backward, Op::boundary_backward}) {
     const bool boundary = op == Op::boundary_backward;
-    int flagged = 0, dots_by_tier = 0, grad_x_by_tier = 0;
+    int flagged = 0, dots_by_tier = 0, grad_x_by_tier = 0, hc_fn_by_tier = 0;
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
       const auto c = oracles::generate_case(op, cfg, 4, seed, oracles::Precision::fp32());
       for (const auto& b : legit)
         for (const auto& s : runner::judge(b, c, judging1()).verdict.stages) {
           CAPTURE(b.name, oracles::op_name(op), seed, s.stage, s.reason, s.noise.reason);
           CHECK(s.state == State::pass);
-          if (params(s) || (boundary && dots(s)) || streams(op, s))
+          if (params(s) || (boundary && dots(s)) || streams(op, s) || hc_fn(op, s))
             CHECK((s.has_noise && s.noise.elements > 0));
         }
       const auto v = runner::judge(saved, c, judging1()).verdict;
@@ -675,6 +678,8 @@ TEST_CASE("driver: the second tier judges the split's backward and what the boun
         tier = tier || (params(s) && s.state == State::fail && s.rule == "noise");
         grad_x_by_tier += op == Op::mixes_backward && streams(op, s) && s.ratio_max <= 1 &&
                           s.state == State::fail && s.rule == "noise";
+        hc_fn_by_tier += op == Op::mixes_backward && hc_fn(op, s) && s.ratio_max <= 1 &&
+                         s.state == State::fail && s.rule == "noise";
       }
       flagged += inside && tier;
       if (!boundary) continue;
@@ -689,6 +694,7 @@ TEST_CASE("driver: the second tier judges the split's backward and what the boun
     if (op != Op::split_sinkhorn_backward) CHECK(flagged >= 2);
     if (boundary) CHECK(dots_by_tier >= 2);  // both stages of seed 2
     if (op == Op::mixes_backward) CHECK(grad_x_by_tier >= 2);
+    if (op == Op::mixes_backward) CHECK(hc_fn_by_tier >= 2);  // seeds 2 and 3
   }
 }
 

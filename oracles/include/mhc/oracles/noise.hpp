@@ -50,7 +50,8 @@ struct NoiseModel {
 // forms through the mixes' backward (fp32 streams), with its own noise, the split backward's
 // carried through the projection's backward, and the RMS scale's: mixes_backward's grad_x (that
 // gradient), boundary_backward's grad_f and grad_residual (its sums over the streams) and
-// grad_post and grad_comb (dots over d with it). Empty
+// grad_post and grad_comb (dots over d with it); and grad_hc_fn of both (the sum over tokens of
+// G times the streams). Empty
 // for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
 // streams) was handed over rounded (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
