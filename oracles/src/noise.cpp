@@ -291,11 +291,12 @@ double half_ulp(double x, double top = HUGE_VAL) {
 
 // The reading (pre) or writing (post) weights from the given mixes [T, M]: the value from the
 // reference in double; the scale is the worst case of the usual fp32 forms of sig(a), a = m s + b
-// (+ eps for pre, times 2 for post), each rounding at its result's half ulp, exp within 2 ulp and
-// tanh within 2.5, so max_z is 1: docs/semantics.md, "The second tier".
+// (+ eps for pre, times 2 for post, or as the case's semantics say), each rounding at its result's
+// half ulp, exp within 2 ulp and tanh within 2.5, so max_z is 1: docs/semantics.md, "The second
+// tier".
 NoiseModel weights_model(const OpCase& c, const float* mixes, bool pre) {
   const std::size_t n = std::size_t(c.cfg.n), M = std::size_t(c.cfg.mix()), at = pre ? 0 : n;
-  const ref::Semantics& sem = c.cfg.sem;  // the diagnosis's deviations of the weights too
+  const ref::Semantics& sem = c.cfg.sem;
   const double scale = double(c.param("hc_scale").data[pre != sem.scales_swapped ? 0 : 1]);
   const float* base = c.param("hc_base").data.data();
   const double log2e = 1.4426950408889634, log2e_f = double(float(log2e));
