@@ -32,7 +32,7 @@ struct NoiseModel {
   std::vector<double> value, scale;
   double max_z = kNoiseMax;
   double independent = 1;  // the share of its elements whose errors are free (the comb's sums)
-  bool on_kernel = false;  // its values are of the kernel's own stages (mixes of its streams)
+  bool on_kernel = false;  // it reads the kernel's own stages (anchored, the boundary's, a Block's)
 };
 // For mixes (ops mixes, boundary): the partial sums of fp32 accumulations of the projection
 // (forward and backward, stream-major and d-major) and of the RMS statistic, and the deviations
@@ -65,7 +65,7 @@ NoiseVerdict noise_judge(const float* got, const NoiseModel& model, std::size_t 
 // name. Reads only the case and the kernel's trace, so it may run beside the bounds' judgement.
 // A stage handed over in a format narrower than fp32 (stored) has none: its storage's rounding,
 // not fp32's noise, is its error (the bounds count that rounding). Under semantics other than
-// DeepSeek's, the comb's alone (moved_models).
+// DeepSeek's, the split's alone (comb, pre, post; moved_models).
 using NoiseModels = std::map<std::string, NoiseModel>;
 NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
                          const bnd::StoredFormats& stored = {});
@@ -74,7 +74,7 @@ NoiseModels noise_models(const OpCase& c, const Trace<float>& got,
 // is flagged fails by rule "noise".
 void second_tier(const NoiseModels& models, const OpCase& c, const Trace<float>& got, Verdict& v);
 
-// For the diagnosis's alternative semantics, whose models noise_models makes for the comb alone:
+// For the diagnosis's alternative semantics, whose models noise_models makes for the split alone:
 // the case's models, each element's value moved by alt - own (the double values of the
 // alternative's oracle and of the case's), the change the deviation makes, with the noise of the
 // case's arithmetic. Only where both oracles read what the model reads: the case's data, or the
