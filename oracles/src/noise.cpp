@@ -4,6 +4,8 @@
 #include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/stochastic.hpp"
 
+#include <Eigen/Dense>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -97,12 +99,10 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
 
 // Every token's dot products a_i . b_j over d of two stream tensors, a [T, na, d] and b [T, nb, d],
 // into [T, na, nb] (the backward's sums over d): the projection's sums model without its RMS scale,
-// the two orders run. Where b is the kernel's own rounding of values known exactly (b_exact), the
-// value is taken from those, and b's rounding counted as independent errors of at most
-// sqrt(roundings) u b_terms (b_terms: the sum of the magnitudes of each element's terms).
+// the two orders run. Where b is the kernel's own evaluation of values the model knows (b_exact),
+// the value is taken from those, and b's own errors (scale b_own each) counted as independent.
 struct Recomputed {
-  const double *exact = nullptr, *terms = nullptr;
-  double roundings = 0;
+  const double *exact = nullptr, *own = nullptr;
 };
 NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_t nb, std::size_t T,
                       std::size_t d, Recomputed rb = {}) {
@@ -126,15 +126,17 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
         for (std::size_t i = 0; i < d; ++i) {
           const double ai = double(at[(k / nb) * d + i]);
           value += ai * rb.exact[e + i];
-          b_noise2 += rb.roundings * (ai * rb.terms[e + i]) * (ai * rb.terms[e + i]);
+          b_noise2 += (ai * rb.own[e + i]) * (ai * rb.own[e + i]);
         }
       }
       m.value[t * na * nb + k] = value;
       m.scale[t * na * nb + k] =
           repeated[k] ? HUGE_VAL
-                      : std::max({u * std::sqrt(std::max(double(o.partials2_forward),
-                                                         double(o.partials2_backward)) +
-                                                4 * double(o.products2) + b_noise2),
+                      : std::max({std::sqrt(u * u *
+                                                (std::max(double(o.partials2_forward),
+                                                          double(o.partials2_backward)) +
+                                                 4 * double(o.products2)) +
+                                            b_noise2),
                                   std::fabs(double(o.forward) - value),
                                   std::fabs(double(o.backward) - value)});
     }
@@ -143,36 +145,62 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
 }
 
 // A boundary backward's new streams x_k = post_k f + sum_j comb_jk R_j, which the kernel
-// recomputes in fp32 and does not hand over: rounded as a straightforward kernel rounds them
-// (x32), exact (x), and each element's sum of its terms' magnitudes, within 2 (n + 1) roundings of
-// which its own error is.
+// recomputes in fp32, stores as the declaration's streams (or keeps) and does not hand over: as a
+// straightforward kernel holds them (x32), the value the models take (x), and the scale of each
+// element's own error (own; empty for streams that are data). In fp32: x exact, own
+// sqrt(2 (n + 1)) u times the sum of its terms' magnitudes (its roundings). Stored narrower: the
+// rounding of any fp32 evaluation within the rigorous bound is one value (x, own 0) for nearly
+// every element; where the bound straddles a rounding boundary, x is the two cells' midpoint and
+// own half the gap, the error any kernel makes there.
 struct Streams {
   std::vector<float> x32;
-  std::vector<double> x, terms;
-  double roundings = 0;
+  std::vector<double> x, own;
 };
 Streams recomputed_streams(const OpCase& c) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), T = c.tokens;
   const float *f = c.input("f").data.data(), *R = c.input("residual").data.data(),
               *post = c.input("post").data.data(), *comb = c.input("comb").data.data();
+  const bnd::Format format = c.precision.decl.streams;
   Streams s{std::vector<float>(T * n * d), std::vector<double>(T * n * d),
-            std::vector<double>(T * n * d), 2.0 * double(n + 1)};
-  for (std::size_t t = 0; t < T; ++t)
+            std::vector<double>(T * n * d)};
+  const bnd::ModelScope scope(bnd::fp32());
+  std::vector<bnd::Bounded> fb(d), Rb(n * d), pb(n), cb(n * n), xb(n * d);
+  const auto exact = [](const float* v, std::size_t size, bnd::Bounded* out) {
+    for (std::size_t i = 0; i < size; ++i) out[i] = bnd::Bounded(double(v[i]), 0);
+  };
+  for (std::size_t t = 0; t < T; ++t) {
+    if (format != bnd::Format::fp32) {
+      exact(f + t * d, d, fb.data());
+      exact(R + t * n * d, n * d, Rb.data());
+      exact(post + t * n, n, pb.data());
+      exact(comb + t * n * n, n * n, cb.data());
+      ref::hc_post(c.cfg, fb.data(), Rb.data(), pb.data(), cb.data(), xb.data());
+    }
     for (std::size_t k = 0; k < n; ++k)
       for (std::size_t i = 0; i < d; ++i) {
         const std::size_t e = (t * n + k) * d + i;
         float acc = post[t * n + k] * f[t * d + i];
-        double exact = double(post[t * n + k]) * double(f[t * d + i]), mag = std::fabs(exact);
+        double exact_x = double(post[t * n + k]) * double(f[t * d + i]), mag = std::fabs(exact_x);
         for (std::size_t j = 0; j < n; ++j) {
           const float cj = comb[(t * n + j) * n + k], rj = R[(t * n + j) * d + i];
           acc += cj * rj;
-          exact += double(cj) * double(rj);
+          exact_x += double(cj) * double(rj);
           mag += std::fabs(double(cj) * double(rj));
         }
-        s.x32[e] = acc;
-        s.x[e] = exact;
-        s.terms[e] = mag;
+        if (format == bnd::Format::fp32) {
+          s.x32[e] = acc;
+          s.x[e] = exact_x;
+          s.own[e] = std::sqrt(2.0 * double(n + 1)) * u * mag;
+          continue;
+        }
+        const bnd::Bounded v = xb[k * d + i];
+        const double lo = bnd::rounded_to({v.v - v.e, 0}, format).v,
+                     hi = bnd::rounded_to({v.v + v.e, 0}, format).v;
+        s.x32[e] = float(bnd::rounded_to({double(acc), 0}, format).v);
+        s.x[e] = lo == hi ? lo : 0.5 * (lo + hi);
+        s.own[e] = 0.5 * (hi - lo);
       }
+  }
   return s;
 }
 
@@ -180,7 +208,7 @@ Streams recomputed_streams(const OpCase& c) {
 // streams.
 NoiseModel recomputed_pre_mix_model(const OpCase& c, const Streams& s) {
   return dots_model(c.input("upstream_y").data.data(), 1, s.x32.data(), std::size_t(c.cfg.n),
-                    c.tokens, std::size_t(c.cfg.d), {s.x.data(), s.terms.data(), s.roundings});
+                    c.tokens, std::size_t(c.cfg.d), {s.x.data(), s.own.data()});
 }
 
 // fp32 whose divisions multiply by the reciprocal, a * (1 / b) (two roundings): the other usual
@@ -371,15 +399,16 @@ Tensors<F> split_backward_at(const OpCase& c, std::size_t t, const F* m) {
 // K outputs that are, for token t, a function proj(g, mix, out) of the split backward's outputs g
 // at the token's mixes (value mix, noise sigma: the kernel's own fp32 mixes, exact where sigma is
 // 0): their value at mix, and the variance of their noise in two independent parts: the mixes'
-// noise carried through (half the central difference over +-sigma of each mix in turn), and the
+// noise carried through (half the central difference over +-sigma of each mix in turn, and along
+// each of the M directions of errors all mixes share, shared [M, M] where not null), and the
 // split backward's own rounding at the mixes rounded to fp32, as comb_model measures the forward's
 // (twice the spread of kSrRuns stochastically rounded runs, and the deviations of an fp32 run and
 // one dividing by reciprocals; salt seeds the lanes). False where a sigma is not finite (not
 // modelled).
 template <class Proj>
 bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, const double* sigma,
-                          std::size_t K, const Proj& proj, std::uint64_t salt, double* value,
-                          double* var) {
+                          const double* shared, std::size_t K, const Proj& proj, std::uint64_t salt,
+                          double* value, double* var) {
   const std::size_t M = std::size_t(c.cfg.mix());
   const auto same = [](auto v) { return as_double(v); };
   std::vector<double> m(mix, mix + M), m32d(M), up(K), down(K), at32(K), o(K);
@@ -404,6 +433,16 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
     m[a] = mix[a];
     for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
   }
+  for (std::size_t j = 0; shared && j < M; ++j) {  // errors all mixes share, along M directions
+    const double* dir = shared + j * M;
+    if (std::all_of(dir, dir + M, [](double v) { return v == 0; })) continue;
+    for (std::size_t a = 0; a < M; ++a) m[a] = mix[a] + dir[a];
+    proj(split_backward_at(c, t, m.data()), m.data(), up.data());
+    for (std::size_t a = 0; a < M; ++a) m[a] = mix[a] - dir[a];
+    proj(split_backward_at(c, t, m.data()), m.data(), down.data());
+    for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
+  }
+  std::copy(mix, mix + M, m.begin());
   proj(split_backward_at(c, t, m32d.data()), m32d.data(), at32.data());
   std::vector<double> own(K);
   proj(to_double(split_backward_at(c, t, m32.data()), same), m32d.data(), o.data());
@@ -433,7 +472,8 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
 // (2), from each token's mixes (value mix, noise sigma): each token's noise as
 // split_backward_noise's, and the fp32 sum over tokens, as sum_noise.
 NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vector<double>& mix,
-                              const std::vector<double>& sigma) {
+                              const std::vector<double>& sigma,
+                              const std::vector<double>& shared = {}) {
   const std::size_t M = std::size_t(c.cfg.mix()), K = which == 1 ? 3 : M, T = c.tokens;
   const bnd::ModelScope scope(bnd::fp32());
   NoiseModel out;
@@ -444,7 +484,9 @@ NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vec
     std::copy(g[which].begin(), g[which].end(), o);
   };
   for (std::size_t t = 0; t < T; ++t) {
-    if (!split_backward_noise(c, t, &mix[t * M], &sigma[t * M], K, proj, which, v.data(), w.data()))
+    const double* sh = shared.empty() ? nullptr : &shared[t * M * M];
+    if (!split_backward_noise(c, t, &mix[t * M], &sigma[t * M], sh, K, proj, which, v.data(),
+                              w.data()))
       return {};
     for (std::size_t k = 0; k < K; ++k) {
       var[k] += w[k];
@@ -467,17 +509,20 @@ NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vec
   return out;
 }
 
-// The mixes [T, M] of streams s (fp32 as the kernel holds them) that the kernel recomputes:
-// exactly (mix: every stream's r (hc_fn x) in double) and their noise (sigma: mixes_model's
-// scale); streams the kernel recomputes too (s.roundings > 0) read exactly, their own rounding
-// added to the noise.
+// The mixes [T, M] of streams s (as the kernel holds them) that the kernel recomputes: exactly
+// (mix: every stream's r (hc_fn x) in double) and their noise: sigma, mixes_model's scale, each
+// mix's own; and shared [T, M, M], the streams' own errors (s.own), which every mix reads: an error
+// e_i moves mix a by v_ia = r e_i (w_ai - dot_a x_i / S), through r too. Their covariance over the
+// mixes, sum_i v_i v_i^T, as M directions sqrt(lambda) q along its eigenvectors (zero where the
+// streams are data).
 void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mix,
-                      std::vector<double>& sigma) {
+                      std::vector<double>& sigma, std::vector<double>& shared) {
   const std::size_t nd = c.cfg.stream_size(), M = std::size_t(c.cfg.mix());
   const float* W = c.param("hc_fn").data.data();
   NoiseModel mm = mixes_model(c.cfg, s.x32.data(), c.tokens, W);
   mix = std::move(mm.value);
   sigma = std::move(mm.scale);
+  shared.assign(c.tokens * M * M, 0.0);
   // Where the terms repeat (not modelled): the mixes' bound, which holds for any order.
   const bnd::ModelScope scope(bnd::fp32());
   std::vector<bnd::Bounded> xb(nd), mb(M);
@@ -487,27 +532,37 @@ void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mi
                     [](double v) { return std::isfinite(v); }))
       continue;
     for (std::size_t i = 0; i < nd; ++i)
-      xb[i] = bnd::Bounded(s.x[t * nd + i], std::sqrt(s.roundings) * u * s.terms[t * nd + i]);
+      xb[i] = bnd::Bounded(s.x[t * nd + i], s.own.empty() ? 0 : s.own[t * nd + i]);
     ref::mixes(c.cfg, xb.data(), W, mb.data());
     for (std::size_t a = 0; a < M; ++a)
       if (!std::isfinite(sigma[t * M + a])) sigma[t * M + a] = mb[a].e;
   }
-  if (s.roundings == 0) return;  // mixes_model's values are exact
+  if (s.own.empty()) return;  // mixes_model's values are exact
+  std::vector<double> dot(M), v(M);
+  Eigen::MatrixXd C(M, M);
   for (std::size_t t = 0; t < c.tokens; ++t) {
-    const double* x = s.x.data() + t * nd;
+    const double *x = s.x.data() + t * nd, *own = s.own.data() + t * nd;
     double ss = 0;
     for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
-    const double r = 1 / std::sqrt(ss / double(nd) + c.cfg.norm_eps);
+    const double S = ss + double(nd) * c.cfg.norm_eps, r = 1 / std::sqrt(S / double(nd));
     for (std::size_t a = 0; a < M; ++a) {
-      double dot = 0, noise2 = 0;
-      for (std::size_t i = 0; i < nd; ++i) {
-        const double w = double(W[a * nd + i]), e = w * s.terms[t * nd + i];
-        dot += w * x[i];
-        noise2 += e * e;
-      }
-      double& sg = sigma[t * M + a];
-      mix[t * M + a] = r * dot;
-      sg = std::sqrt(sg * sg + s.roundings * u * u * r * r * noise2);
+      dot[a] = 0;
+      for (std::size_t i = 0; i < nd; ++i) dot[a] += double(W[a * nd + i]) * x[i];
+      mix[t * M + a] = r * dot[a];
+    }
+    C.setZero();
+    for (std::size_t i = 0; i < nd; ++i) {
+      if (own[i] == 0) continue;
+      for (std::size_t a = 0; a < M; ++a)
+        v[a] = r * own[i] * (double(W[a * nd + i]) - dot[a] * x[i] / S);
+      for (std::size_t a = 0; a < M; ++a)
+        for (std::size_t b = 0; b <= a; ++b) C(Eigen::Index(a), Eigen::Index(b)) += v[a] * v[b];
+    }
+    const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(C);  // reads the lower triangle
+    for (std::size_t j = 0; j < M; ++j) {
+      const double l = std::sqrt(std::max(eig.eigenvalues()(Eigen::Index(j)), 0.0));
+      for (std::size_t a = 0; a < M; ++a)
+        shared[(t * M + j) * M + a] = l * eig.eigenvectors()(Eigen::Index(a), Eigen::Index(j));
     }
   }
 }
@@ -523,7 +578,11 @@ void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mi
 struct StreamGrad {
   Streams s;
   std::vector<float> gx32;
-  std::vector<double> gx, noise, r, r_rel, G, c, mix, sigma;
+  std::vector<double> gx, noise, r, r_rel, G, c, mix, sigma, shared;
+  const double* shared_at(std::size_t t) const {
+    const std::size_t MM = shared.size() / std::max<std::size_t>(r.size(), 1);
+    return shared.empty() ? nullptr : &shared[t * MM];
+  }
 };
 StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
@@ -542,9 +601,10 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
                std::vector<double>(T * M),
                std::vector<double>(T),
                {},
+               {},
                {}};
   const Streams& s = g.s;
-  recomputed_mixes(c, s, g.mix, g.sigma);
+  recomputed_mixes(c, s, g.mix, g.sigma, g.shared);
   std::vector<bnd::detail::SequentialSums> squares(T);
   bnd::detail::self_sums(s.x32.data(), T, nd, squares.data());
   std::vector<double> terms(M + 3, 0.0);
@@ -565,7 +625,21 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
     }
     const double cterm = r * r / double(nd) * Gmix;
     g.r[t] = r;
-    g.r_rel[t] = rms_scale_noise(squares[t]);
+    // Where the squares repeat, round to nearest's errors in their sum are not independent: r's
+    // rigorous bound stands for its noise there, as the mixes' bounds do for theirs.
+    bnd::Model probabilistic = bnd::fp32();
+    probabilistic.probabilistic = true;
+    g.r_rel[t] = bnd::detail::too_many_repeats(probabilistic, double(nd),
+                                               bnd::detail::repeated_values(&s.x32[t * nd], nd))
+                     ? 0.5 * bnd::gamma(double(nd), u) + 5 * u
+                     : rms_scale_noise(squares[t]);
+    if (!s.own.empty()) {  // the streams' own errors e_i move r by r sum_i x_i e_i / S
+      double xe2 = 0;
+      for (std::size_t i = 0; i < nd; ++i)
+        xe2 += x[i] * s.own[t * nd + i] * x[i] * s.own[t * nd + i];
+      const double S = ss + double(nd) * c.cfg.norm_eps;
+      g.r_rel[t] = std::sqrt(g.r_rel[t] * g.r_rel[t] + xe2 / (S * S));
+    }
     g.c[t] = cterm;
     const float r32 = float(r), c32 = float(cterm);
     for (std::size_t k = 0; k < n; ++k)
@@ -596,8 +670,8 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
           pb += bw * bw;
           p2 += terms[j] * terms[j];
         }
-        const double own = cterm * s.terms[at];  // the stream's own rounding
-        g.noise[at] = u * std::sqrt(std::max(pf, pb) + 4 * p2 + s.roundings * own * own);
+        const double own = s.own.empty() ? 0 : cterm * s.own[at];  // the stream's own error
+        g.noise[at] = std::sqrt(u * u * (std::max(pf, pb) + 4 * p2) + own * own);
       }
   }
   return g;
@@ -614,8 +688,7 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, b
   const float* W = c.param("hc_fn").data.data();
   const float* a = c.input(comb ? "residual" : "f").data.data();
   const float* up_m = c.input("upstream_mixes").data.data();
-  std::vector<double> own(T * nd), var(T * K), A(K * M), X(K), v(K), w(K);
-  for (std::size_t i = 0; i < T * nd; ++i) own[i] = g.noise[i] / u;
+  std::vector<double> var(T * K), A(K * M), X(K), v(K), w(K);
   const bnd::ModelScope scope(bnd::fp32());
   for (std::size_t t = 0; t < T; ++t) {
     const double* x = g.s.x.data() + t * nd;
@@ -642,8 +715,8 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, b
         o[ik] = sum;
       }
     };
-    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], K, proj, 3 + na, v.data(),
-                              w.data())) {
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], g.shared_at(t), K, proj, 3 + na,
+                              v.data(), w.data())) {
       std::fill(var.begin() + std::ptrdiff_t(t * K), var.begin() + std::ptrdiff_t(t * K + K),
                 HUGE_VAL);
       continue;
@@ -655,7 +728,7 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, b
       var[t * K + ik] = w[ik] + rw * rw + rc * rc;
     }
   }
-  NoiseModel out = dots_model(a, na, g.gx32.data(), n, T, d, {g.gx.data(), own.data(), 1});
+  NoiseModel out = dots_model(a, na, g.gx32.data(), n, T, d, {g.gx.data(), g.noise.data()});
   out.independent = 0;  // a token's outputs share its G's and r's errors
   for (std::size_t i = 0; i < out.scale.size(); ++i)
     out.scale[i] = std::sqrt(out.scale[i] * out.scale[i] + var[i]);
@@ -714,8 +787,8 @@ NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* 
         for (std::size_t je = 0; je < K; ++je) o[je] += gr * wb[je];
       }
     };
-    const bool modelled = split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], K, proj,
-                                               10 + rows, v.data(), var.data());
+    const bool modelled = split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], g.shared_at(t),
+                                               K, proj, 10 + rows, v.data(), var.data());
     for (std::size_t j = 0; j < rows; ++j)
       for (std::size_t e = 0; e < d; ++e) {
         const std::size_t je = j * d + e;
@@ -755,8 +828,8 @@ NoiseModel hc_fn_grad_model(const OpCase& c, const StreamGrad& g) {
     std::copy(gg[0].begin(), gg[0].end(), o);
   };
   for (std::size_t t = 0; t < T; ++t) {
-    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], M, proj, 3, v.data(),
-                              &varG[t * M]))
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], g.shared_at(t), M, proj, 3,
+                              v.data(), &varG[t * M]))
       return {};
     for (std::size_t m = 0; m < M; ++m) varG[t * M + m] += u * u * g.G[t * M + m] * g.G[t * M + m];
   }
@@ -767,9 +840,9 @@ NoiseModel hc_fn_grad_model(const OpCase& c, const StreamGrad& g) {
   std::vector<double> var(M * nd, 0.0), pf(M * nd, 0.0), q(M * nd, 0.0), bw(M * nd, 0.0),
       pb(M * nd, 0.0);
   for (std::size_t t = 0; t < T; ++t) {
-    const double r = g.r[t], rr = g.r_rel[t] * g.r_rel[t], own2 = g.s.roundings * u * u * r * r;
+    const double r = g.r[t], rr = g.r_rel[t] * g.r_rel[t], own2 = g.s.own.empty() ? 0 : r * r;
     const double* x = &g.s.x[t * nd];
-    const double* own = &g.s.terms[t * nd];
+    const double* own = g.s.own.empty() ? x : &g.s.own[t * nd];
     for (std::size_t m = 0; m < M; ++m) {
       const double G = g.G[t * M + m], vg = varG[t * M + m] + G * G * rr;
       double *val = &out.value[m * nd], *vr = &var[m * nd], *f2 = &pf[m * nd], *q2 = &q[m * nd];
@@ -801,12 +874,10 @@ NoiseModel hc_fn_grad_model(const OpCase& c, const StreamGrad& g) {
   return out;
 }
 
-// The case's streams x as Streams (exact: no rounding of their own).
+// The case's streams x as Streams (data: no error of their own).
 Streams given_streams(const OpCase& c, const char* name) {
   const std::vector<float>& x = c.input(name).data;
-  Streams s{x, std::vector<double>(x.begin(), x.end()), std::vector<double>(x.size()), 0};
-  for (std::size_t i = 0; i < x.size(); ++i) s.terms[i] = std::fabs(s.x[i]);
-  return s;
+  return {x, std::vector<double>(x.begin(), x.end()), {}};
 }
 
 // The streams' gradient of a mixes_backward or boundary_backward case, formed once for the stages
@@ -933,7 +1004,8 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
       const bnd::Declaration& d = c.precision.decl;
       const bool fp32_sums = d.products == bnd::Format::fp32 && d.accumulation == bnd::Format::fp32;
       const bool boundary = c.op == Op::boundary_backward;
-      const bool fp32_streams = d.streams == bnd::Format::fp32 && d.inputs == bnd::Format::fp32;
+      // A gradient stored narrower (a stream input's under bf16 streams) errs by its storage.
+      if (declared_output_storage(c, stage) != bnd::Format::fp32) return {};
       if (stage == "grad_hc_scale" || stage == "grad_hc_base") {
         // The split's parameter gradients: from the case's mixes, or from the mixes the kernel
         // recomputes in fp32 (of the case's streams, or of the new streams it recomputes too).
@@ -943,20 +1015,18 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
           return split_params_model(c, which, std::vector<double>(m.begin(), m.end()),
                                     std::vector<double>(m.size(), 0));
         }
-        if ((c.op == Op::mixes_backward || (boundary && fp32_streams)) && fp32_sums &&
-            d.mixes == bnd::Format::fp32)
-          return split_params_model(c, which, shared.grad().mix, shared.grad().sigma);
+        if (fp32_sums && d.mixes == bnd::Format::fp32)
+          return split_params_model(c, which, shared.grad().mix, shared.grad().sigma,
+                                    shared.grad().shared);
         return {};
       }
       if (stage == "grad_hc_fn") {  // over the streams the mixes were recomputed from
-        if ((c.op == Op::mixes_backward || (boundary && fp32_streams)) && fp32_sums &&
-            d.mixes == bnd::Format::fp32)
+        if ((c.op == Op::mixes_backward || boundary) && fp32_sums && d.mixes == bnd::Format::fp32)
           return hc_fn_grad_model(c, shared.grad());
         return {};
       }
       if (c.op == Op::mixes_backward) {  // grad_x: the streams' gradient itself
-        if (stage != "grad_x" || !fp32_sums || !fp32_streams || d.mixes != bnd::Format::fp32)
-          return {};
+        if (stage != "grad_x" || !fp32_sums || d.mixes != bnd::Format::fp32) return {};
         return stream_sums_model(c, shared.grad(), nullptr, std::size_t(c.cfg.n));
       }
       // Dot products over d, summed in fp32: grad_pre_mix[j] = upstream_y . x_j,
@@ -966,13 +1036,13 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
         return {};
       const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
       const float* up = c.input("upstream_y").data.data();
-      if (boundary && !fp32_streams) return {};
       if (boundary && stage == "grad_pre_mix") return recomputed_pre_mix_model(c, shared.grad().s);
-      if (boundary && (stage == "grad_post" || stage == "grad_comb") &&
-          d.mixes == bnd::Format::fp32)
+      // The gradient of the new streams: kept in fp32 under fp32 streams; an unfused kernel may
+      // store its consumers' shares in a narrower streams format (docs/semantics.md).
+      const bool gx_fp32 = d.streams == bnd::Format::fp32 && d.mixes == bnd::Format::fp32;
+      if (boundary && (stage == "grad_post" || stage == "grad_comb") && gx_fp32)
         return recomputed_stream_grads_model(c, shared.grad(), stage == "grad_comb");
-      if (boundary && (stage == "grad_f" || stage == "grad_residual") &&
-          d.mixes == bnd::Format::fp32) {
+      if (boundary && (stage == "grad_f" || stage == "grad_residual") && gx_fp32) {
         const bool f = stage == "grad_f";
         return stream_sums_model(c, shared.grad(), c.input(f ? "post" : "comb").data.data(),
                                  f ? 1 : n);
