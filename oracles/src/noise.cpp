@@ -442,7 +442,6 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
     proj(split_backward_at(c, t, m.data()), m.data(), down.data());
     for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
   }
-  std::copy(mix, mix + M, m.begin());
   proj(split_backward_at(c, t, m32d.data()), m32d.data(), at32.data());
   std::vector<double> own(K);
   proj(to_double(split_backward_at(c, t, m32.data()), same), m32d.data(), o.data());
@@ -468,6 +467,11 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
   return true;
 }
 
+// Token t's block of size values of a per-token array, or null where the array is empty.
+const double* token_block(const std::vector<double>& v, std::size_t t, std::size_t size) {
+  return v.empty() ? nullptr : &v[t * size];
+}
+
 // The split's parameter gradients summed over tokens, grad_hc_scale (which = 1) or grad_hc_base
 // (2), from each token's mixes (value mix, noise sigma): each token's noise as
 // split_backward_noise's, and the fp32 sum over tokens, as sum_noise.
@@ -484,9 +488,8 @@ NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vec
     std::copy(g[which].begin(), g[which].end(), o);
   };
   for (std::size_t t = 0; t < T; ++t) {
-    const double* sh = shared.empty() ? nullptr : &shared[t * M * M];
-    if (!split_backward_noise(c, t, &mix[t * M], &sigma[t * M], sh, K, proj, which, v.data(),
-                              w.data()))
+    if (!split_backward_noise(c, t, &mix[t * M], &sigma[t * M], token_block(shared, t, M * M), K,
+                              proj, which, v.data(), w.data()))
       return {};
     for (std::size_t k = 0; k < K; ++k) {
       var[k] += w[k];
@@ -513,7 +516,7 @@ NoiseModel split_params_model(const OpCase& c, std::size_t which, const std::vec
 // (mix: every stream's r (hc_fn x) in double) and their noise: sigma, mixes_model's scale, each
 // mix's own; and shared [T, M, M], the streams' own errors (s.own), which every mix reads: an error
 // e_i moves mix a by v_ia = r e_i (w_ai - dot_a x_i / S), through r too. Their covariance over the
-// mixes, sum_i v_i v_i^T, as M directions sqrt(lambda) q along its eigenvectors (zero where the
+// mixes, sum_i v_i v_i^T, as M directions sqrt(lambda) q along its eigenvectors (empty where the
 // streams are data).
 void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mix,
                       std::vector<double>& sigma, std::vector<double>& shared) {
@@ -522,7 +525,7 @@ void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mi
   NoiseModel mm = mixes_model(c.cfg, s.x32.data(), c.tokens, W);
   mix = std::move(mm.value);
   sigma = std::move(mm.scale);
-  shared.assign(c.tokens * M * M, 0.0);
+  shared.clear();
   // Where the terms repeat (not modelled): the mixes' bound, which holds for any order.
   const bnd::ModelScope scope(bnd::fp32());
   std::vector<bnd::Bounded> xb(nd), mb(M);
@@ -538,6 +541,7 @@ void recomputed_mixes(const OpCase& c, const Streams& s, std::vector<double>& mi
       if (!std::isfinite(sigma[t * M + a])) sigma[t * M + a] = mb[a].e;
   }
   if (s.own.empty()) return;  // mixes_model's values are exact
+  shared.assign(c.tokens * M * M, 0.0);
   std::vector<double> dot(M), v(M);
   Eigen::MatrixXd C(M, M);
   for (std::size_t t = 0; t < c.tokens; ++t) {
@@ -579,10 +583,6 @@ struct StreamGrad {
   Streams s;
   std::vector<float> gx32;
   std::vector<double> gx, noise, r, r_rel, G, c, mix, sigma, shared;
-  const double* shared_at(std::size_t t) const {
-    const std::size_t MM = shared.size() / std::max<std::size_t>(r.size(), 1);
-    return shared.empty() ? nullptr : &shared[t * MM];
-  }
 };
 StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
@@ -715,8 +715,8 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, b
         o[ik] = sum;
       }
     };
-    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], g.shared_at(t), K, proj, 3 + na,
-                              v.data(), w.data())) {
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], token_block(g.shared, t, M * M),
+                              K, proj, 3 + na, v.data(), w.data())) {
       std::fill(var.begin() + std::ptrdiff_t(t * K), var.begin() + std::ptrdiff_t(t * K + K),
                 HUGE_VAL);
       continue;
@@ -787,8 +787,9 @@ NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* 
         for (std::size_t je = 0; je < K; ++je) o[je] += gr * wb[je];
       }
     };
-    const bool modelled = split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], g.shared_at(t),
-                                               K, proj, 10 + rows, v.data(), var.data());
+    const bool modelled =
+        split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], token_block(g.shared, t, M * M),
+                             K, proj, 10 + rows, v.data(), var.data());
     for (std::size_t j = 0; j < rows; ++j)
       for (std::size_t e = 0; e < d; ++e) {
         const std::size_t je = j * d + e;
@@ -828,8 +829,8 @@ NoiseModel hc_fn_grad_model(const OpCase& c, const StreamGrad& g) {
     std::copy(gg[0].begin(), gg[0].end(), o);
   };
   for (std::size_t t = 0; t < T; ++t) {
-    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], g.shared_at(t), M, proj, 3,
-                              v.data(), &varG[t * M]))
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], token_block(g.shared, t, M * M),
+                              M, proj, 3, v.data(), &varG[t * M]))
       return {};
     for (std::size_t m = 0; m < M; ++m) varG[t * M + m] += u * u * g.G[t * M + m] * g.G[t * M + m];
   }
