@@ -291,6 +291,27 @@ Backend::Backward cpu_backward(const BackwardKnobs& kb, bool threaded) {
   b.rmsnorm = [kb, threaded](const KernelConfig& c, std::size_t T, const float* x, const float* w,
                              const float* g, float* dx,
                              float* dw) { rmsnorm_backward(kb, c, T, x, w, g, dx, dw, threaded); };
+  if (kb.new_streams == BackwardKnobs::NewStreams::stored) return b;  // the driver composes
+  b.boundary = [p = b, kb](const KernelConfig& c, std::size_t T, const BoundaryBackwardIn& a,
+                           const BoundaryBackwardOut& o) {
+    const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
+    const BoundaryIn& f = a.forward;
+    KernelConfig kept = c;  // the pieces' shares of gx, not stored
+    kept.streams = Format::fp32;
+    std::vector<float> dm(T * M), proj(T * nd), pre(T * nd), gx(T * nd);
+    p.split_sinkhorn(c, T, a.mixes, f.hc_scale, f.hc_base, a.g_pre, a.g_post, a.g_comb, dm.data(),
+                     o.d_hc_scale, o.d_hc_base);
+    for (std::size_t i = 0; i < T * M; ++i) dm[i] += a.g_mixes[i];
+    p.mixes(kept, T, a.x, f.hc_fn, dm.data(), proj.data(), o.d_hc_fn);
+    p.hc_pre(kept, T, a.x, f.pre_mix, a.g_y, pre.data(), o.d_pre_mix);
+    const Format s = c.streams;
+    for (std::size_t i = 0; i < T * nd; ++i)
+      gx[i] = kb.new_streams == BackwardKnobs::NewStreams::kept
+                  ? a.g_x[i] + proj[i] + pre[i]
+                  : round_to(s, round_to(s, round_to(s, pre[i]) + a.g_x[i]) + round_to(s, proj[i]));
+    p.hc_post(c, T, f.f, f.residual, f.post, f.comb, gx.data(), o.d_f, o.d_residual, o.d_post,
+              o.d_comb);
+  };
   return b;
 }
 

@@ -451,6 +451,10 @@ const std::vector<Variant>& variant_catalogue() {
     legit("backward_pairwise_sums",
           [](Variant& x) { x.backward.sums = BackwardKnobs::Sums::pairwise; });
     legit("backward_lane_sums", [](Variant& x) { x.backward.sums = BackwardKnobs::Sums::lanes; });
+    legit("backward_new_streams_kept",
+          [](Variant& x) { x.backward.new_streams = BackwardKnobs::NewStreams::kept; });
+    legit("backward_new_streams_accumulated",
+          [](Variant& x) { x.backward.new_streams = BackwardKnobs::NewStreams::accumulated; });
     wrong("backward_den_without_eps", "", [](Variant& x) { x.backward.den_eps = false; });
     wrong("backward_comb_transposed", "", [](Variant& x) { x.backward.comb_transposed = true; });
     wrong("backward_post_without_factor2", "post_without_factor2",

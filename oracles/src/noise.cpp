@@ -2,14 +2,19 @@
 
 #include "mhc/oracles/anchored.hpp"
 #include "mhc/oracles/backward.hpp"
+#include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/stochastic.hpp"
 
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 
 namespace mhc::oracles {
 
@@ -583,7 +588,197 @@ struct StreamGrad {
   Streams s;
   std::vector<float> gx32;
   std::vector<double> gx, noise, r, r_rel, G, c, mix, sigma, shared;
+  std::vector<double> share_noise;  // the projection's share's whole noise (compositions only)
+  // Under narrower streams, per stage (grad_post, grad_comb, grad_f, grad_residual) and output:
+  // the midpoint of the compositions' span, as a shift from the value, and half its width.
+  struct Span {
+    std::vector<double> shift, width;
+  };
+  std::map<std::string, Span> spans;
 };
+
+// The projection's share of the boundary's gx, p = r W^T G - x c, as a kernel evaluates it: the
+// whole noise of each element, the interval within which the compositions round it: its own
+// rounding, r's relative noise on both terms, and G's noise, whose spread is at most
+// r sum_m |W_mi| s_m + |x_i| (r^2 / nd) s_mix (a sum's spread is at most the sum of its terms'),
+// s_m that of G_m and s_mix that of G . mix (split_backward_noise).
+void share_noise(const OpCase& c, StreamGrad& g) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
+  const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens;
+  const float* W = c.param("hc_fn").data.data();
+  const float *up_m = c.input("upstream_mixes").data.data(),
+              *up_x = c.input("upstream_x").data.data(), *up_y = c.input("upstream_y").data.data(),
+              *pre_mix = c.input("pre_mix").data.data();
+  g.share_noise.assign(T * nd, HUGE_VAL);
+  std::vector<double> v(M + 1), var(M + 1);
+  const bnd::ModelScope scope(bnd::fp32());
+  for (std::size_t t = 0; t < T; ++t) {
+    const auto proj = [&](const Tensors<double>& gg, const double* mv, double* o) {
+      o[M] = 0;
+      for (std::size_t m = 0; m < M; ++m) {
+        o[m] = gg[0][m] + double(up_m[t * M + m]);
+        o[M] += o[m] * mv[m];
+      }
+    };
+    if (!split_backward_noise(c, t, &g.mix[t * M], &g.sigma[t * M], token_block(g.shared, t, M * M),
+                              M + 1, proj, 29, v.data(), var.data()))
+      continue;
+    const double r = g.r[t], *x = &g.s.x[t * nd];
+    for (std::size_t i = 0; i < nd; ++i) {
+      const std::size_t at = t * nd + i, k = i / d, e = i % d;
+      const double xc = x[i] * g.c[t];  // the mean term; the W term is p + xc
+      const double p =
+          g.gx[at] - double(up_x[at]) - double(pre_mix[t * n + k]) * double(up_y[t * d + e]);
+      double sg = std::fabs(x[i]) * r * r / double(nd) * std::sqrt(var[M]);
+      for (std::size_t m = 0; m < M; ++m)
+        sg += r * std::fabs(double(W[m * nd + i])) * std::sqrt(var[m]);
+      const double rw = g.r_rel[t] * (p + xc), rc = 3 * g.r_rel[t] * xc, own = g.noise[at];
+      g.share_noise[at] = std::sqrt(own * own + rw * rw + rc * rc) + sg;
+    }
+  }
+}
+
+// The gradient of the new streams under narrower streams: a fused kernel keeps
+// gx = upstream_x + pre_mix upstream_y + p (p: the mixes' backward's share) in fp32; an unfused
+// one may store the shares b = pre_mix upstream_y and p in the streams' format, and sum the three
+// in fp32 or in that format, in any order (docs/semantics.md, "The second tier"). Token t's gx
+// under each such composition (kCompositions, the fused one first): its deviation from gx and the
+// half gap where a rounding's operand lies within its fp32 noise (6 times its scale) of a rounding
+// boundary. Rounding is monotone, so each rounding takes the interval [lo, hi] its operand can span
+// to [round(lo), round(hi)].
+constexpr std::size_t kCompositions = 32;
+void compositions(const OpCase& c, const StreamGrad& g, std::size_t t, std::vector<double>& dev,
+                  std::vector<double>& half) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
+  const bnd::Format format = c.precision.decl.streams;
+  const float *up_x = c.input("upstream_x").data.data(), *up_y = c.input("upstream_y").data.data(),
+              *pre_mix = c.input("pre_mix").data.data();
+  struct Item {
+    double m, h, w;  // the value's midpoint, its half gap after roundings, fp32 noise not rounded
+  };
+  const auto add = [](Item a, Item b) {
+    return Item{a.m + b.m, a.h + b.h, a.w + b.w + u * std::fabs(a.m + b.m)};
+  };
+  const auto round = [format](double v) {  // to fp32 first, as the kernel's fp32 value is
+    const float x = float(v);
+    return double(format == bnd::Format::bf16 ? gen::round_bf16(x) : gen::round_fp16(x));
+  };
+  const auto rnd = [&round](Item a) {
+    const double r = a.h + a.w;
+    const double lo = round(a.m - r), hi = r == 0 ? lo : round(a.m + r);
+    return Item{0.5 * (lo + hi), 0.5 * (hi - lo), 0};
+  };
+  dev.resize(kCompositions * nd);
+  half.resize(kCompositions * nd);
+  for (std::size_t k = 0; k < n; ++k)
+    for (std::size_t e = 0; e < d; ++e) {
+      const std::size_t i = k * d + e, at = t * nd + i;
+      const double b = double(pre_mix[t * n + k]) * double(up_y[t * d + e]);
+      const double a = double(up_x[at]), p = g.gx[at] - a - b;
+      const Item A{a, 0, 0}, Bu{b, 0, u * std::fabs(b)}, Pu{p, 0, 6 * g.share_noise[at]};
+      const Item Br = rnd(Bu), Pr = rnd(Pu);
+      std::size_t h = 0;
+      const auto put = [&](Item v) {
+        dev[h * nd + i] = v.m - g.gx[at];
+        half[h * nd + i] = v.h;
+        ++h;
+      };
+      for (const Item& Bs : {Bu, Br})
+        for (const Item& Ps : {Pu, Pr}) {
+          const Item S = add(add(A, Bs), Ps);
+          put(S);  // summed in fp32
+          put(rnd(S));
+          for (const auto& [x, y, z] :
+               {std::array<Item, 3>{A, Bs, Ps}, std::array<Item, 3>{A, Ps, Bs},
+                std::array<Item, 3>{Bs, Ps, A}}) {
+            const Item Q = add(rnd(add(x, y)), z);
+            put(Q);
+            put(rnd(Q));
+          }
+        }
+    }
+}
+
+// Per output of a token, the span over the compositions of its linear function of gx's deviations
+// (value v, half gap L: [v - L, v + L]); lin(dev, half, out_v, out_L) evaluates one composition.
+// The output's value moves to the span's midpoint (shift); width: half the span's width, which a
+// legitimate kernel's error may reach beside its noise.
+template <class Lin>
+void composition_span(const std::vector<double>& dev, const std::vector<double>& half,
+                      std::size_t nd, std::size_t K, const Lin& lin, double* shift, double* width) {
+  std::vector<double> v(K), L(K), lo(K, HUGE_VAL), hi(K, -HUGE_VAL);
+  for (std::size_t h = 0; h < kCompositions; ++h) {
+    lin(&dev[h * nd], &half[h * nd], v.data(), L.data());
+    for (std::size_t k = 0; k < K; ++k) {
+      lo[k] = std::min(lo[k], v[k] - L[k]);
+      hi[k] = std::max(hi[k], v[k] + L[k]);
+    }
+  }
+  for (std::size_t k = 0; k < K; ++k) {
+    shift[k] = 0.5 * (lo[k] + hi[k]);
+    width[k] = 0.5 * (hi[k] - lo[k]);
+  }
+}
+
+// The spans of the four stages linear in gx, each token's compositions evaluated once: the dots
+// grad_post[k] = f . gx_k and grad_comb[j, k] = R_j . gx_k, and the sums over the streams
+// grad_f = sum_k post_k gx_k and grad_residual_j = sum_k C[j, k] gx_k.
+void composition_spans(const OpCase& c, StreamGrad& g) {
+  const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d, T = c.tokens;
+  const float *f = c.input("f").data.data(), *R = c.input("residual").data.data(),
+              *post = c.input("post").data.data(), *comb = c.input("comb").data.data();
+  // A stage's outputs a token: rows a [rows, d] dotted with gx_k (dots), or weights w [rows, n]
+  // summing gx_k (sums).
+  const auto dots = [&](const float* a, std::size_t rows) {
+    return [a, rows, n, d](const double* dev, const double* half, double* o, double* L) {
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t k = 0; k < n; ++k) {
+          double sv = 0, sl = 0;
+          for (std::size_t e = 0; e < d; ++e) {
+            sv += double(a[i * d + e]) * dev[k * d + e];
+            sl += std::fabs(double(a[i * d + e])) * half[k * d + e];
+          }
+          o[i * n + k] = sv;
+          L[i * n + k] = sl;
+        }
+    };
+  };
+  const auto sums = [&](const float* w, std::size_t rows) {
+    return [w, rows, n, d](const double* dev, const double* half, double* o, double* L) {
+      for (std::size_t j = 0; j < rows; ++j)
+        for (std::size_t e = 0; e < d; ++e) {
+          double sv = 0, sl = 0;
+          for (std::size_t k = 0; k < n; ++k) {
+            sv += double(w[j * n + k]) * dev[k * d + e];
+            sl += std::fabs(double(w[j * n + k])) * half[k * d + e];
+          }
+          o[j * d + e] = sv;
+          L[j * d + e] = sl;
+        }
+    };
+  };
+  const std::size_t K[4] = {n, n * n, d, n * d};
+  const char* names[4] = {"grad_post", "grad_comb", "grad_f", "grad_residual"};
+  for (std::size_t s = 0; s < 4; ++s)
+    g.spans[names[s]] = {std::vector<double>(T * K[s]), std::vector<double>(T * K[s])};
+  std::vector<double> dev, half;
+  for (std::size_t t = 0; t < T; ++t) {
+    compositions(c, g, t, dev, half);
+    const auto at = [&](std::size_t s) {
+      StreamGrad::Span& sp = g.spans[names[s]];
+      return std::pair{&sp.shift[t * K[s]], &sp.width[t * K[s]]};
+    };
+    auto [s0, w0] = at(0);
+    composition_span(dev, half, nd, K[0], dots(f + t * d, 1), s0, w0);
+    auto [s1, w1] = at(1);
+    composition_span(dev, half, nd, K[1], dots(R + t * nd, n), s1, w1);
+    auto [s2, w2] = at(2);
+    composition_span(dev, half, nd, K[2], sums(post + t * n, 1), s2, w2);
+    auto [s3, w3] = at(3);
+    composition_span(dev, half, nd, K[3], sums(comb + t * n * n, n), s3, w3);
+  }
+}
+
 StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
   const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens;
@@ -600,6 +795,8 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
                std::vector<double>(T),
                std::vector<double>(T * M),
                std::vector<double>(T),
+               {},
+               {},
                {},
                {},
                {}};
@@ -674,6 +871,10 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
         g.noise[at] = std::sqrt(u * u * (std::max(pf, pb) + 4 * p2) + own * own);
       }
   }
+  if (direct && c.precision.decl.streams != bnd::Format::fp32) {
+    share_noise(c, g);
+    composition_spans(c, g);
+  }
   return g;
 }
 
@@ -681,7 +882,8 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
 // R_j . gx_k (a = R), over its new streams' gradient gx. Independent parts in quadrature: the dots
 // model over gx32 with each element's own noise; G's noise (split_backward_noise) carried by
 // D[i, k, m] = r a_i . W[m, k] - (r^2 / nd) mix_m a_i . x_k; and r's relative noise on the two
-// terms, 3 times on the second (r^3 where a kernel takes the projection unscaled).
+// terms, 3 times on the second (r^3 where a kernel takes the projection unscaled). Under narrower
+// streams, the compositions' span (composition_span) beside the noise's limit.
 NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, bool comb) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
   const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens, na = comb ? n : 1, K = na * n;
@@ -730,8 +932,14 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, b
   }
   NoiseModel out = dots_model(a, na, g.gx32.data(), n, T, d, {g.gx.data(), g.noise.data()});
   out.independent = 0;  // a token's outputs share its G's and r's errors
-  for (std::size_t i = 0; i < out.scale.size(); ++i)
+  const auto span = g.spans.find(comb ? "grad_comb" : "grad_post");
+  for (std::size_t i = 0; i < out.scale.size(); ++i) {
     out.scale[i] = std::sqrt(out.scale[i] * out.scale[i] + var[i]);
+    if (span == g.spans.end()) continue;
+    // The span is a worst case: beside the noise's limit, not in quadrature with it.
+    out.scale[i] += span->second.width[i] / out.max_z;
+    out.value[i] += span->second.shift[i];
+  }
   return out;
 }
 
@@ -740,9 +948,10 @@ NoiseModel recomputed_stream_grads_model(const OpCase& c, const StreamGrad& g, b
 // grad_residual (w = comb). Each element's value from gx in double; independent parts in
 // quadrature: the n-term sum's rounding (as sum_noise; none for gx itself), the terms' own noise,
 // G's noise (split_backward_noise) through B[j, e, m] = r sum_k w_jk W[m, k e] - (r^2 / nd) mix_m
-// sum_k w_jk x_ke, and r's relative noise as in the dots.
-NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* w,
-                             std::size_t rows) {
+// sum_k w_jk x_ke, and r's relative noise as in the dots. Beside the noise's limit: the
+// compositions' span (the boundary under narrower streams) and the storage's rounding (stored).
+NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* w, std::size_t rows,
+                             bnd::Format stored, const StreamGrad::Span* span = nullptr) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
   const std::size_t M = std::size_t(c.cfg.mix()), T = c.tokens, K = rows * d;
   const float* W = c.param("hc_fn").data.data();
@@ -755,6 +964,7 @@ NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* 
   out.scale.resize(T * K);
   out.independent = 0;  // a token's outputs share its G's and r's errors
   std::vector<double> WB(M * K), XB(K), wterm(K), v(K), var(K);
+  const bnd::FormatInfo& out_format = bnd::format_info(stored);
   const bnd::ModelScope scope(bnd::fp32());
   for (std::size_t t = 0; t < T; ++t) {
     const double* x = g.s.x.data() + t * nd;
@@ -807,9 +1017,16 @@ NoiseModel stream_sums_model(const OpCase& c, const StreamGrad& g, const float* 
         }
         const double rw = g.r_rel[t] * wterm[je], rc = 3 * g.r_rel[t] * g.c[t] * XB[je];
         const double sum2 = w ? u * u * (std::max(pf, pb) + 4 * p2) : 0;
-        out.value[t * K + je] = value;
-        out.scale[t * K + je] =
-            modelled ? std::sqrt(var[je] + own2 + sum2 + rw * rw + rc * rc) : HUGE_VAL;
+        const double shift = span ? span->shift[t * K + je] : 0,
+                     width = span ? span->width[t * K + je] : 0, centre = value + shift;
+        const double store = stored == bnd::Format::fp32
+                                 ? 0
+                                 : out_format.u * (std::fabs(centre) + width) + out_format.eta;
+        out.value[t * K + je] = centre;
+        // The span and the storage's rounding are worst cases: beside the noise's limit.
+        out.scale[t * K + je] = modelled ? std::sqrt(var[je] + own2 + sum2 + rw * rw + rc * rc) +
+                                               (width + store) / out.max_z
+                                         : HUGE_VAL;
       }
   }
   return out;
@@ -1005,8 +1222,12 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
       const bnd::Declaration& d = c.precision.decl;
       const bool fp32_sums = d.products == bnd::Format::fp32 && d.accumulation == bnd::Format::fp32;
       const bool boundary = c.op == Op::boundary_backward;
-      // A gradient stored narrower (a stream input's under bf16 streams) errs by its storage.
-      if (declared_output_storage(c, stage) != bnd::Format::fp32) return {};
+      // A gradient stored narrower (a stream input's under bf16 streams) errs by its storage as
+      // well; only the streams' gradient models (below) count it.
+      const bnd::Format storage = declared_output_storage(c, stage);
+      const bool stream_sum = (c.op == Op::mixes_backward && stage == "grad_x") ||
+                              (boundary && (stage == "grad_f" || stage == "grad_residual"));
+      if (storage != bnd::Format::fp32 && !stream_sum) return {};
       if (stage == "grad_hc_scale" || stage == "grad_hc_base") {
         // The split's parameter gradients: from the case's mixes, or from the mixes the kernel
         // recomputes in fp32 (of the case's streams, or of the new streams it recomputes too).
@@ -1028,7 +1249,7 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
       }
       if (c.op == Op::mixes_backward) {  // grad_x: the streams' gradient itself
         if (stage != "grad_x" || !fp32_sums || d.mixes != bnd::Format::fp32) return {};
-        return stream_sums_model(c, shared.grad(), nullptr, std::size_t(c.cfg.n));
+        return stream_sums_model(c, shared.grad(), nullptr, std::size_t(c.cfg.n), storage);
       }
       // Dot products over d, summed in fp32: grad_pre_mix[j] = upstream_y . x_j,
       // grad_post[k] = f . upstream_y_k, grad_comb[j, k] = residual_j . upstream_y_k; the
@@ -1038,15 +1259,17 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
       const std::size_t n = std::size_t(c.cfg.n), dim = std::size_t(c.cfg.d);
       const float* up = c.input("upstream_y").data.data();
       if (boundary && stage == "grad_pre_mix") return recomputed_pre_mix_model(c, shared.grad().s);
-      // The gradient of the new streams: kept in fp32 under fp32 streams; an unfused kernel may
-      // store its consumers' shares in a narrower streams format (docs/semantics.md).
-      const bool gx_fp32 = d.streams == bnd::Format::fp32 && d.mixes == bnd::Format::fp32;
-      if (boundary && (stage == "grad_post" || stage == "grad_comb") && gx_fp32)
+      // The gradient of the new streams, over mixes recomputed in fp32; under narrower streams an
+      // unfused kernel may store its shares in that format (compositions).
+      const bool gx_modelled = d.mixes == bnd::Format::fp32;
+      if (boundary && (stage == "grad_post" || stage == "grad_comb") && gx_modelled)
         return recomputed_stream_grads_model(c, shared.grad(), stage == "grad_comb");
-      if (boundary && (stage == "grad_f" || stage == "grad_residual") && gx_fp32) {
+      if (boundary && (stage == "grad_f" || stage == "grad_residual") && gx_modelled) {
         const bool f = stage == "grad_f";
-        return stream_sums_model(c, shared.grad(), c.input(f ? "post" : "comb").data.data(),
-                                 f ? 1 : n);
+        const StreamGrad& g = shared.grad();
+        const auto span = g.spans.find(stage);
+        return stream_sums_model(c, g, c.input(f ? "post" : "comb").data.data(), f ? 1 : n, storage,
+                                 span == g.spans.end() ? nullptr : &span->second);
       }
       if (boundary) return {};
       if (c.op == Op::pre_backward)

@@ -204,13 +204,19 @@ struct BackwardKnobs {
   // The forward's mixes as the split's backward reads them: saved narrower than fp32 (as an
   // autocast region saves activations) is undeclared.
   Format saved_mixes = Format::fp32;
+  // The boundary's gradient of its new streams, the sum of three shares (the upstream's, hc_pre's
+  // and the projection's): each share stored as the streams and summed in fp32 (the driver
+  // composes the pieces so), kept in fp32 (one fused kernel), or stored and summed in the streams'
+  // format (an autograd in that format).
+  enum class NewStreams { stored, kept, accumulated };
+  NewStreams new_streams = NewStreams::stored;
   bool deviates() const {
     return !den_eps || comb_transposed || !post_factor2 || !mean_term ||
            sinkhorn != Sinkhorn::unrolled || !routing || !shifted_pre;
   }
   bool chosen() const {
     return deviates() || order != Order::forward || recompute || sums != Sums::forward ||
-           tf32_products || saved_mixes != Format::fp32;
+           tf32_products || saved_mixes != Format::fp32 || new_streams != NewStreams::stored;
   }
   bool block_only() const { return !routing || !shifted_pre; }  // deviates in a Block's alone
 };

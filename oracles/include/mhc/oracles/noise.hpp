@@ -47,12 +47,13 @@ struct NoiseModel {
 // the split's parameter gradients grad_hc_scale and grad_hc_base (split_sinkhorn_backward;
 // mixes_backward and boundary_backward, which recompute the mixes): the mixes' noise carried
 // through the split's backward, its own rounding measured as the comb's, and the sum over tokens.
-// For the gradient of the streams the kernel forms through the mixes' backward (kept in fp32: fp32
-// streams), with its own noise, the split backward's carried through the projection's backward,
-// and the RMS scale's: mixes_backward's grad_x (that gradient), boundary_backward's grad_f and
-// grad_residual (its sums over the streams) and grad_post and grad_comb (dots over d with it); and
-// grad_hc_fn of both (the sum over tokens of G times the streams, any streams format). None for a
-// gradient stored narrower than fp32. Empty
+// For the gradient of the streams the kernel forms through the mixes' backward, with its own
+// noise, the split backward's carried through the projection's backward, and the RMS scale's:
+// mixes_backward's grad_x (that gradient), boundary_backward's grad_f and grad_residual (its sums
+// over the streams) and grad_post and grad_comb (dots over d with it); under narrower streams over
+// every composition of the boundary's gradient from its shares, and a stream gradient with its
+// storage's rounding; and grad_hc_fn of both (the sum over tokens of G times the streams, any
+// streams format). None for another gradient stored narrower than fp32. Empty
 // for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
 // streams) was handed over rounded (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
