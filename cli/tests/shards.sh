@@ -77,7 +77,7 @@ for again in "$d/cmp.json" "$d/cmp-link.json"; do
 done
 
 # mutants, 3 shards (Slurm, --array=0-4:2: task IDs 0, 2, 4), judged on 2 threads.
-mut=(mutants --cases 40 --kill-budget 40 --threads 2)
+mut=(mutants --cases 10 --kill-budget 10 --threads 2)
 clean "$bin" "${mut[@]}" --json "$d/mut.json" > "$d/out" 2>&1; rc=$?
 for id in 0 2 4; do
   clean SLURM_ARRAY_TASK_ID=$id SLURM_ARRAY_TASK_STEP=2 SLURM_ARRAY_TASK_COUNT=3 \

@@ -30,7 +30,7 @@ run compare_invalid 2 plots compare "$src/fixtures/data/v41_pre_fp32.h5" "$d/bad
 run selfcheck 0 - selfcheck --cases 2 --n 3 --dim 17 --iters 5
 run fuzz 0 plots fuzz sinkhorn --cases 5000
 # A self-test as expected is condensed, without plots (render_html.cpp).
-run mutants 0 - mutants --cases 40
+run mutants 0 - mutants --cases 10
 run capture 0 - capture --kernel cpu --op pre --dim 64 --out "$d/cap.h5"
 # The failing check: its JSON names the failing case, its REPRO and the first divergent stage.
 /usr/bin/python3 - "$d/check_fail.json" <<'PY' || fail=1

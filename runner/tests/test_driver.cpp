@@ -342,7 +342,7 @@ TEST_CASE("repro: a sharded run's and a time limit's lines rerun the case as it 
 // models the stage (not where the projection's terms repeat: the uniform case).
 #include "mhc/impl/variants.hpp"
 TEST_CASE("driver: the second tier passes legitimate kernels and flags regressions in the band",
-          "[driver][noise]") {
+          "[driver][noise][slow]") {
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()}, wrong;
   for (const auto& v : impl::variant_catalogue()) {
     if (!v.wrong) legit.push_back(impl::make_backend(v));
@@ -475,7 +475,7 @@ TEST_CASE("driver: one weight beyond the weights' limit fails the second tier", 
 // The generator's structured families (docs/semantics.md, "Generated cases"): repeated tokens,
 // and the streams scaled toward either end of fp32's range. Every legitimate kernel passes them,
 // the second tier included; the scaled cases are still modelled by it.
-TEST_CASE("driver: legitimate kernels pass the structured cases", "[driver][noise]") {
+TEST_CASE("driver: legitimate kernels pass the structured cases", "[driver][noise][slow]") {
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()};
   for (const auto& v : impl::variant_catalogue())
     if (!v.wrong) legit.push_back(impl::make_backend(v));
@@ -629,7 +629,7 @@ TEST_CASE("driver: mixes and coefficients stored in bf16 are judged as declared"
 // some cases (seed 2 here) and fails the tier there (bench/README.md, "The split's parameter
 // gradients under the second tier", "The boundary's dots over its streams' gradient").
 TEST_CASE("driver: the second tier judges the split's backward and what the boundary forms from it",
-          "[driver][noise]") {
+          "[driver][noise][slow]") {
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()};
   impl::Backend saved, tf32;
   for (const auto& v : impl::variant_catalogue()) {
@@ -708,7 +708,7 @@ TEST_CASE("driver: the second tier judges the split's backward and what the boun
 // inside every bound in seeds 1 and 3 and fails the tier there (bench/README.md, "The boundary's
 // backward under bf16 streams").
 TEST_CASE("driver: under bf16 streams the second tier judges what the boundary recomputes",
-          "[driver][noise]") {
+          "[driver][noise][slow]") {
   // Legitimate: the shuffled orders, and the new streams' gradient composed three ways.
   std::vector<impl::Backend> legit{impl::cpu(), impl::cpu_fused()};
   impl::Backend saved;
