@@ -8,6 +8,39 @@
 
 namespace mhc::bnd {
 
+namespace {
+// A relative perturbation of a line sum beyond this is not small: the linearisation's neglected
+// terms are no longer below its own (docs/semantics.md, "The Sinkhorn bound").
+constexpr double kLinear = 0x1p-10;
+
+// A division step's entries x_l, each rounded by up to eta / x_l relative near underflow, move
+// their line's denominator (sum + eps) by at most n eta / (sum + eps) relative, whatever their
+// sizes: the premise holds where every denominator is at least n eta / kLinear. (The softmax's row
+// sums are at least 1: the max is subtracted.)
+bool linearisable(const ref::Config& c, const ref::SinkhornTrace<double>& tr) {
+  const int n = c.n;
+  const double floor = n * model().eta / kLinear, eps = ref::hc_eps(c);
+  std::vector<double> sums(static_cast<std::size_t>(n));
+  for (std::size_t s = 1; s < tr.steps.size(); ++s) {
+    const bool column = tr.steps[s].step == ref::SinkhornTrace<double>::Step::column;
+    std::fill(sums.begin(), sums.end(), 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k)
+        sums[std::size_t(column ? k : j)] += tr.steps[s - 1].matrix[std::size_t(j * n + k)];
+    for (const double sum : sums)
+      if (!(sum + eps >= floor)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool sinkhorn_linearisable(const ref::Config& c, const double* logits) {
+  ref::SinkhornTrace<double> tr;
+  std::vector<double> out(std::size_t(c.n) * std::size_t(c.n));
+  ref::sinkhorn(c, logits, out.data(), &tr);
+  return linearisable(c, tr);
+}
+
 // For a deviating semantics (diagnosis only), the values follow it exactly and the bound is the
 // same linearisation evaluated on its own intermediate matrices: the right size, not exact.
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
@@ -25,6 +58,22 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
   ref::SinkhornTrace<double> tr;
   ref::sinkhorn(c, L.data(), out.data(), &tr);
   const std::size_t S = tr.steps.size();  // softmax, column, (row, column) * (iters - 1)
+  auto fill_trace = [&] {
+    if (trace)
+      for (const auto& st : tr.steps) {
+        typename ref::SinkhornTrace<Bounded>::Entry e;
+        e.step = static_cast<ref::SinkhornTrace<Bounded>::Step>(st.step);
+        e.row_sums.assign(st.row_sums.begin(), st.row_sums.end());
+        e.col_sums.assign(st.col_sums.begin(), st.col_sums.end());
+        e.matrix.assign(st.matrix.begin(), st.matrix.end());
+        trace->steps.push_back(std::move(e));
+      }
+  };
+  if (!linearisable(c, tr)) {
+    for (std::size_t o = 0; o < nn; ++o) C[o] = Bounded(out[o], HUGE_VAL);
+    fill_trace();
+    return;
+  }
 
   // Relative rounding of an entry of value x whose magnitude may sit near fp32's underflow.
   auto tiny = [&](double x) { return x > 0 ? m.eta / x : HUGE_VAL; };
@@ -116,15 +165,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     const double v = out[o];
     C[o] = Bounded(v, v * std::expm1(beta) + 64 * u64 * v + m.eta);
   }
-  if (trace)
-    for (const auto& st : tr.steps) {
-      typename ref::SinkhornTrace<Bounded>::Entry e;
-      e.step = static_cast<ref::SinkhornTrace<Bounded>::Step>(st.step);
-      e.row_sums.assign(st.row_sums.begin(), st.row_sums.end());
-      e.col_sums.assign(st.col_sums.begin(), st.col_sums.end());
-      e.matrix.assign(st.matrix.begin(), st.matrix.end());
-      trace->steps.push_back(std::move(e));
-    }
+  fill_trace();
 }
 
 }  // namespace mhc::bnd

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/bounded.hpp"
 #include "mhc/oracles/ops.hpp"
@@ -73,6 +74,98 @@ TEST_CASE("bounded: the fp32 reference lies within the bounds of every op",
       REQUIRE(std::isfinite(w.e));
       CHECK(std::fabs(double(g) - w.v) <= w.e);
     }
+}
+
+// The Sinkhorn bound is a linearisation; its premise is that no division's denominator is near
+// fp32's underflow. A column 120 below every row's max is 7.7e-53 a row in double and flushed to 0
+// in fp32: with hc_eps = 0 the fp32 reference divides it by its sum, 0 / 0 (NaN), where the exact
+// comb is finite. Without the premise there is no bound; with it the fp32 values are within the
+// bounds.
+TEST_CASE("bounded: the Sinkhorn bound holds where its premise does and gives none elsewhere",
+          "[bounded][soundness]") {
+  const double eps = GENERATE(0.0, 1e-30, 1e-6);
+  const double drop = GENERATE(20.0, 120.0);
+  ref::Config c;
+  c.n = 4;
+  c.hc_eps = eps;
+  std::vector<double> L(16);
+  for (int j = 0; j < 4; ++j)
+    for (int k = 0; k < 4; ++k) L[std::size_t(j * 4 + k)] = k == 3 ? -drop : 0.3 * (j - k);
+  const std::vector<float> Lf(L.begin(), L.end());
+  std::vector<float> got(16);
+  ref::sinkhorn(c, Lf.data(), got.data());
+  const std::vector<B> Lb(L.begin(), L.end());
+  std::vector<B> want(16);
+  bnd::sinkhorn(c, Lb.data(), want.data());
+  const bool premise = bnd::sinkhorn_linearisable(c, L.data());
+  CAPTURE(eps, drop);
+  CHECK(premise == (eps > 0 || drop == 20.0));
+  for (int i = 0; i < 16; ++i) {
+    CAPTURE(i, got[std::size_t(i)], want[std::size_t(i)].v, want[std::size_t(i)].e);
+    if (!premise) {
+      CHECK(std::isinf(want[std::size_t(i)].e));
+      continue;
+    }
+    REQUIRE(std::isfinite(want[std::size_t(i)].e));
+    CHECK(std::fabs(double(got[std::size_t(i)]) - want[std::size_t(i)].v) <=
+          want[std::size_t(i)].e);
+  }
+  if (!premise) {  // the case the premise exists for: the fp32 comb is not a number there
+    bool nan = false;
+    for (float g : got) nan = nan || std::isnan(g);
+    CHECK(nan);
+  }
+}
+
+// Generated cases at hc_eps = 0 whose fp32 comb divides an underflowed line by its sum: the
+// linearisation's sensitivities cancel there, so without the premise the bounds stayed finite (the
+// comb's +- 0.0265 around 1 in the first, the split's gradients' in the second) while the fp32
+// evaluation gave NaN.
+TEST_CASE("bounded: the fp32 reference lies within the bounds at hc_eps = 0, or has none",
+          "[bounded][soundness]") {
+  struct Case {
+    oracles::Op op;
+    int n, d, tokens;
+    std::uint64_t seed;
+  };
+  const auto k = GENERATE(Case{oracles::Op::split_sinkhorn, 4, 33, 7, 38},
+                          Case{oracles::Op::split_sinkhorn_backward, 3, 3, 1, 5057});
+  ref::Config cfg;
+  cfg.n = k.n;
+  cfg.d = k.d;
+  cfg.hc_eps = 0;
+  const auto c = oracles::generate_case(k.op, cfg, k.tokens, k.seed, oracles::Precision::fp32());
+  const bool forward = k.op == oracles::Op::split_sinkhorn;
+  const auto want = forward ? oracles::oracle_trace(c, 1) : oracles::backward_trace(c, 1);
+  // The split's backward in fp32 by its closed forms (one token).
+  auto closed = [&] {
+    const auto in = [&](const char* name) { return c.input(name).data.data(); };
+    const auto p = [&](const char* name) { return c.param(name).data.data(); };
+    const auto g = oracles::split_backward_closed<float>(cfg, in("mixes"), p("hc_scale"),
+                                                         p("hc_base"), in("upstream_pre"),
+                                                         in("upstream_post"), in("upstream_comb"));
+    oracles::Trace<float> t;
+    for (const auto& [name, i] :
+         {std::pair{"grad_mixes", 0}, {"grad_hc_scale", 1}, {"grad_hc_base", 2}})
+      t.push_back({name, {g[std::size_t(i)].size()}, g[std::size_t(i)]});
+    return t;
+  };
+  const auto got = forward ? oracles::evaluate_op<float>(c, 1) : closed();
+  int unbounded = 0, nan = 0;
+  for (const auto& w : want) {
+    const auto* g = oracles::find_stage(got, w.name);
+    REQUIRE(g);
+    REQUIRE(g->values.size() == w.values.size());
+    for (std::size_t i = 0; i < w.values.size(); ++i) {
+      CAPTURE(oracles::op_name(k.op), w.name, i, g->values[i], w.values[i].v, w.values[i].e);
+      unbounded += std::isinf(w.values[i].e);
+      nan += std::isnan(g->values[i]);
+      if (std::isfinite(w.values[i].e))
+        CHECK(std::fabs(double(g->values[i]) - w.values[i].v) <= w.values[i].e);
+    }
+  }
+  CHECK(nan > 0);  // the fp32 evaluation the premise exists for
+  CHECK(unbounded > 0);
 }
 
 // The model matters: a tf32 evaluation of mixes is within the tf32 bounds but not the fp32 ones.

@@ -469,8 +469,16 @@ void sequential_errors(const Bounded* x, std::size_t tokens, const float* W, std
 // from the first-order propagation of relative perturbations through the linearised
 // normalisations, one backward sweep per output entry (a scalar bound propagated step by step
 // would double at every division): docs/semantics.md, "The Sinkhorn bound".
+// Where its premise fails (sinkhorn_linearisable) every entry is unbounded.
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
               ref::SinkhornTrace<Bounded>* trace = nullptr);
+
+// The premise of the Sinkhorn's linearisation, that every relative perturbation it counts is
+// small: false where a division's denominator (a line's sum + hc_eps) lies within n 2^10 of fp32's
+// underflow floor, so that its entries' roundings may move it by a large part of itself or flush
+// it to 0 (with hc_eps = 0, a line flushed to 0 is divided by its sum: 0 / 0). logits: the comb's,
+// n x n.
+bool sinkhorn_linearisable(const ref::Config& c, const double* logits);
 
 // The rounding to storage of an element of a stored tensor (nothing where it is stored in fp32).
 // Beyond the format's largest finite value it may overflow: no bound.
