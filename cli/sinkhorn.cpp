@@ -90,6 +90,7 @@ Run add_sinkhorn(CLI::App& app) {
       "docs/semantics.md, \"Sinkhorn convergence\", derives the theory. Exit 0, or 2 on a file\n"
       "that cannot be read or holds nothing to measure.");
   return [st]() -> int {
+    if (const auto why = ref::validate(st->cfg.cfg); !why.empty()) throw std::invalid_argument(why);
     const runner::Shard shard = runner::shard_from_env(st->shards);
     st->out.reads = st->files;
     runner::Session session(st->out, st->threads);

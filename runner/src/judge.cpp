@@ -50,15 +50,17 @@ Cost judging_cost(oracles::Op op, const ref::Config& c, const ref::BlockConfig& 
                           (spec.backward ? 3 : 1) +
                       4 * (e.inputs + e.stages);
   } else {
-    // The projection (hc_fn against every token) where the op has one, the Sinkhorn rounds, and
-    // a few operations per stream element.
+    // The projection (hc_fn against every token) where the op has one, the Sinkhorn rounds and
+    // the comb's bound, and a few operations per stream element.
     const bool projects =
         std::any_of(spec.params.begin(), spec.params.end(),
                     [](const oracles::TensorSpec& t) { return t.name == "hc_fn"; });
     const bool splits =
         std::any_of(spec.params.begin(), spec.params.end(),
                     [](const oracles::TensorSpec& t) { return t.name == "hc_base"; });
-    const double forward = (projects ? M * nd : 0) + 4 * double(c.iters) * n * n;
+    // The comb's bound sweeps its 2 iters steps once per entry (bnd::sinkhorn): n^4, not n^2.
+    const double forward =
+        (projects ? M * nd : 0) + 4 * double(c.iters) * n * n * (1 + (splits ? 2 * n * n : 0));
     cost.operations = tokens * forward + (n + 1) * (e.inputs + e.stages);
     if (spec.backward) {
       // Composed a token (docs/semantics.md, "The backward ops"): the split's two programs

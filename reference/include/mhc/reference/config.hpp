@@ -96,6 +96,11 @@ constexpr int kMaxIters = 100000;
 // are constants of fp32 kernels: one beyond fp32's range is infinite there, and every output
 // then NaN or undecidable, which judges nothing.
 inline std::string validate(const Config& c) {
+  const auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
   if (c.n < 1) return "n (hc_mult) must be >= 1, got " + std::to_string(c.n);
   if (c.d < 1) return "d (dim) must be >= 1, got " + std::to_string(c.d);
   if (c.iters < 1 || c.iters > kMaxIters)
@@ -103,11 +108,9 @@ inline std::string validate(const Config& c) {
            std::to_string(c.iters);
   constexpr double fp32_max = 3.4028234663852886e38;
   if (!(c.hc_eps >= 0 && c.hc_eps <= fp32_max))
-    return "hc_eps must be >= 0 and finite in fp32 (at most 3.4028235e38), got " +
-           std::to_string(c.hc_eps);
+    return "hc_eps must be >= 0 and finite in fp32 (at most 3.4028235e38), got " + g(c.hc_eps);
   if (!(c.norm_eps >= 0 && c.norm_eps <= fp32_max))
-    return "norm_eps must be >= 0 and finite in fp32 (at most 3.4028235e38), got " +
-           std::to_string(c.norm_eps);
+    return "norm_eps must be >= 0 and finite in fp32 (at most 3.4028235e38), got " + g(c.norm_eps);
   if (c.iters + c.sem.iters_delta < 1) return "iters + iters_delta must be >= 1";
   return {};
 }
