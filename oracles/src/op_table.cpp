@@ -361,6 +361,12 @@ std::string stage_of_output(const OpCase& c, const std::string& name) {
   return name;
 }
 
+bool index_stage(const std::string& stage) {
+  const std::string s = "ffn.experts";
+  return stage.size() >= s.size() && stage.compare(stage.size() - s.size(), s.size(), s) == 0 &&
+         (stage.size() == s.size() || stage[stage.size() - s.size() - 1] == '.');
+}
+
 const std::vector<TensorSpec>& block_stages() {
   static const std::vector<TensorSpec> s{
       {"attn.mixes", {D::M}},      {"attn.pre", {D::n}},    {"attn.post", {D::n}},
@@ -511,9 +517,8 @@ bnd::Format declared_output_storage(const OpCase& c, const std::string& stage) {
       if (stage == "grad_" + t.name) return t.stream() ? d.streams : bnd::Format::fp32;
     return bnd::Format::fp32;
   }
-  const std::string last = stage.substr(stage.rfind('.') + 1);  // L0.attn.pre: pre
-  if (last == "experts") return bnd::Format::fp32;              // expert indices
-  return declared_storage(d, "upstream_" + last);
+  if (index_stage(stage)) return bnd::Format::fp32;
+  return declared_storage(d, "upstream_" + stage.substr(stage.rfind('.') + 1));  // L0.attn.pre
 }
 
 void need_backward_declaration(Op op, const Precision& p) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "mhc/oracles/ops.hpp"
 #include "mhc/oracles/parallel.hpp"
 
 namespace mhc::oracles {
@@ -142,7 +143,8 @@ const std::vector<RuleInfo>& rules() {
                  "(stage \"file\"): counted invalid, exit 2"});
     v.push_back({"degenerate",
                  "every oracle and kernel value is exactly zero: a kernel that writes zeros would "
-                 "pass too, so the data cannot tell: mistrusted"});
+                 "pass too, so the data cannot tell: mistrusted (not a stage of indices, "
+                 "ffn.experts, where 0 is an expert like any other)"});
     return v;
   }();
   return all;
@@ -397,7 +399,7 @@ StageVerdict verdict_of(const std::string& stage, const StageJob& job, std::vect
     std::snprintf(buf, sizeof buf, "%zu of %zu elements have no finite bound", s.undecidable,
                   count);
     s.reason = buf;
-  } else if (all_zero) {
+  } else if (all_zero && !index_stage(stage)) {
     s.state = State::mistrusted;
     s.rule = "degenerate";
     s.reason = "every oracle and kernel value is 0";

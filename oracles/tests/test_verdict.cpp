@@ -25,6 +25,20 @@ TEST_CASE("verdict: all zeros are mistrusted, not passed", "[verdict]") {
   CHECK(e.rule == "empty");
 }
 
+// A stage of indices is exempt: with one expert, the routing's every choice is expert 0.
+TEST_CASE("verdict: zeros in a stage of indices are an answer, judged exactly", "[verdict]") {
+  const std::vector<B> want(6, B(0.0, 0.0));
+  std::vector<float> got(6, 0.0f);
+  for (const char* stage : {"ffn.experts", "L12.ffn.experts"})
+    CHECK(oracles::judge(stage, got.data(), want.data(), got.size(), 1).state == State::pass);
+  for (const char* stage : {"experts", "ffn.experts2", "xffn.experts", "ffn.out"})
+    CHECK(oracles::judge(stage, got.data(), want.data(), got.size(), 1).rule == "degenerate");
+  got[4] = 1.0f;
+  const auto s = oracles::judge("ffn.experts", got.data(), want.data(), got.size(), 1);
+  CHECK(s.state == State::fail);
+  CHECK(s.worst.index == 4u);
+}
+
 // want = 1 with bound 2^-10: got = 1 + 2^-10 (exact in fp32) sits on the bound and passes; the
 // next float above fails.
 TEST_CASE("verdict: an error passes at its threshold and fails just above", "[verdict]") {

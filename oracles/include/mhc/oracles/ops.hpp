@@ -136,6 +136,9 @@ std::vector<std::size_t> stage_trailing(const OpCase& header, const std::string&
 // The Trace stage an output of the op table names ("x" of a block is its stage "x_out"; a stack's
 // outputs are its last layer's stages).
 std::string stage_of_output(const OpCase& header, const std::string& output);
+// Whether a Trace stage holds indices, not values: a Block's chosen experts ("ffn.experts",
+// "L1.ffn.experts"), where 0 is an expert like any other.
+bool index_stage(const std::string& stage);
 
 // How many elements a case of these sizes holds (tokens: all of them, batch included), counted in
 // double so that absurd sizes cannot overflow: its inputs, its params (every layer's), and the
