@@ -253,6 +253,16 @@ double lane_spread(const sr::Ensemble& e) {
   return std::sqrt(m2 / (kSrRuns - 1));
 }
 
+// The largest rounding error of an fp32 result of size |x|: half its ulp, at |x| (1 + 2^-20) so
+// that a computed value a few ulp above x is covered, but below `top` where the computed value
+// cannot exceed that power of two (rounding up to it errs by the half ulp below); 2^-150 below
+// FLT_MIN.
+double half_ulp(double x, double top = HUGE_VAL) {
+  const double a = std::min(std::fabs(x) * (1 + 0x1p-20), top * (1 - 0x1p-30));
+  if (!std::isfinite(a)) return a;  // NaN or infinite: no scale, the element is not judged
+  return a < 0x1p-126 ? 0x1p-150 : std::ldexp(1.0, std::ilogb(a) - 24);
+}
+
 NoiseModel comb_model(const OpCase& c, const float* mixes) {
   const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
   const float s2 = c.param("hc_scale").data[2];
@@ -287,9 +297,11 @@ NoiseModel comb_model(const OpCase& c, const float* mixes) {
     for (std::size_t i = 0; i < nn; ++i) {
       const double v = C[i], spread = lane_spread(Cs[i]);
       m.value[t * nn + i] = v;
+      // Never below the result's own rounding: the runs' results are floats, and where they all
+      // round to C's nearest, a legitimate kernel's next one errs by an ulp.
       m.scale[t * nn + i] =
           std::max({2 * spread, std::fabs(double(Cf[i]) - v), std::fabs(double(Cr[nn - 1 - i]) - v),
-                    std::fabs(double(Cq[i].v) - v)}) +
+                    std::fabs(double(Cq[i].v) - v), half_ulp(v, 1)}) +
           bnd::model().eta;
     }
   }
@@ -311,16 +323,6 @@ struct Split {
                         post.data(), comb.data());
   }
 };
-
-// The largest rounding error of an fp32 result of size |x|: half its ulp, at |x| (1 + 2^-20) so
-// that a computed value a few ulp above x is covered, but below `top` where the computed value
-// cannot exceed that power of two (rounding up to it errs by the half ulp below); 2^-150 below
-// FLT_MIN.
-double half_ulp(double x, double top = HUGE_VAL) {
-  const double a = std::min(std::fabs(x) * (1 + 0x1p-20), top * (1 - 0x1p-30));
-  if (!std::isfinite(a)) return a;  // NaN or infinite: no scale, the element is not judged
-  return a < 0x1p-126 ? 0x1p-150 : std::ldexp(1.0, std::ilogb(a) - 24);
-}
 
 // The reading (pre) or writing (post) weights from the given mixes [T, M]: the value from the
 // reference in double; the scale is the worst case of the usual fp32 forms of sig(a), a = m s + b

@@ -169,6 +169,34 @@ TEST_CASE("noise: the mixes scale holds a d-major accumulation", "[noise]") {
   CHECK(v.z_rms <= 0.577 * (1 + 4 * 0.026));
 }
 
+// The comb's measured scale is never below the entry's half ulp: where every run the scale measures
+// rounds to C's nearest float g (at d0 = |g - C| <= ulp(C) / 2), a kernel's result at g's
+// neighbour is legitimate, and errs by at most d0 + ulp(g's side) <= 5 ulp(C) / 2 (2 ulp(C) where
+// g is a power of two above C), z <= 5 < kNoiseMax. Small sizes and a small eps (n = 3, d = 7,
+// 1e-12) converge to the fixed point in a few rounds: the runs often agree there, and a scale of
+// d0 alone flagged variant:reciprocal_division's entries at z up to 65.8.
+TEST_CASE("noise: the comb's scale admits the neighbours of the nearest float", "[noise]") {
+  ref::Config cfg;
+  cfg.n = 3;
+  cfg.d = 7;
+  cfg.hc_eps = 1e-12;
+  const std::size_t nn = std::size_t(cfg.n * cfg.n), T = 1024;
+  for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+    const oracles::OpCase c =
+        oracles::generate_case(Op::split_sinkhorn, cfg, T, seed, oracles::Precision::fp32());
+    const oracles::Trace<float> none{{"comb", {T, nn}, std::vector<float>(T * nn)}};
+    const oracles::NoiseModel m = oracles::noise_model(c, "comb", none);
+    REQUIRE(m.value.size() == T * nn);
+    for (const float dir : {INFINITY, -INFINITY}) {
+      std::vector<float> got(T * nn);
+      for (std::size_t i = 0; i < got.size(); ++i) got[i] = std::nextafter(float(m.value[i]), dir);
+      const auto v = oracles::noise_judge(got.data(), m, nn);
+      CAPTURE(seed, dir, v.reason);
+      CHECK(v.z_max <= 5);
+    }
+  }
+}
+
 // The root mean square rule needs (kNoiseMax / kNoiseRms)^2 = 16 independent elements: fewer, and
 // one element inside the element limit could exceed it alone. A 2 x 2 comb over 2 tokens has 2
 // (of its 8 entries' errors, the sums tie the rest): z = 1.6 everywhere is not judged by it there,

@@ -38,7 +38,8 @@ struct NoiseModel {
 // (forward and backward, stream-major and d-major) and of the RMS statistic, and the deviations
 // of those orders, run. For the comb from given mixes
 // (split_sinkhorn's comb; anchored.comb of mixes and boundary): measured, the spread of
-// stochastically rounded evaluations and the deviations of two fp32 runs. For the weights from
+// stochastically rounded evaluations and the deviations of three fp32 runs, at least the
+// result's half ulp. For the weights from
 // given mixes (pre and post; anchored.pre and anchored.post): the worst case of the sigmoid's
 // usual forms. For pre_backward's grad_pre_mix and post_backward's grad_post and grad_comb (dot
 // products of the case's streams over d): the projection's sums model without its RMS scale; for
