@@ -98,6 +98,8 @@ expect2 "is not MIN + k STEP" SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_STEP=2 SLUR
 expect2 "two shard indices" TEST_TOTAL_SHARDS=2 TEST_SHARD_INDEX=0 JOB_COMPLETION_INDEX=0 "${one[@]}"
 expect2 "contradicts SLURM_ARRAY_TASK_ID" SLURM_ARRAY_TASK_ID=0 SLURM_ARRAY_TASK_COUNT=2 "${one[@]}" --shards 3
 expect2 "outside 0..1" TEST_TOTAL_SHARDS=2 TEST_SHARD_INDEX=2 "${one[@]}"
+expect2 "TEST_TOTAL_SHARDS=0: a campaign has at least one shard" TEST_TOTAL_SHARDS=0 TEST_SHARD_INDEX=0 "${one[@]}"
+expect2 "SLURM_ARRAY_TASK_COUNT=0: a campaign" SLURM_ARRAY_TASK_ID=0 SLURM_ARRAY_TASK_COUNT=0 "${one[@]}"
 expect2 "not a count or index" TEST_TOTAL_SHARDS=two TEST_SHARD_INDEX=0 "${one[@]}"
 # --shards 1: the whole campaign, whatever the environment says.
 clean SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_COUNT=2 "${one[@]}" --shards 1 > "$d/out" 2>&1 || fail "--shards 1"

@@ -35,13 +35,15 @@ Shard shard_from_env(int count) {
   struct Found {
     std::string source;
     long index, count;  // count -1: the scheduler gives none
+    std::string count_source;
   };
   std::vector<Found> found;
   if (env("TEST_SHARD_INDEX") || env("TEST_TOTAL_SHARDS")) {
     if (!env("TEST_SHARD_INDEX") || !env("TEST_TOTAL_SHARDS"))
       throw std::invalid_argument("TEST_TOTAL_SHARDS and TEST_SHARD_INDEX go together");
     found.push_back({std::string("TEST_SHARD_INDEX=") + env("TEST_SHARD_INDEX"),
-                     env_long("TEST_SHARD_INDEX", 0), env_long("TEST_TOTAL_SHARDS", 1)});
+                     env_long("TEST_SHARD_INDEX", 0), env_long("TEST_TOTAL_SHARDS", 1),
+                     std::string("TEST_TOTAL_SHARDS=") + env("TEST_TOTAL_SHARDS")});
   }
   if (env("SLURM_ARRAY_TASK_ID")) {
     // --array=MIN-MAX:STEP: the task IDs MIN, MIN+STEP, ...; SLURM_ARRAY_TASK_COUNT of them.
@@ -55,11 +57,12 @@ Shard shard_from_env(int count) {
           " is not MIN + k STEP (SLURM_ARRAY_TASK_MIN=" + std::to_string(min) +
           ", STEP=" + std::to_string(step) + "): shard with --array=0-(N-1) or MIN-MAX:STEP");
     found.push_back({"SLURM_ARRAY_TASK_ID=" + std::to_string(id), (id - min) / step,
-                     env_long("SLURM_ARRAY_TASK_COUNT", 1)});
+                     env_long("SLURM_ARRAY_TASK_COUNT", 1),
+                     std::string("SLURM_ARRAY_TASK_COUNT=") + env("SLURM_ARRAY_TASK_COUNT")});
   }
   if (env("JOB_COMPLETION_INDEX"))
     found.push_back({std::string("JOB_COMPLETION_INDEX=") + env("JOB_COMPLETION_INDEX"),
-                     env_long("JOB_COMPLETION_INDEX", 0), -1});
+                     env_long("JOB_COMPLETION_INDEX", 0), -1, ""});
   if (const char* status = env("TEST_SHARD_STATUS_FILE")) std::ofstream(status).flush();
 
   Shard s;
@@ -86,7 +89,9 @@ Shard shard_from_env(int count) {
   s.count = int(f.count >= 0 ? f.count : count);
   s.index = int(f.index);
   s.source = f.source;
-  if (s.count < 1 || s.index >= s.count)
+  if (s.count < 1)
+    throw std::invalid_argument(f.count_source + ": a campaign has at least one shard");
+  if (s.index >= s.count)
     throw std::invalid_argument(f.source + ": index " + std::to_string(s.index) +
                                 " is outside 0.." + std::to_string(s.count - 1));
   return s;
