@@ -13,6 +13,13 @@ namespace {
 // terms are no longer below its own (docs/semantics.md, "The Sinkhorn bound").
 constexpr double kLinear = 0x1p-10;
 
+// sums[l]: the sum of line l of the n x n matrix m, a column or a row.
+void line_sums(int n, bool column, const double* m, std::vector<double>& sums) {
+  std::fill(sums.begin(), sums.end(), 0.0);
+  for (int j = 0; j < n; ++j)
+    for (int k = 0; k < n; ++k) sums[std::size_t(column ? k : j)] += m[std::size_t(j * n + k)];
+}
+
 // A division step's entries x_l, each rounded by up to eta / x_l relative near underflow, move
 // their line's denominator (sum + eps) by at most n eta / (sum + eps) relative, whatever their
 // sizes: the premise holds where every denominator is at least n eta / kLinear. (The softmax's row
@@ -22,11 +29,8 @@ bool linearisable(const ref::Config& c, const ref::SinkhornTrace<double>& tr) {
   const double floor = n * model().eta / kLinear, eps = ref::hc_eps(c);
   std::vector<double> sums(static_cast<std::size_t>(n));
   for (std::size_t s = 1; s < tr.steps.size(); ++s) {
-    const bool column = tr.steps[s].step == ref::SinkhornTrace<double>::Step::column;
-    std::fill(sums.begin(), sums.end(), 0.0);
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k)
-        sums[std::size_t(column ? k : j)] += tr.steps[s - 1].matrix[std::size_t(j * n + k)];
+    line_sums(n, tr.steps[s].step == ref::SinkhornTrace<double>::Step::column,
+              tr.steps[s - 1].matrix.data(), sums);
     for (const double sum : sums)
       if (!(sum + eps >= floor)) return false;
   }
@@ -117,10 +121,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     const auto& before = tr.steps[s - 1].matrix;
     const bool column = tr.steps[s].step == Step::column;
     is_col[s] = column;
-    std::fill(sums.begin(), sums.end(), 0.0);
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k)
-        sums[std::size_t(column ? k : j)] += before[std::size_t(j * n + k)];
+    line_sums(n, column, before.data(), sums);
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k) {
         const std::size_t e = std::size_t(j * n + k);
@@ -142,9 +143,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     for (std::size_t s = S - 1; s >= 1; --s) {
       local(&b[s * nn]);
       const bool column = is_col[s];
-      std::fill(rs.begin(), rs.end(), 0.0);
-      for (int j = 0; j < n; ++j)
-        for (int k = 0; k < n; ++k) rs[std::size_t(column ? k : j)] += r[std::size_t(j * n + k)];
+      line_sums(n, column, r.data(), rs);
       for (int j = 0; j < n; ++j)
         for (int k = 0; k < n; ++k) {
           const std::size_t e = std::size_t(j * n + k);
@@ -155,9 +154,7 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
     local(b_add.data());
     for (std::size_t e = 0; e < nn; ++e) r[e] *= P[e] / (P[e] + eps);
     local(b_div.data());
-    std::fill(rs.begin(), rs.end(), 0.0);
-    for (int j = 0; j < n; ++j)
-      for (int k = 0; k < n; ++k) rs[std::size_t(j)] += r[std::size_t(j * n + k)];
+    line_sums(n, false, r.data(), rs);
     for (int j = 0; j < n; ++j)
       for (int k = 0; k < n; ++k)
         r[std::size_t(j * n + k)] -= P[std::size_t(j * n + k)] * rs[std::size_t(j)];
