@@ -298,8 +298,9 @@ void tally(const StageJob& job, std::size_t chunk, Tally& s) {
     }
     const double diff = std::fabs(double(g) - w.v);
     double ratio = diff == 0 ? 0 : (w.e > 0 ? diff / w.e : std::numeric_limits<double>::infinity());
-    if (std::isnan(ratio) || (st == State::fail && std::isnan(diff)))
-      ratio = std::numeric_limits<double>::infinity();
+    // No difference to measure (NaN against NaN, inf against inf): no error where a rule passed it.
+    if (std::isnan(diff)) ratio = st == State::pass ? 0 : std::numeric_limits<double>::infinity();
+    if (std::isnan(ratio)) ratio = std::numeric_limits<double>::infinity();
     // Built only where kept: most elements are counted, not recorded.
     auto element = [&] {
       return Element{i,

@@ -162,17 +162,35 @@ oracles::OpCase header(oracles::Op op, const py::dict& config, oracles::Precisio
 
 // A stable name for a case: FNV-1a over its op and tensors, so that a test that fails again
 // overwrites its own file.
-std::string case_key(const oracles::OpCase& c, const oracles::Trace<float>& got) {
+// A saved file's name: everything it holds that the verdict depends on (configuration, precision,
+// the outputs' stored formats, every tensor's shape and bits), so that no two cases share a file.
+std::string case_key(const oracles::OpCase& c, const oracles::Trace<float>& got,
+                     const bnd::StoredFormats& stored) {
   std::uint64_t h = 1469598103934665603ull;  // its own seed: the names files already have
   auto mix = [&](const void* p, std::size_t n) { h = runner::fnv1a(p, n, h); };
-  const std::string op = oracles::op_name(c.op);
-  mix(op.data(), op.size());
+  auto mix_text = [&](const std::string& t) { mix(t.c_str(), t.size() + 1); };
+  const ref::BlockConfig& b = c.block;
+  char cfg[512];
+  std::snprintf(cfg, sizeof cfg, "%d %d %d %a %a %s %d %d %d %d %d %a %d %s %d %zu %zu", c.cfg.n,
+                c.cfg.d, c.cfg.iters, c.cfg.hc_eps, c.cfg.norm_eps, c.cfg.sem.name().c_str(),
+                b.heads, b.head_dim, b.experts, b.top_k, b.inter, b.route_scale, b.layers,
+                b.sem.name().c_str(), int(b.captured_sublayers), c.tokens, c.batch);
+  mix_text(oracles::op_name(c.op));
+  mix_text(cfg);
+  mix_text(oracles::precision_name(c.precision));
+  for (const auto& [name, f] : stored) {
+    mix_text(name);
+    mix_text(bnd::format_info(f).name);
+  }
+  auto tensor = [&](const std::string& name, const std::vector<std::size_t>& shape,
+                    const std::vector<float>& data) {
+    mix_text(name);
+    mix(shape.data(), shape.size() * sizeof(std::size_t));
+    mix(data.data(), data.size() * sizeof(float));
+  };
   for (const auto* m : {&c.inputs, &c.params})
-    for (const auto& [name, t] : *m) {
-      mix(name.data(), name.size());
-      mix(t.data.data(), t.data.size() * sizeof(float));
-    }
-  for (const auto& s : got) mix(s.values.data(), s.values.size() * sizeof(float));
+    for (const auto& [name, t] : *m) tensor(name, t.shape, t.data);
+  for (const auto& s : got) tensor(s.name, s.shape, s.values);
   char buf[24];
   std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(h & 0xffffffffffffull));
   return buf;
@@ -219,8 +237,8 @@ py::dict judged(const oracles::OpCase& c, const oracles::Trace<float>& got,
   if (c.origin == oracles::OpCase::Origin::file) {
     repro = runner::repro(c, "", opt.j.model);  // the case is already a file
   } else if (o.verdict.state == oracles::State::fail && !opt.save_dir.empty()) {
-    saved = runner::save_case(opt.save_dir, "python_" + op + "_" + case_key(c, o.got), c, o.got,
-                              "mhc_verify.judge (Python)", stored);
+    saved = runner::save_case(opt.save_dir, "python_" + op + "_" + case_key(c, o.got, stored), c,
+                              o.got, "mhc_verify.judge (Python)", stored);
     if (!saved.empty()) {
       oracles::OpCase file = c;
       file.origin = oracles::OpCase::Origin::file;

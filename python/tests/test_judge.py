@@ -60,6 +60,23 @@ def test_a_perturbed_output_fails_with_a_report(capture, op, tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
 
 
+def test_cases_that_differ_only_in_config_precision_or_dtype_are_saved_apart(capture, tmp_path):
+    # Each saved file reruns its own case: the name covers what the verdict depends on.
+    config, inputs, params, outputs = capture("rmsnorm", *SMALL)
+    wrong = {"y": outputs["y"] * np.float32(1.05)}
+    other_eps = dict(config, norm_eps=1e-6)
+    judged = [mhc_verify.judge("rmsnorm", c, inputs, o, params, precision=p, save_dir=str(tmp_path))
+              for c, o, p in [(config, wrong, "fp32"), (other_eps, wrong, "fp32"),
+                              (config, wrong, "bf16"),
+                              (config, {"y": wrong["y"].astype(np.float16)}, "fp32")]]
+    assert all(not r.passed for r in judged)
+    assert len({r.saved for r in judged}) == len(judged) == len(os.listdir(tmp_path))
+    for r in judged:
+        [again] = mhc_verify.judge_file(r.saved)
+        assert again.precision == r.precision
+        assert [s.ratio_max for s in again.stages] == [s.ratio_max for s in r.stages]
+
+
 def test_a_planted_eps_bug_is_diagnosed(tmp_path):
     # The softmax eps inside the division: the outputs come from our own mutant kernel.
     case = tmp_path / "bug.h5"
