@@ -112,10 +112,12 @@ Tensors<B> split_grads(const ref::Config& cfg, const float* scale, const float* 
       out[2][i].e += move;
       out[1][ws].e += move * (std::fabs(mix[i].v) + mix[i].e) + std::fabs(out[2][i].v) * mix[i].e;
     }
-  // Without the premise of the comb's linearisation no gradient of the split is bounded.
+  // Without the premises of the comb's linearisation and of its adjoint's range no gradient of
+  // the split is bounded.
   std::vector<double> L(n * n);
   ref::comb_logits(cfg, at[0].data(), scale, base, L.data());
-  if (!bnd::sinkhorn_linearisable(cfg, L.data()))
+  if (!bnd::sinkhorn_linearisable(cfg, L.data()) ||
+      !bnd::sinkhorn_adjoint_in_range(cfg, L.data(), up[2].data()))
     for (auto& t : out)
       for (B& b : t) b.e = HUGE_VAL;
   return out;

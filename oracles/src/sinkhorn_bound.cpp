@@ -45,6 +45,35 @@ bool sinkhorn_linearisable(const ref::Config& c, const double* logits) {
   return linearisable(c, tr);
 }
 
+bool sinkhorn_adjoint_in_range(const ref::Config& c, const double* logits, const double* up_comb) {
+  using Step = ref::SinkhornTrace<double>::Step;
+  const int n = c.n;
+  const std::size_t nn = std::size_t(n) * std::size_t(n);
+  ref::SinkhornTrace<double> tr;
+  std::vector<double> out(nn), G(up_comb, up_comb + nn), sums(nn / std::size_t(n)), gy(sums);
+  ref::sinkhorn(c, logits, out.data(), &tr);
+  const double eps = ref::hc_eps(c), limit = format_info(Format::fp32).max * kLinear;
+  // Each division step's adjoint, G <- (G - sum over the line of G y) / (line sum + eps).
+  for (std::size_t s = tr.steps.size() - 1; s >= 1; --s) {
+    const bool column = tr.steps[s].step == Step::column;
+    const std::vector<double>& y = tr.steps[s].matrix;
+    line_sums(n, column, tr.steps[s - 1].matrix.data(), sums);
+    std::fill(gy.begin(), gy.end(), 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) {
+        const std::size_t e = std::size_t(j * n + k);
+        gy[std::size_t(column ? k : j)] += G[e] * y[e];
+      }
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) {
+        const std::size_t e = std::size_t(j * n + k), l = std::size_t(column ? k : j);
+        G[e] = (G[e] - gy[l]) / (sums[l] + eps);
+        if (!(std::fabs(G[e]) <= limit)) return false;
+      }
+  }
+  return true;
+}
+
 // For a deviating semantics (diagnosis only), the values follow it exactly and the bound is the
 // same linearisation evaluated on its own intermediate matrices: the right size, not exact.
 void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
