@@ -230,9 +230,10 @@ struct Kernel {
         xs[i] = round_to(operands, xs[i]);
       }
       if (v.d_major_order) w = column_major(w, n, d);
-      const float p = v.tensor_core ? tc_dot(w.data(), xs.data(), n, d)
-                                    : dot(w.data(), xs.data(), nd, 1,
-                                          v.bf16_accumulation ? Format::bf16 : c.accumulation);
+      const float p = v.tensor_core && tensor_cores_within_fp32(int(n), int(d))
+                          ? tc_dot(w.data(), xs.data(), n, d)
+                          : dot(w.data(), xs.data(), nd, 1,
+                                v.bf16_accumulation ? Format::bf16 : c.accumulation);
       out[a] = v.scale_first ? p : p * r;
     }
   }

@@ -62,14 +62,15 @@ __global__ void mma_probe(const float* a, const float* b, const float* c, float*
   d[(g + 8) * 8 + 2 * t + 1] = cf[3];
 }
 
-// The boundary on device arrays: fused (one launch; n = 4 only) or the four-launch baseline.
+// The boundary on device arrays: fused (one launch; n = 4, where the tensor cores stay inside the
+// fp32 model) or the four-launch baseline.
 template <class S>
 void boundary_device(const Dims& c, std::size_t T, bool fused, const S* f, const S* R,
                      const float* post, const float* comb, const float* pre_mix, const float* W,
                      const float* scale, const float* base, S* x, S* y, float* mixes, float* pre,
                      float* postout, float* combout) {
   if (!T) return;
-  if (fused && c.n == 4) {
+  if (fused && c.n == 4 && tensor_cores_within_fp32(c.n, c.d)) {
     const TcWeights packed(c, W);  // the harness's hc_fn changes from call to call
     (c.d == 5120 ? shipped_tc<S, 5120>(T, g_tensor_copies.load()) : shipped_tc<S, 0>(T))(
         c, T, f, R, post, comb, pre_mix, packed, scale, base, x, y, mixes, pre, postout, combout,
@@ -100,9 +101,11 @@ Backend make(bool fused) {
   Backend b;
   b.device = true;
   b.name = fused ? "cuda-fused" : "cuda";
-  b.description = fused ? "CUDA, single-pass fused boundary, projection on the tensor cores in "
-                          "split tf32 (n = 4; others fall back to four launches)"
-                        : "CUDA, one kernel per piece; the boundary as four launches";
+  b.description =
+      fused ? "CUDA, single-pass fused boundary, projection on the tensor cores in "
+              "split tf32 (n = 4 and d >= 272, where that stays inside the fp32 model; others "
+              "fall back to four launches)"
+            : "CUDA, one kernel per piece; the boundary as four launches";
   b.mixes = [](const KernelConfig& k, std::size_t T, const float* x, const float* W, float* o) {
     need_device(k);
     run_mixes(k, T, x, W, o);

@@ -160,7 +160,7 @@ int run_all(Selection& take) {
   for (const auto* b : impl::gpu_backends())
     for (oracles::Op op : oracles::all_ops())
       for (oracles::Precision prec : {oracles::Precision::fp32(), oracles::Precision::bf16()})
-        for (int d : {5120, 37, 130}) {  // 130: the kernels at a run-time width, several chunks
+        for (int d : {5120, 37, 300}) {  // 300: a run-time width, several chunks (the tensor cores)
           const auto name =
               format("%-10s %-15s %-5s d=%-5d", b->name.c_str(), oracles::op_name(op).c_str(),
                      oracles::precision_name(prec).c_str(), d);

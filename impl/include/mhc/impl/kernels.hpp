@@ -5,6 +5,7 @@
 // stream j into stream k). A backend that is not compiled in throws NotCompiled.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <stdexcept>
@@ -12,6 +13,15 @@
 #include <vector>
 
 namespace mhc::impl {
+
+// Whether the projection of n d terms on the tensor cores in split tf32 stays inside the fp32
+// model's bound (docs/semantics.md, "The tensor-core projection"): at most 236 u of each 32-column
+// chunk's sum of magnitudes, plus the chunk sums' round-to-nearest adds, against the smallest fp32
+// bound, the probabilistic 8 sqrt(n d) u. From d = 272 at n = 4; never below n d = 1078.
+inline bool tensor_cores_within_fp32(int n, int d) {
+  const double adds = std::ceil(d / 32.0) + n - 1;
+  return 8 * std::sqrt(double(n) * double(d)) >= 236 + 8 * std::sqrt(adds);
+}
 
 // Number formats a kernel declares, part by part (docs/semantics.md, "Precision models").
 enum class Format { fp32, tf32, bf16, fp16 };
