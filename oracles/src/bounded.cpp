@@ -21,6 +21,7 @@ Model model_for(const Declaration& d, const std::string& name) {
     // Below its smallest normal an operand errs by half a subnormal step, not relatively: fp16's
     // 2^-25; bf16 and tf32 share fp32's range and floor.
     m.eta_prod = d.products == Format::fp16 ? 0x1.0p-25 : m.eta;
+    m.big_prod = format_info(d.products).max;
   }
   if (d.accumulation != Format::fp32 && d.accumulation != Format::bf16)
     throw std::invalid_argument(std::string("an accumulation in ") +
@@ -104,7 +105,7 @@ double operand_floor(const Model& m, double sum_w, double sum_x, std::size_t n) 
 }  // namespace
 
 Bounded linear(const Bounded* x, const float* w, std::size_t n) {
-  double v = 0, A = 0, E = 0, sw = 0, sx = 0;
+  double v = 0, A = 0, E = 0, sw = 0, sx = 0, top = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double wi = double(w[i]), p = x[i].v * wi;
     v += p;
@@ -112,7 +113,9 @@ Bounded linear(const Bounded* x, const float* w, std::size_t n) {
     E += std::fabs(wi) * x[i].e;
     sw += std::fabs(wi);
     sx += std::fabs(x[i].v) + x[i].e;
+    top = std::max({top, std::fabs(wi), std::fabs(x[i].v) + x[i].e});
   }
+  if (!(top <= model().big_prod)) return Bounded(v, HUGE_VAL);  // an operand may round to inf
   const double seq =
       detail::premise_checked(model(), double(n)) ? detail::sequential_error(x, w, n) : 0;
   Bounded r = detail::reduce(v, A, E, n, model().u_prod, seq, model().u_sum);
@@ -492,6 +495,18 @@ void project(const Bounded* x, std::size_t tokens, const float* W, std::size_t r
     for (std::size_t o = 0; o < tokens * rows; ++o)
       if (!detail::premise_holds(m, nn, A[o], seq[o]))
         out[o] = linear(x + o / rows * n, W + o % rows * n, n);
+  }
+  // An operand beyond the products format's range may round to inf: no bound (linear() says so).
+  if (m.big_prod < 0x1.fffffep127) {
+    std::vector<char> over_x(tokens), over_w(rows);
+    for (std::size_t t = 0; t < tokens; ++t)
+      for (std::size_t i = 0; i < n; ++i)
+        over_x[t] |= !(std::fabs(x[t * n + i].v) + x[t * n + i].e <= m.big_prod);
+    for (std::size_t a = 0; a < rows; ++a)
+      for (std::size_t i = 0; i < n; ++i)
+        over_w[a] |= !(std::fabs(double(W[a * n + i])) <= m.big_prod);
+    for (std::size_t o = 0; o < tokens * rows; ++o)
+      if (over_x[o / rows] || over_w[o % rows]) out[o].e = HUGE_VAL;
   }
 #else
   for (std::size_t t = 0; t < tokens; ++t)

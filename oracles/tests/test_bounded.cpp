@@ -212,6 +212,38 @@ TEST_CASE("bounded: tf32 products exceed the fp32 model and fit the tf32 one", "
   CHECK(outside32 > 0);
 }
 
+// fp16 operands: 65504 is fp16's largest value, and an operand beyond it may round to inf. Where
+// one of a product's operands (a weight, or a value with its bound) exceeds it, the sum has no
+// bound, in the definition and in the blocked projection alike; at 65504 it still has one.
+TEST_CASE("bounded: an fp16 operand beyond fp16's range leaves the projection unbounded",
+          "[bounded]") {
+  bnd::Declaration d;
+  d.products = bnd::Format::fp16;
+  bnd::ModelScope scope(bnd::model_for(d, "products=fp16"));
+  const std::size_t n = 12, rows = 3, tokens = 2;
+  std::vector<B> x(tokens * n, B(1.5, 0.0));
+  std::vector<float> W(rows * n, 0.25f);
+  x[n + 4] = B(65504.0, 0.0);  // token 1
+  W[2 * n + 7] = 65504.0f;     // row 2
+  std::vector<B> out(tokens * rows);
+  bnd::project(x.data(), tokens, W.data(), rows, n, out.data());
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      CHECK(std::isfinite(out[t * rows + a].e));
+      CHECK(std::isfinite(bnd::linear(&x[t * n], &W[a * n], n).e));
+    }
+  x[n + 4] = B(65504.0, 1.0);  // may exceed 65504: token 1 unbounded
+  W[2 * n + 7] = 65520.0f;     // row 2 unbounded
+  bnd::project(x.data(), tokens, W.data(), rows, n, out.data());
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t a = 0; a < rows; ++a) {
+      CAPTURE(t, a);
+      const bool over = t == 1 || a == 2;
+      CHECK(std::isinf(out[t * rows + a].e) == over);
+      CHECK(std::isinf(bnd::linear(&x[t * n], &W[a * n], n).e) == over);
+    }
+}
+
 // The vector paths against the definitions they regroup. project(): the bound is
 // detail::reduce(v, A, E) taken as one dot product of nonnegative terms in fp32, so it never falls
 // below the definition (linear(), A and E apart in double) and exceeds it at most by: c rounded

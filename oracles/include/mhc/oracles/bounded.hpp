@@ -75,13 +75,14 @@ struct Store {
 
 struct Model {
   std::string name = "fp32";
-  double u = 0x1.0p-24;         // unit roundoff of the arithmetic
-  double u_prod = 0;            // extra relative error of each linear() product (tf32 inputs)
-  double eta_prod = 0;          // ... and absolute, per operand (fp16's subnormals: 2^-25)
-  double u_sum = 0x1.0p-24;     // unit roundoff of linear()'s running sum (bf16: 2^-8)
-  Store store[3];               // per ref::Storage: streams, mixes, coefficients
-  double eta = 0x1.0p-126;      // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
-  double big = 0x1.fffffep127;  // FLT_MAX: a value beyond it overflows in the model
+  double u = 0x1.0p-24;              // unit roundoff of the arithmetic
+  double u_prod = 0;                 // extra relative error of each linear() product (tf32 inputs)
+  double eta_prod = 0;               // ... and absolute, per operand (fp16's subnormals: 2^-25)
+  double big_prod = 0x1.fffffep127;  // an operand beyond it may round to inf (fp16: 65504)
+  double u_sum = 0x1.0p-24;          // unit roundoff of linear()'s running sum (bf16: 2^-8)
+  Store store[3];                    // per ref::Storage: streams, mixes, coefficients
+  double eta = 0x1.0p-126;           // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
+  double big = 0x1.fffffep127;       // FLT_MAX: a value beyond it overflows in the model
   // Budgets in units of u, each large enough for the usual implementations:
   double k_div = 2;   // a/b, or a * (1/b)
   double k_sqrt = 2;  // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
