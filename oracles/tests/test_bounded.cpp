@@ -12,6 +12,7 @@
 #include "mhc/oracles/backward.hpp"
 #include "mhc/oracles/birkhoff.hpp"
 #include "mhc/oracles/bounded.hpp"
+#include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/ops.hpp"
 #include "mhc/oracles/random.hpp"
 
@@ -210,6 +211,24 @@ TEST_CASE("bounded: tf32 products exceed the fp32 model and fit the tf32 one", "
     }
   }
   CHECK(outside32 > 0);
+}
+
+// Storage in fp16 errs by u = 2^-11 of a normal value, and by less than its smallest normal 2^-14
+// below it (to a subnormal, or flushed to 0): the bound is the larger, not the sum. At 0.0059 the
+// sum was 11 times fp16's rounding there, and a value 14 fp16 ulps off passed.
+TEST_CASE("bounded: fp16 storage errs by its rounding, or its floor below the smallest normal",
+          "[bounded]") {
+  bnd::Declaration d;
+  d.streams = bnd::Format::fp16;
+  bnd::ModelScope scope(bnd::model_for(d, "streams=fp16"));
+  const B s = bnd::stored(B(0.0059, 0.0));
+  CHECK(s.e == 0x1.0p-11 * 0.0059);
+  for (double x = 1e-9; x < 10; x *= 1.01) {
+    CAPTURE(x);
+    const double e = bnd::stored(B(x, 0.0)).e;
+    CHECK(std::fabs(double(oracles::gen::round_fp16(float(x))) - x) <= e);
+    if (x < 0x1.0p-14) CHECK(x <= e);  // flushed to zero
+  }
 }
 
 // fp16 operands: 65504 is fp16's largest value, and an operand beyond it may round to inf. Where
@@ -532,7 +551,6 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
 // A declaration's parts reach the bound-carrying arithmetic: a projection whose running sum is
 // rounded to bf16 after every addition lies inside the bound of a declared bf16 accumulation
 // (gamma_n at u = 2^-8) and, on these sums, outside fp32's; the presets are declarations.
-#include "mhc/oracles/generate.hpp"
 TEST_CASE("bounded: a declared bf16 accumulation bounds a bf16 running sum", "[bounded]") {
   auto summed_in = [](bnd::Format f) {
     bnd::Declaration d;

@@ -495,7 +495,10 @@ inline Bounded stored(const Bounded& a, ref::Storage kind = ref::Storage::stream
   if (s.u == 0) return a;
   const double p = a.e;
   if (std::fabs(a.v) + p > s.big) return {a.v, HUGE_VAL};
-  return {a.v, p + s.u * (std::fabs(a.v) + p) + s.eta};
+  // A normal value rounds by u of itself, one below the smallest normal (eta) by less than eta (to
+  // a subnormal, to 0 or to eta): the floor only where the value may lie below it.
+  const double rel = s.u * (std::fabs(a.v) + p);
+  return {a.v, p + (std::fabs(a.v) - p >= s.eta ? rel : std::max(rel, s.eta))};
 }
 // The same where the rounding is known to be to nearest (even) of an fp32 evaluation within a's
 // bound: rounding is monotone, so the roundings of the bound's ends enclose it, and where they
