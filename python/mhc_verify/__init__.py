@@ -106,14 +106,13 @@ class Judgement:
                 w = s.noise["worst"]
                 lines.append(f"first divergent stage {s.stage!r}: every element within its bound, "
                              f"the error flagged by the second tier ({s.noise['reason']})")
-                lines.append(f"worst element: {s.stage}[{w.index}] (token {w.token}): got "
+                lines.append(f"worst element: {s.stage}.flat[{w.index}] (token {w.token}): got "
                              f"{w.got!r}, want {w.want!r}, fp32 rounding noise {w.bound:.3g} "
                              f"(z = {w.ratio:.3g}, limit {s.noise['z_limit']:g})")
             else:
                 w = s.worst
-                lines.append(f"first divergent stage {s.stage!r}: {s.failed} of {s.elements} "
-                             f"elements fail ({s.reason})")
-                lines.append(f"worst element: {s.stage}[{w.index}] (token {w.token}): got "
+                lines.append(f"first divergent stage {s.stage!r}: {s.reason}")
+                lines.append(f"worst element: {s.stage}.flat[{w.index}] (token {w.token}): got "
                              f"{w.got!r}, want {w.want!r} +- {w.bound:.3g} (error / bound = "
                              f"{w.ratio:.3g}, rule {w.rule})")
         lines.append("")
@@ -203,6 +202,14 @@ def _arrays(kind: str, given: Optional[Mapping[str, Any]]) -> "tuple[dict, dict]
     return out, stored
 
 
+def _shape(value: Any) -> tuple:
+    """An array's shape, a nested list's as numpy reads it; () for a scalar or nothing."""
+    shape = getattr(value, "shape", None)
+    if shape is None and isinstance(value, (list, tuple)):
+        shape = np.shape(value)
+    return tuple(shape or ())
+
+
 def _within_limits(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any],
                    outputs: Optional[Mapping[str, Any]] = None,
                    params: Optional[Mapping[str, Any]] = None) -> None:
@@ -214,7 +221,7 @@ def _within_limits(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping
     if not isinstance(inputs, Mapping) or not isinstance(outputs, (Mapping, type(None))):
         return  # refused, and named, when the case is made
     for name, trailing in l["inputs"].items():
-        shape = tuple(getattr(inputs.get(name), "shape", ()))
+        shape = _shape(inputs.get(name))
         if name in inputs and len(shape) >= len(trailing):  # else refused when the case is made
             seen = True
             lead = shape[:max(len(shape) - len(trailing), 0)]
@@ -226,7 +233,7 @@ def _within_limits(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping
         for name, trailing in l["inputs"].items():
             if name not in inputs:
                 raise ValueError(f"inputs[{name!r}]: missing (op {op} reads {name})")
-            shape = tuple(getattr(inputs[name], "shape", ()))
+            shape = _shape(inputs[name])
             raise ValueError(f"inputs[{name!r}]: shape {shape}, expected "
                              f"(..., {', '.join(map(str, trailing))})")
     for kind, given in (("outputs", outputs), ("params", params)):
@@ -254,7 +261,12 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     Params the given outputs do not read may be left out. Outputs given in bfloat16 or float16
     (torch tensors, or numpy float16) are judged with their rounding to that format in the bound;
     inputs and params in them are taken at their values, and those the declaration stores
-    narrower are rounded to it, as the kernel read them. A failing case is saved under `save_dir` (None: not saved)."""
+    narrower are rounded to it, as the kernel read them. A failing case is saved under `save_dir` (None: not saved).
+
+    `config` keys left out take DeepSeek V4.1's values: n (or hc_mult) 4, dim (d) 5120,
+    sinkhorn_iters (iters) 20, hc_eps 1e-6, norm_eps 1e-20 (the RMS statistics' eps: an RMSNorm
+    written with 1e-6 fails against it on small activations); a Block's heads 8, head_dim 64,
+    experts 8, top_k 2, inter 512, route_scale 1, layers 1."""
     _within_limits(op, config, inputs, outputs, params)
     ins, _ = _arrays("inputs", inputs)
     outs, stored = _arrays("outputs", outputs)
@@ -303,7 +315,12 @@ def write_capture(path: str, cases: Mapping[str, Mapping[str, Any]],
     '/'; names sort in judging order) to a dict with the arguments of judge(): op, config,
     inputs, params, outputs, precision."""
     names, payload = [], []
+    keys = {"op", "config", "inputs", "params", "outputs", "precision"}
     for name, case in cases.items():
+        unknown = sorted(map(str, set(case) - keys))
+        if unknown:  # a misspelt key would otherwise leave its case judged under the defaults
+            raise ValueError(f"cases[{name!r}]: unknown key(s) {', '.join(map(repr, unknown))} "
+                             f"(a case has {', '.join(sorted(keys))})")
         ins, _ = _arrays("inputs", case.get("inputs"))
         outs, stored = _arrays("outputs", case.get("outputs"))
         pars, _ = _arrays("params", case.get("params"))

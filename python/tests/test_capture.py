@@ -123,6 +123,9 @@ def test_bad_captures_name_the_case(capture, tmp_path):
         mhc_verify.write_capture(tmp_path / "c.h5", {"a/b": good})
     with pytest.raises(ValueError, match=r"cases\['c'\]: no 'op' \(its keys: config, inputs"):
         mhc_verify.write_capture(tmp_path / "c.h5", {"c": {k: v for k, v in good.items() if k != "op"}})
+    # A misspelt key would leave the case judged under the defaults (here fp32, not bf16).
+    with pytest.raises(ValueError, match=r"cases\['d'\]: unknown key\(s\) 'precison'"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {"a": good, "d": dict(good, precison="bf16")})
     assert not (tmp_path / "c.h5").exists()
 
 

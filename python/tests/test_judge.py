@@ -77,6 +77,25 @@ def test_cases_that_differ_only_in_config_precision_or_dtype_are_saved_apart(cap
         assert [s.ratio_max for s in again.stages] == [s.ratio_max for s in r.stages]
 
 
+def test_nested_lists_are_judged_as_the_arrays_they_hold(capture):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    as_arrays = mhc_verify.judge("pre", config, inputs, outputs, params, save_dir=None)
+    as_lists = mhc_verify.judge("pre", config, {k: v.tolist() for k, v in inputs.items()},
+                                {k: v.tolist() for k, v in outputs.items()}, params, save_dir=None)
+    assert as_arrays.passed and as_lists.passed
+    assert [s.ratio_max for s in as_lists.stages] == [s.ratio_max for s in as_arrays.stages]
+
+
+def test_a_failure_names_its_count_once_and_the_worst_element_by_flat_index(capture):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    wrong = outputs["y"].copy()
+    wrong.reshape(-1)[5] += 1
+    r = mhc_verify.judge("pre", config, inputs, {"y": wrong}, params, save_dir=None)
+    text = r.message()
+    assert text.count("1 of 48 elements fail") == 1
+    assert "worst element: y.flat[5] (token 0)" in text
+
+
 def test_a_planted_eps_bug_is_diagnosed(tmp_path):
     # The softmax eps inside the division: the outputs come from our own mutant kernel.
     case = tmp_path / "bug.h5"
