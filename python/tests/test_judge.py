@@ -392,7 +392,7 @@ def test_a_second_tier_failure_is_not_explained_by_deviations_that_leave_it_alon
     # the message names the tier and its worst element, not the element nearest its bound
     w = comb.noise["worst"]
     assert "every element within its bound, the error flagged by the second tier" in r.message()
-    assert f"comb[{w.index}] (token {w.token})" in r.message() and f"z = {w.ratio:.3g}" in r.message()
+    assert f"comb.flat[{w.index}] (token {w.token})" in r.message() and f"z = {w.ratio:.3g}" in r.message()
     named = set(r.deviations)
     assert not named & {"post_without_factor2", "post_with_eps", "pre_without_eps"}, named
     # compare's line says the tier failed it, every ratio within its bound
