@@ -29,7 +29,8 @@ def pytest_configure(config):
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
+def pytest_runtest_protocol(item, nextitem):
+    # setup, call and teardown: a judgement in a fixture is its test's
     mhc_verify._label = item.nodeid
     try:
         yield

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import xml.dom.minidom
 
 import pytest
@@ -46,3 +47,26 @@ def test_report_of_a_pytest_run(tmp_path, bug):
     xml.dom.minidom.parse(str(report / "junit.xml"))  # well-formed
     assert "split_sinkhorn" in (report / "report.html").read_text()
     assert "test_split_sinkhorn_faithful" in (report / "report.md").read_text()
+
+
+def test_a_judgement_in_a_fixture_is_its_tests(tmp_path):
+    (tmp_path / "test_fx.py").write_text(textwrap.dedent("""
+        import numpy as np, pytest, mhc_verify
+        @pytest.fixture(params=[1, 2])
+        def judged(request):
+            x = np.ones((request.param, 4, 8), np.float32)
+            pm = np.full((request.param, 4), 0.25, np.float32)
+            return mhc_verify.judge("pre", {"dim": 8}, {"x": x, "pre_mix": pm},
+                                    {"y": (pm[..., None] * x).sum(-2)}, save_dir=None)
+        def test_uses(judged):
+            assert judged.passed
+    """))
+    report = tmp_path / "report"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                        "mhc_verify.pytest_plugin", "--mhc-report", str(report), "--rootdir",
+                        str(tmp_path), str(tmp_path / "test_fx.py")],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads((report / "report.json").read_text())
+    assert sorted(e["id"] for e in r["entries"]) == ["test_fx.py::test_uses[1]",
+                                                      "test_fx.py::test_uses[2]"]
