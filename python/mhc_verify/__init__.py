@@ -134,6 +134,8 @@ def _text(what: str, value: Any) -> bytes:
         value = os.fspath(value)
     if not isinstance(value, str):
         raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
+    if "\0" in value:  # C++ and HDF5 would cut the text there
+        raise ValueError(f"{what}: {value!r} holds a null byte")
     try:
         return value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as e:

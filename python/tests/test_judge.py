@@ -96,6 +96,18 @@ def test_a_failure_names_its_count_once_and_the_worst_element_by_flat_index(capt
     assert "worst element: y.flat[5] (token 0)" in text
 
 
+def test_text_with_a_null_byte_is_refused_whole(capture, tmp_path):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    with pytest.raises(ValueError, match=r"path: 'a\\x00b' holds a null byte"):
+        mhc_verify.judge_file("a\0b")
+    with pytest.raises(ValueError, match=r"save_dir: .* holds a null byte"):
+        mhc_verify.judge("pre", config, inputs, outputs, params, save_dir=str(tmp_path) + "/a\0b")
+    with pytest.raises(ValueError, match=r"a case's name: 'a\\x00b' holds a null byte"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {"a\0b": dict(op="pre", config=config,
+                                                                  inputs=inputs, outputs=outputs)})
+    assert not os.listdir(tmp_path)
+
+
 def test_a_planted_eps_bug_is_diagnosed(tmp_path):
     # The softmax eps inside the division: the outputs come from our own mutant kernel.
     case = tmp_path / "bug.h5"
