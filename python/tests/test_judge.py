@@ -159,6 +159,8 @@ def test_sparse_tensors_are_their_values_and_meta_tensors_are_named(capture):
     (lambda i, o, p: i.__setitem__("x", i["x"][:, :2]), r"inputs\['x'\]: shape \(3, 2, 16\), expected \(\.\.\., 4, 16\)"),
     (lambda i, o, p: i.pop("pre_mix"), r"inputs\['pre_mix'\]: missing"),
     (lambda i, o, p: i.__setitem__("w", i["x"]), r"inputs\['w'\]: op pre has no such inputs"),
+    (lambda i, o, p: p.__setitem__("weight", i["x"]),
+     r"params\['weight'\]: op pre has no such params \(it takes none\)"),
     (lambda i, o, p: o.__setitem__("z", o["y"]), r"outputs\['z'\]: op pre has no such output"),
     (lambda i, o, p: o.__setitem__("y", o["y"][:2]), r"outputs\['y'\]: 2 tokens, but inputs\['x'\] has 3"),
     (lambda i, o, p: i.__setitem__("x", i["x"].astype(np.int32)), r"dtype int32, expected floating"),

@@ -65,7 +65,8 @@ TensorCase from_tensors(const oracles::OpCase& header, NamedTensors inputs, Name
                                   [&](const oracles::NamedShape& k) { return k.name == name; });
       if (!ok)
         bad(std::string(kind) + "['" + name + "']",
-            "op " + op + " has no such " + kind + " (expected: " + names(known) + ")");
+            "op " + op + " has no such " + kind +
+                (known.empty() ? " (it takes none)" : " (expected: " + names(known) + ")"));
     }
   };
   unknown(inputs, layout.inputs, "inputs");
