@@ -270,6 +270,8 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     written with 1e-6 fails against it on small activations); a Block's heads 8, head_dim 64,
     experts 8, top_k 2, inter 512, route_scale 1, layers 1."""
     _within_limits(op, config, inputs, outputs, params)
+    if save_dir is not None and os.path.exists(save_dir) and not os.path.isdir(save_dir):
+        raise ValueError(f"save_dir: {os.fspath(save_dir)!r} is not a directory")
     ins, _ = _arrays("inputs", inputs)
     outs, stored = _arrays("outputs", outputs)
     pars, _ = _arrays("params", params)

@@ -119,8 +119,12 @@ def test_bad_captures_name_the_case(capture, tmp_path):
     bad = dict(good, inputs={"x": good["inputs"]["x"][:, :2], "pre_mix": good["inputs"]["pre_mix"]})
     with pytest.raises(ValueError, match=r"case 'b': inputs\['x'\]: shape"):
         mhc_verify.write_capture(tmp_path / "c.h5", {"a": good, "b": bad})
-    with pytest.raises(ValueError, match=r"case name 'a/b'"):
+    with pytest.raises(ValueError, match=r"case name 'a/b' holds '/'"):
         mhc_verify.write_capture(tmp_path / "c.h5", {"a/b": good})
+    with pytest.raises(ValueError, match=r"case name '\.' is '\.', HDF5's name for the file's root"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {".": good})
+    with pytest.raises(ValueError, match=r"case name 'a' is given twice"):
+        mhc_verify.write_capture(tmp_path / "c.h5", {"a": good, b"a": good})
     with pytest.raises(ValueError, match=r"cases\['c'\]: no 'op' \(its keys: config, inputs"):
         mhc_verify.write_capture(tmp_path / "c.h5", {"c": {k: v for k, v in good.items() if k != "op"}})
     # A misspelt key would leave the case judged under the defaults (here fp32, not bf16).

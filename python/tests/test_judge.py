@@ -108,6 +108,13 @@ def test_text_with_a_null_byte_is_refused_whole(capture, tmp_path):
     assert not os.listdir(tmp_path)
 
 
+def test_a_save_dir_that_is_a_file_is_refused_before_judging(capture, tmp_path):
+    config, inputs, params, outputs = capture("pre", *SMALL)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match=r"save_dir: '.*/f' is not a directory"):
+        mhc_verify.judge("pre", config, inputs, outputs, params, save_dir=str(tmp_path / "f"))
+
+
 def test_a_planted_eps_bug_is_diagnosed(tmp_path):
     # The softmax eps inside the division: the outputs come from our own mutant kernel.
     case = tmp_path / "bug.h5"
