@@ -38,7 +38,8 @@ Run add_check(CLI::App& app) {
   app.add_option("--save-failures", st->spec.save_dir,
                  "directory where each failing case is saved as an mhc-fixture file (a "
                  "regression test: mhc-verify compare FILE); empty: do not save")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(folder_to_save_in());
   app.add_flag("--isolate", st->spec.isolate,
                "run our kernels in a worker process too, as plug-ins always are: a crash, a hang "
                "or exit() fails its case, not the run");

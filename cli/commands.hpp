@@ -53,6 +53,9 @@ CLI::Validator kernel_validator();
 // Digits only, at most `most`: CLI11 reads "-1", "1e23" and "" into unsigned options as 2^64-1
 // or 0.
 CLI::Validator whole_number(unsigned long long most = ~0ull);
+// A folder to save into: a directory, or a path not there yet (made on the first save); not a
+// file, which would only be found at the first failure (each save then a warning).
+CLI::Validator folder_to_save_in();
 // --case-memory and --case-operations (runner::Limits).
 void add_limit_options(CLI::App& app, runner::Limits& limits);
 // --kernel-timeout for the worker processes, and the limits.

@@ -69,7 +69,8 @@ Run add_fuzz(CLI::App& app) {
       ->capture_default_str()
       ->check(whole_number(4096));
   app.add_option("--save-failures", st->save, "directory for counterexample fixtures")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(folder_to_save_in());
   add_report_options(app, st->out);
   add_shard_option(app, st->shards, "cases");
   app.footer(

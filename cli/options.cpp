@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 
 #include "commands.hpp"
 #include "mhc/impl/kernels.hpp"
@@ -123,6 +124,18 @@ CLI::Validator whole_number(unsigned long long most) {
         return "";
       },
       "0.." + std::to_string(most));
+}
+
+CLI::Validator folder_to_save_in() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        std::error_code ec;
+        if (!path.empty() && std::filesystem::exists(path, ec) &&
+            !std::filesystem::is_directory(path, ec))
+          return "'" + path + "' is a file, not a folder";
+        return "";
+      },
+      "DIR");
 }
 
 void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
