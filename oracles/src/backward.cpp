@@ -116,8 +116,7 @@ Tensors<B> split_grads(const ref::Config& cfg, const float* scale, const float* 
   // the split is bounded.
   std::vector<double> L(n * n);
   ref::comb_logits(cfg, at[0].data(), scale, base, L.data());
-  if (!bnd::sinkhorn_linearisable(cfg, L.data()) ||
-      !bnd::sinkhorn_adjoint_in_range(cfg, L.data(), up[2].data()))
+  if (!bnd::sinkhorn_gradient_bounded(cfg, L.data(), up[2].data()))
     for (auto& t : out)
       for (B& b : t) b.e = HUGE_VAL;
   return out;

@@ -36,24 +36,17 @@ bool linearisable(const ref::Config& c, const ref::SinkhornTrace<double>& tr) {
   }
   return true;
 }
-}  // namespace
 
-bool sinkhorn_linearisable(const ref::Config& c, const double* logits) {
-  ref::SinkhornTrace<double> tr;
-  std::vector<double> out(std::size_t(c.n) * std::size_t(c.n));
-  ref::sinkhorn(c, logits, out.data(), &tr);
-  return linearisable(c, tr);
-}
-
-bool sinkhorn_adjoint_in_range(const ref::Config& c, const double* logits, const double* up_comb) {
+// The adjoint of every iterate, G <- (G - sum over the line of G y) / (line sum + eps) a division
+// step from the comb's upstream gradient, within limit: the premise of a first-order bound on
+// the Sinkhorn's gradient (bounded.hpp, sinkhorn_gradient_bounded).
+bool adjoint_in_range(const ref::Config& c, const ref::SinkhornTrace<double>& tr,
+                      const double* up_comb) {
   using Step = ref::SinkhornTrace<double>::Step;
   const int n = c.n;
   const std::size_t nn = std::size_t(n) * std::size_t(n);
-  ref::SinkhornTrace<double> tr;
-  std::vector<double> out(nn), G(up_comb, up_comb + nn), sums(nn / std::size_t(n)), gy(sums);
-  ref::sinkhorn(c, logits, out.data(), &tr);
+  std::vector<double> G(up_comb, up_comb + nn), sums(nn / std::size_t(n)), gy(sums);
   const double eps = ref::hc_eps(c), limit = format_info(Format::fp32).max * kLinear;
-  // Each division step's adjoint, G <- (G - sum over the line of G y) / (line sum + eps).
   for (std::size_t s = tr.steps.size() - 1; s >= 1; --s) {
     const bool column = tr.steps[s].step == Step::column;
     const std::vector<double>& y = tr.steps[s].matrix;
@@ -72,6 +65,24 @@ bool sinkhorn_adjoint_in_range(const ref::Config& c, const double* logits, const
       }
   }
   return true;
+}
+
+ref::SinkhornTrace<double> trace_of(const ref::Config& c, const double* logits) {
+  ref::SinkhornTrace<double> tr;
+  std::vector<double> out(std::size_t(c.n) * std::size_t(c.n));
+  ref::sinkhorn(c, logits, out.data(), &tr);
+  return tr;
+}
+
+}  // namespace
+
+bool sinkhorn_linearisable(const ref::Config& c, const double* logits) {
+  return linearisable(c, trace_of(c, logits));
+}
+
+bool sinkhorn_gradient_bounded(const ref::Config& c, const double* logits, const double* up_comb) {
+  const ref::SinkhornTrace<double> tr = trace_of(c, logits);
+  return linearisable(c, tr) && adjoint_in_range(c, tr, up_comb);
 }
 
 // For a deviating semantics (diagnosis only), the values follow it exactly and the bound is the

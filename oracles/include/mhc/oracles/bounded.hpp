@@ -481,12 +481,13 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
 // n x n.
 bool sinkhorn_linearisable(const ref::Config& c, const double* logits);
 
-// The premise of a first-order bound on the Sinkhorn's gradient: the adjoint of every iterate (the
-// gradient an autograd or a hand-written backward forms, step by step) stays 2^10 below fp32's
-// largest value. A division by a line sum near underflow multiplies it by up to 1 / (sum + eps)
-// a step: an fp32 backward overflows to inf and then NaN though the exact gradient is small.
-// up_comb: the upstream gradient of the comb, n x n.
-bool sinkhorn_adjoint_in_range(const ref::Config& c, const double* logits, const double* up_comb);
+// The premises of a first-order bound on the Sinkhorn's gradient: the forward's
+// (sinkhorn_linearisable), and that the adjoint of every iterate (the gradient an autograd or a
+// hand-written backward forms, step by step) stays 2^10 below fp32's largest value. A division by
+// a line sum near underflow multiplies it by up to 1 / (sum + eps) a step: an fp32 backward
+// overflows to inf and then NaN though the exact gradient is small. up_comb: the upstream
+// gradient of the comb, n x n.
+bool sinkhorn_gradient_bounded(const ref::Config& c, const double* logits, const double* up_comb);
 
 // The rounding to storage of an element of a stored tensor (nothing where it is stored in fp32).
 // Beyond the format's largest finite value it may overflow: no bound.
