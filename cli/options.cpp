@@ -168,7 +168,9 @@ void CaseFlags::add(CLI::App& app, const std::string& kernel_help) {
                  "as fp16; fp32 sums); or parts KEY=F joined by commas, parts left out fp32: "
                  "storage of inputs, weights, mixes, coefficients (pre, post, comb) and streams "
                  "(fp32|bf16|fp16), the projection's products (fp32|tf32|bf16|fp16) and "
-                 "accumulation (fp32|bf16); e.g. streams=bf16,mixes=bf16,products=bf16")
+                 "accumulation (fp32|bf16), and intermediates (fp32|bf16|fp16: every result "
+                 "inside hc_pre, hc_post, RMSNorm and the mixes, as PyTorch eager rounds "
+                 "each operation's output); e.g. streams=bf16,mixes=bf16,products=bf16")
       ->capture_default_str()
       ->check(precision_validator());
   add_config_options(app, cfg);

@@ -23,11 +23,20 @@ inline float operand(const KernelConfig& c, float v) {
 inline auto coefficient(const KernelConfig& c) {
   return [f = c.coefficients](float v) { return round_to(f, v); };
 }
-// Throws NotCompiled unless the mixes and the coefficients are stored in fp32 (the backends that
-// do not implement narrower intermediate stages).
+// An intermediate result of hc_pre, hc_post, RMSNorm or the mixes, rounded as declared.
+inline float step(const KernelConfig& c, float v) {
+  return round_to(c.intermediates, v);
+}
+// Throw NotCompiled unless the intermediates, or also the mixes and the coefficients, are in fp32
+// (for the backends that do not implement those narrower).
+inline void need_fp32_intermediates(const KernelConfig& c, const std::string& backend) {
+  if (c.intermediates != Format::fp32)
+    throw NotCompiled(backend + " keeps the intermediates of the pieces in fp32 only");
+}
 inline void need_fp32_stages(const KernelConfig& c, const char* backend) {
   if (c.mixes != Format::fp32 || c.coefficients != Format::fp32)
     throw NotCompiled(std::string(backend) + " stores the mixes and coefficients in fp32 only");
+  need_fp32_intermediates(c, backend);
 }
 
 // One token of hc_split_sinkhorn, in fp32, in the order of the seeds' kernel.

@@ -119,6 +119,7 @@ void split_sinkhorn(const KernelConfig& c, std::size_t T, const float* m, const 
 }
 
 void hc_pre(const KernelConfig& c, std::size_t T, const float* x, const float* p, float* y) {
+  need_fp32_intermediates(c, "cpu-fused");
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
   parallel_tokens(c.threads, T, [&](std::size_t t) {
     float* yt = y + t * d;
@@ -148,6 +149,7 @@ inline void post_chunk(const KernelConfig& c, const float* f, const float* R, co
 
 void hc_post(const KernelConfig& c, std::size_t T, const float* f, const float* R,
              const float* post, const float* comb, float* y) {
+  need_fp32_intermediates(c, "cpu-fused");
   const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
   parallel_tokens(c.threads, T, [&](std::size_t t) {
     for (std::size_t k = 0; k < n; ++k)
@@ -157,6 +159,7 @@ void hc_post(const KernelConfig& c, std::size_t T, const float* f, const float* 
 }
 
 void rmsnorm(const KernelConfig& c, std::size_t T, const float* x, const float* g, float* y) {
+  need_fp32_intermediates(c, "cpu-fused");
   const std::size_t d = std::size_t(c.d);
   parallel_tokens(c.threads, T, [&](std::size_t t) {
     const float* xt = x + t * d;

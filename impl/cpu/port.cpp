@@ -6,18 +6,24 @@ namespace mhc::impl {
 namespace {
 using namespace cpu_detail;
 
+// 1 / sqrt(mean(x^2) + norm_eps), each result an intermediate (an eager framework's squares,
+// mean, sum and reciprocal square root).
+float rms_scale(const KernelConfig& c, const float* x, std::size_t m) {
+  float ss = 0;
+  for (std::size_t i = 0; i < m; ++i) ss += step(c, x[i] * x[i]);
+  return step(c, 1.0f / std::sqrt(step(c, step(c, ss / float(m)) + c.norm_eps)));
+}
+
 void mixes(const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
   const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
   for (std::size_t t = 0; t < T; ++t) {
     const float* xt = x + t * nd;
-    float ss = 0;
-    for (std::size_t i = 0; i < nd; ++i) ss += xt[i] * xt[i];
-    const float r = 1.0f / std::sqrt(ss / float(nd) + c.norm_eps);
+    const float r = rms_scale(c, xt, nd);
     for (std::size_t a = 0; a < M; ++a) {
       float acc = 0;
       for (std::size_t i = 0; i < nd; ++i)
         acc = round_to(c.accumulation, acc + operand(c, W[a * nd + i]) * operand(c, xt[i]));
-      out[t * M + a] = round_to(c.mixes, acc * r);
+      out[t * M + a] = round_to(c.mixes, step(c, acc) * r);
     }
   }
 }
@@ -36,8 +42,8 @@ void hc_pre(const KernelConfig& c, std::size_t T, const float* x, const float* p
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t cc = 0; cc < d; ++cc) {
       float acc = 0;
-      for (std::size_t j = 0; j < n; ++j) acc += p[t * n + j] * x[(t * n + j) * d + cc];
-      y[t * d + cc] = store(c, acc);
+      for (std::size_t j = 0; j < n; ++j) acc += step(c, p[t * n + j] * x[(t * n + j) * d + cc]);
+      y[t * d + cc] = store(c, step(c, acc));
     }
 }
 
@@ -49,18 +55,16 @@ void hc_post(const KernelConfig& c, std::size_t T, const float* f, const float* 
       for (std::size_t cc = 0; cc < d; ++cc) {
         float acc = 0;
         for (std::size_t j = 0; j < n; ++j)
-          acc += comb[(t * n + j) * n + k] * R[(t * n + j) * d + cc];
-        y[(t * n + k) * d + cc] = store(c, post[t * n + k] * f[t * d + cc] + acc);
+          acc += step(c, comb[(t * n + j) * n + k] * R[(t * n + j) * d + cc]);
+        y[(t * n + k) * d + cc] = store(c, step(c, post[t * n + k] * f[t * d + cc]) + step(c, acc));
       }
 }
 
 void rmsnorm(const KernelConfig& c, std::size_t T, const float* x, const float* g, float* y) {
   const std::size_t d = std::size_t(c.d);
   for (std::size_t t = 0; t < T; ++t) {
-    float ss = 0;
-    for (std::size_t i = 0; i < d; ++i) ss += x[t * d + i] * x[t * d + i];
-    const float r = 1.0f / std::sqrt(ss / float(d) + c.norm_eps);
-    for (std::size_t i = 0; i < d; ++i) y[t * d + i] = store(c, g[i] * (x[t * d + i] * r));
+    const float r = rms_scale(c, x + t * d, d);
+    for (std::size_t i = 0; i < d; ++i) y[t * d + i] = store(c, g[i] * step(c, x[t * d + i] * r));
   }
 }
 

@@ -13,6 +13,7 @@
 namespace mhc::impl {
 namespace {
 using cpu_detail::coefficient;
+using cpu_detail::need_fp32_intermediates;
 using cpu_detail::store;
 
 // tf32 operand bits of v as impl/cuda's split_tf32 forms them: hi to nearest (ties away), lo the
@@ -326,6 +327,7 @@ Backend make_backend(const Variant& v) {
   b.description =
       v.wrong ? "mutation self-test: a wrong kernel" : "mutation self-test: a legitimate kernel";
   b.mixes = [k](const KernelConfig& c, std::size_t T, const float* x, const float* W, float* out) {
+    need_fp32_intermediates(c, backend_name(k->v));
     const std::size_t nd = std::size_t(c.n) * std::size_t(c.d), M = std::size_t(c.mix());
     for (std::size_t t = 0; t < T; ++t) k->mixes_token(c, x + t * nd, W, out + t * M);
     const Format stored = k->v.mixes != Format::fp32 ? k->v.mixes : c.mixes;
@@ -340,16 +342,19 @@ Backend make_backend(const Variant& v) {
     std::transform(comb, comb + T * n * n, comb, coefficient(c));
   };
   b.hc_pre = [k](const KernelConfig& c, std::size_t T, const float* x, const float* p, float* y) {
+    need_fp32_intermediates(c, backend_name(k->v));
     const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
     for (std::size_t t = 0; t < T; ++t) k->hc_pre_token(c, x + t * n * d, p + t * n, y + t * d);
   };
   b.hc_post = [k](const KernelConfig& c, std::size_t T, const float* f, const float* R,
                   const float* post, const float* comb, float* y) {
+    need_fp32_intermediates(c, backend_name(k->v));
     const std::size_t n = std::size_t(c.n), d = std::size_t(c.d);
     for (std::size_t t = 0; t < T; ++t)
       k->hc_post_token(c, f + t * d, R + t * n * d, post + t * n, comb + t * n * n, y + t * n * d);
   };
   b.rmsnorm = [k](const KernelConfig& c, std::size_t T, const float* x, const float* g, float* y) {
+    need_fp32_intermediates(c, backend_name(k->v));
     const std::size_t d = std::size_t(c.d);
     for (std::size_t t = 0; t < T; ++t) k->rmsnorm_token(c, x + t * d, g, y + t * d);
   };

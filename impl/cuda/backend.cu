@@ -40,8 +40,9 @@ void need_device(const KernelConfig& k) {
   if (k.n > kMaxN) throw NotCompiled("the CUDA kernels take n <= 8");
   if (k.products != Format::fp32 || k.accumulation != Format::fp32)
     throw NotCompiled("the CUDA kernels project fp32 operands in fp32 only");
-  if (k.mixes != Format::fp32 || k.coefficients != Format::fp32)
-    throw NotCompiled("the CUDA kernels store the mixes and coefficients in fp32 only");
+  if (k.mixes != Format::fp32 || k.coefficients != Format::fp32 || k.intermediates != Format::fp32)
+    throw NotCompiled(
+        "the CUDA kernels keep the mixes, coefficients and intermediates in fp32 only");
   if (k.streams != Format::fp32 && k.streams != Format::bf16)
     throw NotCompiled("the CUDA kernels store streams in fp32 or bf16 only");
 }

@@ -35,7 +35,7 @@ mhc_config to_c(const KernelConfig& k, std::size_t T) {
   // ABI 1 can say tf32 operands and bf16 streams, nothing else.
   if ((k.products != Format::fp32 && k.products != Format::tf32) ||
       (k.streams != Format::fp32 && k.streams != Format::bf16) || k.accumulation != Format::fp32 ||
-      k.mixes != Format::fp32 || k.coefficients != Format::fp32)
+      k.mixes != Format::fp32 || k.coefficients != Format::fp32 || k.intermediates != Format::fp32)
     throw NotCompiled(
         "the plug-in ABI (mhc_config's tf32 and bf16_streams) declares only tf32 projection "
         "operands and bf16 streams");

@@ -27,8 +27,9 @@ Model model_for(const Declaration& d, const std::string& name) {
     throw std::invalid_argument(std::string("an accumulation in ") +
                                 format_info(d.accumulation).name + " is not modelled (fp32, bf16)");
   m.u_sum = format_info(d.accumulation).u;
-  const Format stores[] = {d.streams, d.mixes, d.coefficients};  // indexed by ref::Storage
-  for (int k = 0; k < 3; ++k)
+  const Format stores[] = {d.streams, d.mixes, d.coefficients,
+                           d.intermediates};  // indexed by ref::Storage
+  for (int k = 0; k < 4; ++k)
     if (stores[k] != Format::fp32) {
       const FormatInfo& s = format_info(stores[k]);
       m.store[k] = {s.u, std::max(s.eta, m.eta), s.max};

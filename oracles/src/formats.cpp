@@ -41,6 +41,8 @@ const std::vector<Part>& declaration_parts() {
        {F::fp32, F::tf32, F::bf16, F::fp16},
        "the projection's operands"},
       {"accumulation", &Declaration::accumulation, {F::fp32, F::bf16}, "the projection's sums"},
+      {"intermediates", &Declaration::intermediates, stored,
+       "every result inside hc_pre, hc_post, RMSNorm and the mixes (eager frameworks)"},
   };
   return parts;
 }

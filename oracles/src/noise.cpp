@@ -1141,7 +1141,8 @@ NoiseModel boundary_model(const OpCase& b, const std::string& name, const float*
   }
   const bnd::Declaration& d = b.precision.decl;
   if (name != "mixes" || !xs || d.products != bnd::Format::fp32 ||
-      d.accumulation != bnd::Format::fp32 || d.mixes != bnd::Format::fp32)
+      d.accumulation != bnd::Format::fp32 || d.mixes != bnd::Format::fp32 ||
+      d.intermediates != bnd::Format::fp32)
     return {};
   return mixes_model(b.cfg, xs, b.tokens, b.param("hc_fn").data.data());
 }

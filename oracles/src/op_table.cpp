@@ -438,18 +438,20 @@ std::string precision_name(const Precision& p) {
   return p.name;
 }
 
-// A preset's name, or parts "key=format" joined by commas (keys streams, products, accumulation).
+// A preset's name, or parts "key=format" joined by commas (bnd::declaration_parts()).
 Precision precision_from_name(const std::string& name) {
   std::string presets;
   for (const Precision& p : all_precisions()) {
     if (p.name == name) return p;
     presets += (presets.empty() ? "" : ", ") + p.name;
   }
+  std::string keys;
+  for (const bnd::Part& p : bnd::declaration_parts()) keys += std::string(", ") + p.key;
   auto bad = [&](const std::string& why) {
     return std::invalid_argument(
         "unknown precision '" + name + "': " + why + " (a preset: " + presets +
-        "; or parts such as streams=bf16,products=bf16: inputs, weights, mixes, coefficients, "
-        "streams, products, accumulation, each fp32 where left out)");
+        "; or parts such as streams=bf16,products=bf16: " + keys.substr(2) +
+        ", each fp32 where left out)");
   };
   if (name.find('=') == std::string::npos) throw bad("not a preset");
   bnd::Declaration d;
@@ -463,12 +465,9 @@ Precision precision_from_name(const std::string& name) {
     const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
     if (!seen.insert(key).second) throw bad("'" + key + "' given twice");
     const bnd::Part* part_of = nullptr;
-    std::string keys;
-    for (const bnd::Part& p : bnd::declaration_parts()) {
+    for (const bnd::Part& p : bnd::declaration_parts())
       if (key == p.key) part_of = &p;
-      keys += std::string(keys.empty() ? "" : ", ") + p.key;
-    }
-    if (!part_of) throw bad("unknown part '" + key + "' (" + keys + ")");
+    if (!part_of) throw bad("unknown part '" + key + "' (" + keys.substr(2) + ")");
     bnd::Format f;
     try {
       f = bnd::format_from_name(value);
@@ -527,7 +526,7 @@ void need_backward_declaration(Op op, const Precision& p) {
   const bnd::Declaration& d = p.decl;
   using F = bnd::Format;
   if (spec.whole || d.mixes != F::fp32 || d.coefficients != F::fp32 || d.products != F::fp32 ||
-      d.accumulation != F::fp32)
+      d.accumulation != F::fp32 || d.intermediates != F::fp32)
     throw std::invalid_argument(
         spec.name +
         (spec.whole ? " is judged under the fp32 declaration only ("

@@ -687,3 +687,91 @@ TEST_CASE("bounded: rounded_to encloses the rounding of every fp32 value in the 
   CHECK(bnd::rounded_to(B(1.5, 1e-3), bnd::Format::fp32).e == 1e-3);
   CHECK(std::isinf(bnd::rounded_to(B(65504.0, 40.0), bnd::Format::fp16).e));
 }
+
+// PyTorch eager on bf16 tensors rounds each operation's output to bf16 and accumulates sums in
+// fp32: hc_pre's and hc_post's products, the sums' results, RMSNorm's statistic and its normalised
+// value. Columns built to cancel (the last stream nearly the negated sum of the others) make those
+// roundings far larger than the output's own: they fit the intermediates model, not the streams'
+// storage alone.
+TEST_CASE("bounded: eager bf16 intermediates fit the intermediates model, not storage alone",
+          "[bounded]") {
+  using oracles::gen::round_bf16;
+  bnd::Declaration stored_only;
+  stored_only.streams = bnd::Format::bf16;
+  bnd::Declaration eager = stored_only;
+  eager.intermediates = bnd::Format::bf16;
+  const bnd::Model m_eager = bnd::model_for(eager, "eager"),
+                   m_stored = bnd::model_for(stored_only, "stored");
+  ref::Config cfg;
+  cfg.n = 4;
+  cfg.d = 64;
+  const std::size_t n = 4, d = 64;
+  oracles::Rng rng(23);
+  auto bf = [&](double lo, double hi) { return round_bf16(float(rng.uniform(lo, hi))); };
+  // The bounds of both models for one output element, stored in bf16, against the eager value.
+  int outside_stored[3] = {};  // hc_pre, hc_post, RMSNorm
+  auto judge = [&](int piece, auto bound_of, std::size_t count, const float* eager_values) {
+    for (const bnd::Model* m : {&m_eager, &m_stored}) {
+      const bnd::ModelScope scope(*m);
+      std::vector<B> want(count);
+      bound_of(want.data());
+      for (std::size_t i = 0; i < count; ++i) {
+        const B w = bnd::stored(want[i]);
+        const bool in = std::fabs(double(eager_values[i]) - w.v) <= w.e;
+        if (m == &m_eager) {
+          CAPTURE(i, eager_values[i], w.v, w.e);
+          CHECK(in);
+        } else {
+          outside_stored[piece] += !in;
+        }
+      }
+    }
+  };
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> x(n * d), f(d), p(n), post(n), comb(n * n), g(d);
+    for (std::size_t j = 0; j < n; ++j) {
+      p[j] = bf(0.1, 1);
+      post[j] = bf(0, 2);
+    }
+    for (float& c : comb) c = bf(0, 1);
+    for (std::size_t c = 0; c < d; ++c) {
+      f[c] = bf(-2, 2);
+      g[c] = bf(0.5, 1.5);
+      double s = 0;
+      for (std::size_t j = 0; j + 1 < n; ++j) s += double(p[j]) * double(x[j * d + c] = bf(-4, 4));
+      x[(n - 1) * d + c] = round_bf16(float(-s / double(p[n - 1]) * rng.uniform(0.99, 1.01)));
+    }
+    // hc_pre: y = bf16(sum_j bf16(p_j x_j)), the sum in fp32.
+    std::vector<float> y(d), Y(n * d), z(d);
+    for (std::size_t c = 0; c < d; ++c) {
+      float acc = 0;
+      for (std::size_t j = 0; j < n; ++j) acc += round_bf16(p[j] * x[j * d + c]);
+      y[c] = round_bf16(acc);
+    }
+    judge(
+        0, [&](B* out) { ref::hc_pre(cfg, x.data(), p.data(), out); }, d, y.data());
+    // hc_post: Y = bf16(bf16(post_k f) + bf16(sum_j bf16(C_jk R_j))).
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::size_t c = 0; c < d; ++c) {
+        float acc = 0;
+        for (std::size_t j = 0; j < n; ++j) acc += round_bf16(comb[j * n + k] * x[j * d + c]);
+        Y[k * d + c] = round_bf16(round_bf16(post[k] * f[c]) + round_bf16(acc));
+      }
+    judge(
+        1, [&](B* out) { ref::hc_post(cfg, f.data(), x.data(), post.data(), comb.data(), out); },
+        n * d, Y.data());
+    // RMSNorm in bf16 throughout: squares, mean, + eps and rsqrt rounded; the normalised value
+    // rounded before the weight.
+    float ss = 0;
+    for (std::size_t c = 0; c < d; ++c) ss += round_bf16(f[c] * f[c]);
+    const float q = round_bf16(round_bf16(ss / float(d)) + 1e-6f);
+    const float r = round_bf16(1.0f / std::sqrt(q));
+    for (std::size_t c = 0; c < d; ++c) z[c] = round_bf16(g[c] * round_bf16(f[c] * r));
+    judge(
+        2, [&](B* out) { ref::rmsnorm(d, 1e-6, f.data(), g.data(), out); }, d, z.data());
+  }
+  for (int piece = 0; piece < 3; ++piece) {
+    CAPTURE(piece);
+    CHECK(outside_stored[piece] > 0);
+  }
+}

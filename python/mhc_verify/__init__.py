@@ -259,7 +259,10 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     """Judges `outputs` (any of the op's, by name) of an implementation of `op` on `inputs` and
     `params` under the declared `precision` (a preset, "fp32", "tf32", "bf16", "bf16-projection",
     "fp16", or parts such as "streams=bf16,mixes=bf16,products=bf16": the storage of inputs,
-    weights, mixes, coefficients and streams, the projection's products and accumulation).
+    weights, mixes, coefficients and streams, the projection's products and accumulation, and
+    "intermediates", every result inside hc_pre, hc_post, RMSNorm and the mixes, which
+    PyTorch eager rounds to the tensors' dtype: "streams=bf16,intermediates=bf16" for
+    `(pre[..., None] * x).sum(-2)` on bf16 tensors).
     Params the given outputs do not read may be left out. Outputs given in bfloat16 or float16
     (torch tensors, or numpy float16) are judged with their rounding to that format in the bound;
     inputs and params in them are taken at their values, and those the declaration stores

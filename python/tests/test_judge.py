@@ -467,6 +467,46 @@ def test_a_declared_precision_is_what_the_outputs_are_judged_by(capture):
                          precision="products=bf16,accumulation=fp16", save_dir=None)
 
 
+def _eager(op, config, inputs, params, wrong=False):
+    """op as PyTorch eager writes it on bf16 tensors: each operation's output is rounded to bf16,
+    sums accumulate in fp32. `wrong`: with a plausible bug (the comb transposed, the streams'
+    weights reversed, RMSNorm's mean over the tokens)."""
+    import torch
+    t = lambda a: torch.from_numpy(a).bfloat16()
+    if op == "pre":
+        p = t(inputs["pre_mix"])
+        return {"y": ((p.flip(-1) if wrong else p)[..., None] * t(inputs["x"])).sum(-2)}
+    if op == "post":
+        comb = t(inputs["comb"])
+        comb = comb.transpose(-1, -2) if wrong else comb
+        return {"y": t(inputs["post"])[..., None] * t(inputs["f"])[:, None, :] +
+                (comb[..., None] * t(inputs["residual"])[:, :, None, :]).sum(1)}
+    x = t(inputs["x"]).float()  # the common RMSNorm: statistic in fp32, normalised value cast
+    r = torch.rsqrt(x.square().mean(0 if wrong else -1, keepdim=True) + config["norm_eps"])
+    return {"y": t(params["weight"]) * (x * r).bfloat16()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("op", ["pre", "post", "rmsnorm"])
+def test_eager_bf16_is_faithful_to_rounded_intermediates(capture, op, seed):
+    # Eager rounds each product of hc_pre and hc_post, and RMSNorm's normalised value before the
+    # weight: more than the output's own rounding where a sum cancels or two roundings meet. No
+    # declaration of storage alone admits that (the ratios reach 5000 in pre and post, 1.8 in
+    # RMSNorm); "intermediates=bf16" does, and a wrong kernel written the same way still fails.
+    config, inputs, params, _ = capture(op, "--dim", "512", "--tokens", "8", "--precision", "bf16",
+                                        "--seed", str(seed))
+    held = "inputs=bf16," + ("weights=bf16," if op == "rmsnorm" else "coefficients=bf16,")
+    storage = held + "streams=bf16"
+    eager = storage + ",intermediates=bf16"
+    right, wrong = _eager(op, config, inputs, params), _eager(op, config, inputs, params, True)
+    judged = lambda out, precision: mhc_verify.judge(op, config, inputs, out, params,
+                                                     precision=precision, save_dir=None)
+    ok = judged(right, eager)
+    assert ok.passed and ok.precision == eager, ok.message()
+    assert not judged(right, storage).passed
+    assert not judged(wrong, eager).passed
+
+
 def test_declared_storage_of_weights_is_the_values_judged(capture):
     # A kernel that stores hc_fn in bf16 computes from its bf16 values: faithful to
     # "weights=bf16" (the case holds hc_fn rounded as the declaration stores it), not to fp32.

@@ -32,6 +32,7 @@ impl::KernelConfig kernel_config(const oracles::OpCase& c, unsigned threads) {
   k.coefficients = format(c.precision.decl.coefficients);
   k.products = format(c.precision.decl.products);
   k.accumulation = format(c.precision.decl.accumulation);
+  k.intermediates = format(c.precision.decl.intermediates);
   k.threads = threads;
   return k;
 }

@@ -29,12 +29,13 @@ enum class Format { fp32, tf32, bf16, fp16 };
 struct KernelConfig {
   int n = 4, d = 5120, iters = 20;
   float hc_eps = 1e-6f, norm_eps = 1e-20f;
-  Format streams = Format::fp32;       // stream tensors (hc_pre and hc_post outputs) stored in
-  Format mixes = Format::fp32;         // the mixes stored in, before the split reads them
-  Format coefficients = Format::fp32;  // pre, post and comb stored in
-  Format products = Format::fp32;      // the mixes projection's operands rounded to
-  Format accumulation = Format::fp32;  // the mixes projection's running sum rounded to
-  unsigned threads = 0;                // 0: one per core
+  Format streams = Format::fp32;        // stream tensors (hc_pre and hc_post outputs) stored in
+  Format mixes = Format::fp32;          // the mixes stored in, before the split reads them
+  Format coefficients = Format::fp32;   // pre, post and comb stored in
+  Format products = Format::fp32;       // the mixes projection's operands rounded to
+  Format accumulation = Format::fp32;   // the mixes projection's running sum rounded to
+  Format intermediates = Format::fp32;  // each result inside hc_pre, hc_post, RMSNorm, mixes
+  unsigned threads = 0;                 // 0: one per core
   int mix() const { return (2 + n) * n; }
 };
 

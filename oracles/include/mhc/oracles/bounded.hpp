@@ -49,10 +49,13 @@ struct Declaration {
   // The mixes projection, the one long reduction a kernel may run narrower:
   Format products = Format::fp32;      // its operands, rounded before multiplying
   Format accumulation = Format::fp32;  // its running sum (fp32 or bf16)
+  // Every result inside hc_pre, hc_post, RMSNorm and the mixes before their output, rounded as an
+  // eager framework rounds each operation's output to the tensors' type (sums in fp32).
+  Format intermediates = Format::fp32;
   friend bool operator==(const Declaration& a, const Declaration& b) {
     return a.inputs == b.inputs && a.weights == b.weights && a.mixes == b.mixes &&
            a.coefficients == b.coefficients && a.streams == b.streams && a.products == b.products &&
-           a.accumulation == b.accumulation;
+           a.accumulation == b.accumulation && a.intermediates == b.intermediates;
   }
 };
 
@@ -80,9 +83,9 @@ struct Model {
   double eta_prod = 0;               // ... and absolute, per operand (fp16's subnormals: 2^-25)
   double big_prod = 0x1.fffffep127;  // an operand beyond it may round to inf (fp16: 65504)
   double u_sum = 0x1.0p-24;          // unit roundoff of linear()'s running sum (bf16: 2^-8)
-  Store store[3];                    // per ref::Storage: streams, mixes, coefficients
-  double eta = 0x1.0p-126;           // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
-  double big = 0x1.fffffep127;       // FLT_MAX: a value beyond it overflows in the model
+  Store store[4];               // per ref::Storage: streams, mixes, coefficients, intermediates
+  double eta = 0x1.0p-126;      // absolute floor per rounded result (FLT_MIN: underflow, FTZ)
+  double big = 0x1.fffffep127;  // FLT_MAX: a value beyond it overflows in the model
   // Budgets in units of u, each large enough for the usual implementations:
   double k_div = 2;   // a/b, or a * (1/b)
   double k_sqrt = 2;  // sqrt; with k_div covers 1/sqrt and rsqrt (2 ulp)
@@ -354,18 +357,24 @@ inline Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
 // lincomb (hc_pre, hc_post): every column is a k-term dot product; the model's constants are
 // fetched once for all m columns. Always gamma_k: hc_pre and hc_post have k <= n + 1 terms,
 // where it is the smaller bound, and for attention's longer ones the premise is not checked.
+// Intermediates rounded as an eager framework rounds them: before the output (streams' storage)
+// a term meets at most two such roundings, its product and the sum's result (hc_post adds that
+// to post F), each also by the format's floor.
 template <class W, class R>
 void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bounded* out) {
   const Model& md = model();
-  const double kk = double(k), g = gamma(kk, md.u), g64 = gamma(kk, u64);
-  const double floor = kk * md.eta;
+  const Store& st = md.store[int(ref::Storage::intermediates)];
+  const double kk = double(k), g64 = gamma(kk, u64);
+  const double g = st.u == 0 ? gamma(kk, md.u) : (1 + gamma(kk, md.u)) * (1 + gamma(2, st.u)) - 1;
+  const double floor = kk * md.eta + (st.u == 0 ? 0 : (kk + 1) * st.eta);
+  const double big_sum = std::min(md.big, st.big);
   // Term by term over chunks of columns (the inner loop runs over c and vectorises; the chunk's
   // accumulators stay in the L1 cache).
   std::size_t start = 0;
 #ifdef __AVX2__
   if constexpr (std::is_same<W, float>::value) {  // hc_pre and hc_post: four columns at a time
     const __m256d sign = _mm256_set1_pd(-0.0), gv = _mm256_set1_pd(g), g64v = _mm256_set1_pd(g64);
-    const __m256d fl = _mm256_set1_pd(floor), big = _mm256_set1_pd(md.big);
+    const __m256d fl = _mm256_set1_pd(floor), big = _mm256_set1_pd(big_sum);
     const __m256d inf = _mm256_set1_pd(HUGE_VAL);
     double* o = &out[0].v;
     for (; start + 4 <= m; start += 4) {
@@ -409,7 +418,7 @@ void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bou
       }
     }
     for (std::size_t c = 0; c < len; ++c)
-      out[c0 + c] = A[c] + E[c] > md.big
+      out[c0 + c] = A[c] + E[c] > big_sum
                         ? Bounded(V[c], HUGE_VAL)
                         : Bounded(V[c], E[c] + g * (A[c] + E[c]) + g64 * A[c] + floor);
   }

@@ -22,9 +22,10 @@ struct Stage {
 };
 
 // The tensors a kernel may store in a narrower format than it computes in: the streams (hc_pre,
-// hc_post, RMSNorm and sublayer outputs), the mixes before the split, and the coefficients (pre,
-// post, comb) before they are applied.
-enum class Storage { streams, mixes, coefficients };
+// hc_post, RMSNorm and sublayer outputs), the mixes before the split, the coefficients (pre,
+// post, comb) before they are applied, and the intermediate results of the stream pieces (an eager
+// framework's per-operation outputs).
+enum class Storage { streams, mixes, coefficients, intermediates };
 
 // The rounding of an element of such a tensor to its storage type: nothing, unless the Scalar
 // models storage formats (the bound-carrying type does).

@@ -23,17 +23,19 @@ S sigmoid(const S& z) {
 }
 
 // r = 1 / sqrt(mean(x^2) + eps) over the m values of x (already in S); of_sum: the sum instead
-// of the mean (a deviation).
+// of the mean (a deviation). Each step's result is an intermediate (the squares are positive: one
+// rounding of their sum bounds the rounding of each).
 template <class S>
 S rms_scale(const S* x, std::size_t m, double eps, bool of_sum = false) {
   using std::sqrt;
-  const S ss = dot(x, x, m);
-  const S mean = of_sum ? ss : ss / S(static_cast<double>(m));
-  return S(1) / sqrt(mean + S(eps));
+  const auto step = [](const S& v) { return stored(v, Storage::intermediates); };
+  const S ss = step(dot(x, x, m));
+  const S mean = of_sum ? ss : step(ss / S(static_cast<double>(m)));
+  return step(S(1) / sqrt(step(mean + S(eps))));
 }
 
 // hc_mixes of T consecutive tokens (x: [T, n*d], out: [T, M]): one RMS statistic over all n*d
-// values of each token, projection first, then * r.
+// values of each token, projection first (its result an intermediate), then * r.
 template <class S, class X, class W>
 void mixes(const Config& c, std::size_t T, const X* x, const W* hc_fn, S* out) {
   const Semantics& sem = c.sem;
@@ -71,7 +73,8 @@ void mixes(const Config& c, std::size_t T, const X* x, const W* hc_fn, S* out) {
   project(proj_in, T, hc_fn, M, nd, out);
   for (std::size_t t = 0; t < T; ++t) {
     const S r = rms_scale(xs + t * nd, nd, c.norm_eps, sem.rms == Semantics::Rms::token_sum);
-    for (std::size_t a = 0; a < M; ++a) out[t * M + a] = out[t * M + a] * r;
+    for (std::size_t a = 0; a < M; ++a)
+      out[t * M + a] = stored(out[t * M + a], Storage::intermediates) * r;
   }
 }
 
@@ -271,7 +274,8 @@ template <class S, class X, class G>
 void rmsnorm(std::size_t d, double eps, const X* x, const G* g, S* y) {
   std::vector<S> xs(x, x + d);
   const S r = rms_scale(xs.data(), d, eps);
-  for (std::size_t cc = 0; cc < d; ++cc) y[cc] = S(g[cc]) * (xs[cc] * r);
+  for (std::size_t cc = 0; cc < d; ++cc)
+    y[cc] = S(g[cc]) * stored(xs[cc] * r, Storage::intermediates);
 }
 
 }  // namespace mhc::ref
