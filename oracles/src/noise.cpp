@@ -392,7 +392,8 @@ Tensors<double> to_double(const Tensors<F>& g, Lane lane) {
 
 // Token t's split backward (d mixes, d hc_scale, d hc_base) at mixes m, in number type F.
 template <class F>
-Tensors<F> split_backward_at(const OpCase& c, std::size_t t, const F* m) {
+Tensors<F> split_backward_at(const OpCase& c, std::size_t t, const F* m,
+                             SoftmaxGradient softmax = SoftmaxGradient::product) {
   const std::size_t n = std::size_t(c.cfg.n), nn = n * n, M = std::size_t(c.cfg.mix());
   const float *scale = c.param("hc_scale").data.data(), *base = c.param("hc_base").data.data();
   const float *up_pre = c.input("upstream_pre").data.data() + t * n,
@@ -400,7 +401,12 @@ Tensors<F> split_backward_at(const OpCase& c, std::size_t t, const F* m) {
               *up_comb = c.input("upstream_comb").data.data() + t * nn;
   const std::vector<F> s(scale, scale + 3), b(base, base + M), gp(up_pre, up_pre + n),
       gq(up_post, up_post + n), gc(up_comb, up_comb + nn);
-  return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(), gc.data());
+  return split_backward_closed<F>(c.cfg, m, s.data(), b.data(), gp.data(), gq.data(), gc.data(),
+                                  softmax);
+}
+// In double, its value: the softmax's gradient by differences (exact where a row saturates).
+Tensors<double> split_backward_value(const OpCase& c, std::size_t t, const double* m) {
+  return split_backward_at(c, t, m, SoftmaxGradient::differences);
 }
 
 // K outputs that are, for token t, a function proj(g, mix, out) of the split backward's outputs g
@@ -409,9 +415,10 @@ Tensors<F> split_backward_at(const OpCase& c, std::size_t t, const F* m) {
 // noise carried through (half the central difference over +-sigma of each mix in turn, and along
 // each of the M directions of errors all mixes share, shared [M, M] where not null), and the
 // split backward's own rounding at the mixes rounded to fp32, as comb_model measures the forward's
-// (twice the spread of kSrRuns stochastically rounded runs, and the deviations of an fp32 run and
-// one dividing by reciprocals; salt seeds the lanes). False where a sigma is not finite (not
-// modelled).
+// (twice the spread of kSrRuns stochastically rounded runs, and the deviations of fp32 runs with
+// the softmax's gradient in either form and of one dividing by reciprocals; salt seeds the lanes).
+// The values are by differences (split_backward_value), as an autograd forms them. False where a
+// sigma is not finite (not modelled).
 template <class Proj>
 bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, const double* sigma,
                           const double* shared, std::size_t K, const Proj& proj, std::uint64_t salt,
@@ -429,14 +436,14 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
     mq[a] = m32[a];
     ms[a] = sr::Ensemble(m32[a]);
   }
-  proj(split_backward_at(c, t, m.data()), m.data(), value);
+  proj(split_backward_value(c, t, m.data()), m.data(), value);
   std::fill(var, var + K, 0.0);
   for (std::size_t a = 0; a < M; ++a) {
     if (sigma[a] == 0) continue;
     m[a] = mix[a] + sigma[a];
-    proj(split_backward_at(c, t, m.data()), m.data(), up.data());
+    proj(split_backward_value(c, t, m.data()), m.data(), up.data());
     m[a] = mix[a] - sigma[a];
-    proj(split_backward_at(c, t, m.data()), m.data(), down.data());
+    proj(split_backward_value(c, t, m.data()), m.data(), down.data());
     m[a] = mix[a];
     for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
   }
@@ -444,15 +451,18 @@ bool split_backward_noise(const OpCase& c, std::size_t t, const double* mix, con
     const double* dir = shared + j * M;
     if (std::all_of(dir, dir + M, [](double v) { return v == 0; })) continue;
     for (std::size_t a = 0; a < M; ++a) m[a] = mix[a] + dir[a];
-    proj(split_backward_at(c, t, m.data()), m.data(), up.data());
+    proj(split_backward_value(c, t, m.data()), m.data(), up.data());
     for (std::size_t a = 0; a < M; ++a) m[a] = mix[a] - dir[a];
-    proj(split_backward_at(c, t, m.data()), m.data(), down.data());
+    proj(split_backward_value(c, t, m.data()), m.data(), down.data());
     for (std::size_t k = 0; k < K; ++k) var[k] += 0.25 * (up[k] - down[k]) * (up[k] - down[k]);
   }
-  proj(split_backward_at(c, t, m32d.data()), m32d.data(), at32.data());
+  proj(split_backward_value(c, t, m32d.data()), m32d.data(), at32.data());
   std::vector<double> own(K);
   proj(to_double(split_backward_at(c, t, m32.data()), same), m32d.data(), o.data());
   for (std::size_t k = 0; k < K; ++k) own[k] = std::fabs(o[k] - at32[k]);
+  proj(to_double(split_backward_at(c, t, m32.data(), SoftmaxGradient::differences), same),
+       m32d.data(), o.data());
+  for (std::size_t k = 0; k < K; ++k) own[k] = std::max(own[k], std::fabs(o[k] - at32[k]));
   proj(to_double(split_backward_at(c, t, mq.data()), same), m32d.data(), o.data());
   for (std::size_t k = 0; k < K; ++k) own[k] = std::max(own[k], std::fabs(o[k] - at32[k]));
   sr::Ensemble::seed_lanes(c.seed * 1000003u + t * 7919u + salt);
@@ -814,7 +824,7 @@ StreamGrad stream_grad(const OpCase& c, Streams streams, bool direct) {
     double ss = 0;
     for (std::size_t i = 0; i < nd; ++i) ss += x[i] * x[i];
     const double r = 1 / std::sqrt(ss / double(nd) + c.cfg.norm_eps);
-    const std::vector<double> g0 = split_backward_at(c, t, mt)[0];
+    const std::vector<double> g0 = split_backward_value(c, t, mt)[0];
     double* G = g.G.data() + t * M;
     double Gmix = 0;
     for (std::size_t m = 0; m < M; ++m) {

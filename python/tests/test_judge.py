@@ -507,6 +507,57 @@ def test_eager_bf16_is_faithful_to_rounded_intermediates(capture, op, seed):
     assert not judged(wrong, eager).passed
 
 
+def _split_torch(m, s, b, n, eps, softmax, iters=20):
+    """hc_split_sinkhorn in torch; softmax "exp": exp(l - max) / sum, whose autograd runs through
+    the max subtraction too; "softmax": torch.softmax, whose backward is p (g - sum g p)."""
+    import torch
+    pre = torch.sigmoid(m[:, :n] * s[0] + b[:n]) + eps
+    post = 2 * torch.sigmoid(m[:, n:2 * n] * s[1] + b[n:2 * n])
+    logits = (m[:, 2 * n:] * s[2] + b[2 * n:]).reshape(-1, n, n)
+    if softmax == "exp":
+        e = torch.exp(logits - logits.amax(-1, keepdim=True))
+        comb = e / e.sum(-1, keepdim=True) + eps
+    else:
+        comb = torch.softmax(logits, -1) + eps
+    comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    return pre, post, comb
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("softmax", ["exp", "softmax"])
+@pytest.mark.parametrize("seed", range(40))
+def test_split_backward_of_saturated_rows_passes_in_both_forms(seed, softmax, dtype):
+    # Mixes spread 30 saturate softmax rows: the largest p rounds to 1. An autograd through the max
+    # subtraction keeps that entry's gradient, sum over the others of (g_i - g_k) p_k (about 1e-22
+    # here), which p (g - sum g p) loses; a float64 one rounded to float32 is then exact. The second
+    # tier's value lost it too and flagged these exact kernels (z up to 6e7) while passing the
+    # lossy form; both forms pass now.
+    torch = pytest.importorskip("torch")
+    n, T = 8, 4
+    rng = np.random.default_rng(seed)
+    mixes = (rng.standard_normal((T, (2 + n) * n)) * 30).astype(np.float32)
+    scale = rng.uniform(0.5, 2, 3).astype(np.float32)
+    base = (rng.standard_normal((2 + n) * n) * 0.5).astype(np.float32)
+    up = {"upstream_pre": rng.uniform(-1, 1, (T, n)), "upstream_post": rng.uniform(-1, 1, (T, n)),
+          "upstream_comb": rng.uniform(-1, 1, (T, n, n))}
+    up = {k: v.astype(np.float32) for k, v in up.items()}
+    eps = float(np.float32(1e-6))
+    dt = getattr(torch, dtype)
+    m, s, b = (torch.tensor(a, dtype=dt, requires_grad=True) for a in (mixes, scale, base))
+    outs = _split_torch(m, s, b, n, eps, softmax)
+    sum((o * torch.tensor(up[k], dtype=dt)).sum()
+        for o, k in zip(outs, ["upstream_pre", "upstream_post", "upstream_comb"])).backward()
+    got = {"grad_mixes": m.grad.float(), "grad_hc_scale": s.grad.float(),
+           "grad_hc_base": b.grad.float()}
+    r = mhc_verify.judge("split_sinkhorn_backward", {"n": n, "dim": 8, "hc_eps": eps},
+                         {"mixes": mixes, **up}, got, {"hc_scale": scale, "hc_base": base},
+                         save_dir=None)
+    assert r.passed, r.message()
+
+
 def test_declared_storage_of_weights_is_the_values_judged(capture):
     # A kernel that stores hc_fn in bf16 computes from its bf16 values: faithful to
     # "weights=bf16" (the case holds hc_fn rounded as the declaration stores it), not to fp32.

@@ -71,14 +71,22 @@ Tensors<V> forward_piece(Op op, const ref::Config& c, Tensors<V>& at) {
   }
 }
 
+// The softmax's gradient: as kernels write it, p_i (g_i - sum_k g_k p_k), or by differences,
+// p_i sum_k (g_i - g_k) p_k. The two agree where the p sum to 1, but in a saturated row the first
+// loses the largest entry's gradient: its p rounds to 1 and g_i - sum_k g_k p_k to 0, though the
+// exact value, sum_k (g_i - g_k) p_k over the tiny others, is not (an autograd through the max
+// subtraction keeps it, and so do differences).
+enum class SoftmaxGradient { product, differences };
+
 // The split's backward by closed forms, as kernels write it: the forward with every Sinkhorn
 // step's output and denominators stored (or recomputed: the same values), then each step undone
-// (a normalisation y = x / den: dx = (g - sum_line g y) / den; p + eps and the softmax:
-// dl = p (g - sum_row g p); the sigmoids: s (1 - s)). Returns d mixes, d hc_scale, d hc_base.
+// (a normalisation y = x / den: dx = (g - sum_line g y) / den; p + eps and the softmax, in the
+// form given; the sigmoids: s (1 - s)). Returns d mixes, d hc_scale, d hc_base.
 // Its sums are sum() and dot() of F: on the tape, bounded for every order.
 template <class F>
 Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, const F* b,
-                                 const F* g_pre, const F* g_post, const F* g_comb) {
+                                 const F* g_pre, const F* g_post, const F* g_comb,
+                                 SoftmaxGradient softmax = SoftmaxGradient::product) {
   using ref::dot;
   using ref::max_of;
   using ref::sum;
@@ -152,7 +160,12 @@ Tensors<F> split_backward_closed(const ref::Config& c, const F* m, const F* s, c
     const F gp = dot(&G[r], &P[r], un);
     for (std::size_t k = 0; k < un; ++k) {
       const std::size_t i = r + k, to = 2 * un + i;
-      dl[i] = P[i] * (G[i] - gp);
+      if (softmax == SoftmaxGradient::product) {
+        dl[i] = P[i] * (G[i] - gp);
+      } else {
+        for (std::size_t e = 0; e < un; ++e) line[e] = G[i] - G[r + e];
+        dl[i] = P[i] * dot(line.data(), &P[r], un);
+      }
       dm[to] = dl[i] * s[2];
       db[to] = dl[i];
     }
