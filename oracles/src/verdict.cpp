@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "mhc/oracles/generate.hpp"
 #include "mhc/oracles/ops.hpp"
 #include "mhc/oracles/parallel.hpp"
 
@@ -115,6 +116,10 @@ const std::vector<RuleInfo>& rules() {
     std::vector<RuleInfo> v;
     for (const auto& r : element_rules()) v.push_back(r.info);
     v.push_back({"empty", "a stage with no elements proves nothing: mistrusted"});
+    v.push_back({"stored_as_declared",
+                 "a stage the declaration stores in bf16 or fp16 holds only that format's values: "
+                 "its bound counts that rounding as the kernel's error, so a value the format "
+                 "cannot hold (an fp32 kernel declaring a narrower storage) fails"});
     v.push_back({"noise",
                  "second tier, statistical, only where the bounds pass: the error of mixes, of the "
                  "comb or of the weights is more than 6 times (the weights, whose scale is a "
@@ -435,6 +440,35 @@ void settle(Verdict& v) {
             : any_undecidable          ? State::undecidable
             : any_mistrusted           ? State::mistrusted
                                        : State::pass;
+}
+
+void stored_as_declared(const OpCase& c, const Trace<float>& got, Verdict& v) {
+  bool changed = false;
+  for (auto& sv : v.stages) {
+    const bnd::Format f = declared_output_storage(c, sv.stage);
+    const Stage<float>* g = find_stage(got, sv.stage);  // anchored stages: not the kernel's
+    if (f == bnd::Format::fp32 || !g || sv.state == State::fail) continue;
+    const auto round = [f](float x) {
+      return f == bnd::Format::bf16 ? gen::round_bf16(x) : gen::round_fp16(x);
+    };
+    for (std::size_t i = 0; i < g->values.size(); ++i) {
+      const float x = g->values[i];
+      if (!std::isfinite(x) || round(x) == x) continue;
+      const std::string fmt = bnd::format_info(f).name;
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "%s.flat[%zu] = %.9g is not a %s value, though the declaration stores %s in %s "
+                    "(the nearest is %.9g): the kernel did not store it as declared",
+                    sv.stage.c_str(), i, double(x), fmt.c_str(), sv.stage.c_str(), fmt.c_str(),
+                    double(round(x)));
+      sv.state = State::fail;
+      sv.rule = "stored_as_declared";
+      sv.reason = buf;
+      changed = true;
+      break;
+    }
+  }
+  if (changed) settle(v);
 }
 
 Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want, unsigned threads) {

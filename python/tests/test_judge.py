@@ -558,6 +558,29 @@ def test_split_backward_of_saturated_rows_passes_in_both_forms(seed, softmax, dt
     assert r.passed, r.message()
 
 
+@pytest.mark.parametrize("op,precision,stages", [("pre", "bf16", ["y"]),
+                                                 ("split_sinkhorn", "coefficients=bf16",
+                                                  ["pre", "post", "comb"]),
+                                                 ("mixes", "mixes=fp16", ["mixes"])])
+def test_a_declared_narrower_storage_holds_only_that_formats_values(capture, op, precision, stages):
+    # A declared storage widens the stage's bound by its rounding, so an fp32 kernel that declared
+    # one passed with errors that rounding would hide (faithful outputs scaled by 1.001 passed as
+    # bf16). Its values are not the format's: that fails the stage, whatever their distance.
+    torch = pytest.importorskip("torch")
+    config, inputs, params, outputs = capture(op, *SMALL)
+    outputs = {k: outputs[k] for k in stages}
+    judged = lambda out: mhc_verify.judge(op, config, inputs, out, params, precision=precision,
+                                          save_dir=None)
+    fmt = precision.split("=")[-1]
+    r = judged(outputs)
+    assert not r.passed and r.stage(stages[0]).rule == "stored_as_declared"
+    assert (f"{stages[0]}.flat[0] = " in r.message() and
+            f"is not a {fmt} value, though the declaration stores {stages[0]} in {fmt}" in r.message())
+    dtype = torch.bfloat16 if fmt == "bf16" else torch.float16
+    stored = {k: torch.from_numpy(v).to(dtype).float().numpy() for k, v in outputs.items()}
+    assert judged(stored).passed
+
+
 def test_declared_storage_of_weights_is_the_values_judged(capture):
     # A kernel that stores hc_fn in bf16 computes from its bf16 values: faithful to
     # "weights=bf16" (the case holds hc_fn rounded as the declaration stores it), not to fp32.

@@ -144,6 +144,7 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
   if (beside) beside->wait();
   oracles::add_anchored(oracles::anchored_stages(c, got, anchored), o.verdict);
   oracles::second_tier(models, c, got, o.verdict);
+  oracles::stored_as_declared(c, got, o.verdict);
   if (!wrote.empty()) {  // a failure of the case before any stage's
     oracles::Verdict v = kernel_verdict(oracles::State::fail, "wrote_input", wrote);
     v.stages.insert(v.stages.end(), o.verdict.stages.begin(), o.verdict.stages.end());

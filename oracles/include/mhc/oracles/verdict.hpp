@@ -107,5 +107,9 @@ StageVerdict judge(const std::string& stage, const float* got, const bnd::Bounde
 Verdict compare(const Trace<float>& got, const Trace<bnd::Bounded>& want, unsigned threads = 1);
 // The case's state and first divergent stage from its stages' (after a stage changed).
 void settle(Verdict& v);
+// A stage the declaration stores narrower (declared_output_storage) must hold values of that
+// format: its bound counts the storage's rounding as the kernel's error, so a value the format
+// cannot hold fails the stage (rule "stored_as_declared"), whatever its distance to the oracle.
+void stored_as_declared(const OpCase& c, const Trace<float>& got, Verdict& v);
 
 }  // namespace mhc::oracles
