@@ -80,10 +80,13 @@ const std::vector<Rule>& element_rules() {
          return is_poison(g) ? Decision(State::fail) : std::nullopt;
        }},
       {{"nan_agrees",
-        "the oracle is NaN only where the exact result is undefined (0 * inf with norm_eps = 0); "
-        "a NaN there agrees, a number there does not"},
+        "the oracle is NaN with a finite bound only where the exact result is undefined (0 * inf "
+        "with norm_eps = 0, a NaN input): a NaN there agrees, a number there does not. A NaN "
+        "with an infinite bound is the model's own overflow (inf - inf from activations a Block "
+        "kernel overflowed): undecidable"},
        [](float g, const bnd::Bounded& w) -> Decision {
          if (!std::isnan(w.v)) return std::nullopt;
+         if (w.e == HUGE_VAL) return State::undecidable;
          return std::isnan(g) ? State::pass : State::fail;
        }},
       {{"unbounded",
