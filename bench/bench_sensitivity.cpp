@@ -9,7 +9,8 @@
 // check --precision (every kernel runs what it declares; the second tier models fp32 only).
 //
 // Faithful outputs: kernel cpu's. A perturbation scales every element of one stage by 1 + delta
-// (uniform), or one element (the one of median, or of largest, oracle magnitude). Flagged: that
+// (uniform), or one element (the one of median, or of largest, oracle magnitude), and stores it
+// again where the declaration stores the stage narrower. Flagged: that
 // stage, or its anchored twin, fails. delta is searched on the grid 10^(k/8), 1e-9 to 1, by
 // bisection (flagging grows with delta). Envelope: the largest relative deviation from the oracle
 // of any legitimate kernel (cpu-fused and the catalogue's) on the same cases, over all of them:
@@ -28,6 +29,7 @@
 
 #include "mhc/impl/variants.hpp"
 #include "mhc/oracles/anchored.hpp"
+#include "mhc/oracles/generate.hpp"
 #include "mhc/runner/driver.hpp"
 #include "mhc/runner/judge.hpp"
 
@@ -40,14 +42,21 @@ const char* kind_name(Kind k) {
   return k == Kind::uniform ? "uniform" : k == Kind::median ? "one at median" : "one at max";
 }
 
+// A stage the declaration stores narrower is perturbed and stored again, as a kernel stores it.
 oracles::Trace<float> perturbed(oracles::Trace<float> t, const std::string& stage,
-                                std::size_t element, Kind kind, double delta) {
+                                std::size_t element, Kind kind, double delta, bnd::Format stored) {
+  const auto scaled = [&](float v) {
+    const float x = float(double(v) * (1 + delta));
+    return stored == bnd::Format::bf16   ? oracles::gen::round_bf16(x)
+           : stored == bnd::Format::fp16 ? oracles::gen::round_fp16(x)
+                                         : x;
+  };
   for (auto& s : t)
     if (s.name == stage) {
       if (kind == Kind::uniform)
-        for (float& v : s.values) v = float(double(v) * (1 + delta));
+        for (float& v : s.values) v = scaled(v);
       else
-        s.values[element] = float(double(s.values[element]) * (1 + delta));
+        s.values[element] = scaled(s.values[element]);
     }
   return t;
 }
@@ -171,7 +180,10 @@ int main(int argc, char** argv) {
         for (Kind kind : {Kind::uniform, Kind::median, Kind::largest}) {
           const std::size_t element = kind == Kind::largest ? at_max : at_median;
           auto judged = [&](double d) {
-            return runner::judge_outputs(c, perturbed(base, w.name, element, kind, d), j, shared)
+            return runner::judge_outputs(c,
+                                         perturbed(base, w.name, element, kind, d,
+                                                   oracles::declared_output_storage(c, w.name)),
+                                         j, shared)
                 .verdict;
           };
           t1[w.name][kind].push_back(
@@ -180,7 +192,10 @@ int main(int argc, char** argv) {
               smallest([&](double d) { return flagged(judged(d), w.name, false); }));
           ac[w.name][kind].push_back(smallest([&](double d) {
             return assert_close_fails(
-                oracles::find_stage(perturbed(base, w.name, element, kind, d), w.name)->values,
+                oracles::find_stage(perturbed(base, w.name, element, kind, d,
+                                              oracles::declared_output_storage(c, w.name)),
+                                    w.name)
+                    ->values,
                 ref->values);
           }));
         }

@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -653,12 +654,14 @@ void share_noise(const OpCase& c, StreamGrad& g) {
 // The gradient of the new streams under narrower streams: a fused kernel keeps
 // gx = upstream_x + pre_mix upstream_y + p (p: the mixes' backward's share) in fp32; an unfused
 // one may store the shares b = pre_mix upstream_y and p in the streams' format, and sum the three
-// in fp32 or in that format, in any order (docs/semantics.md, "The second tier"). Token t's gx
-// under each such composition (kCompositions, the fused one first): its deviation from gx and the
-// half gap where a rounding's operand lies within its fp32 noise (6 times its scale) of a rounding
-// boundary. Rounding is monotone, so each rounding takes the interval [lo, hi] its operand can span
-// to [round(lo), round(hi)].
-constexpr std::size_t kCompositions = 32;
+// in fp32 or in that format, in any order; an autograd reading the stored streams through one cast
+// per use stores p's two terms apart, p1 = r W^T G and p2 = -x c (docs/semantics.md, "The second
+// tier"). Token t's gx under each such composition (kCompositions, the fused one first): its
+// deviation from gx and the half gap where a rounding's operand lies within its fp32 noise (6 times
+// its scale) of a rounding boundary. Rounding is monotone, so each rounding takes the interval
+// [lo, hi] its operand can span to [round(lo), round(hi)].
+constexpr std::size_t kThreeShares = 32, kAutograd = 23;
+constexpr std::size_t kCompositions = kThreeShares + kAutograd;
 void compositions(const OpCase& c, const StreamGrad& g, std::size_t t, std::vector<double>& dev,
                   std::vector<double>& half) {
   const std::size_t n = std::size_t(c.cfg.n), d = std::size_t(c.cfg.d), nd = n * d;
@@ -682,32 +685,59 @@ void compositions(const OpCase& c, const StreamGrad& g, std::size_t t, std::vect
   };
   dev.resize(kCompositions * nd);
   half.resize(kCompositions * nd);
+  std::vector<Item> all;
+  all.reserve(kCompositions);
   for (std::size_t k = 0; k < n; ++k)
     for (std::size_t e = 0; e < d; ++e) {
       const std::size_t i = k * d + e, at = t * nd + i;
       const double b = double(pre_mix[t * n + k]) * double(up_y[t * d + e]);
-      const double a = double(up_x[at]), p = g.gx[at] - a - b;
-      const Item A{a, 0, 0}, Bu{b, 0, u * std::fabs(b)}, Pu{p, 0, 6 * g.share_noise[at]};
+      const double a = double(up_x[at]), p = g.gx[at] - a - b, p2 = -g.s.x[at] * g.c[t];
+      const double noise = 6 * g.share_noise[at];
+      const Item A{a, 0, 0}, Bu{b, 0, u * std::fabs(b)}, Pu{p, 0, noise};
       const Item Br = rnd(Bu), Pr = rnd(Pu);
-      std::size_t h = 0;
-      const auto put = [&](Item v) {
-        dev[h * nd + i] = v.m - g.gx[at];
-        half[h * nd + i] = v.h;
-        ++h;
-      };
+      all.clear();
       for (const Item& Bs : {Bu, Br})
         for (const Item& Ps : {Pu, Pr}) {
           const Item S = add(add(A, Bs), Ps);
-          put(S);  // summed in fp32
-          put(rnd(S));
+          all.push_back(S);  // summed in fp32
+          all.push_back(rnd(S));
           for (const auto& [x, y, z] :
                {std::array<Item, 3>{A, Bs, Ps}, std::array<Item, 3>{A, Ps, Bs},
                 std::array<Item, 3>{Bs, Ps, A}}) {
             const Item Q = add(rnd(add(x, y)), z);
-            put(Q);
-            put(rnd(Q));
+            all.push_back(Q);
+            all.push_back(rnd(Q));
           }
         }
+      // As an autograd on stored streams forms gx: the uses of x (hc_pre's b, the projection's
+      // p1, the RMS statistic's p2) grouped by the cast each reads, a group's gradients summed in
+      // fp32 and stored, then the stored shares and upstream_x accumulated in the streams' format
+      // in any order (every running sum stored); and the four shares stored and summed in fp32.
+      const Item P1u{p - p2, 0, noise}, P2u{p2, 0, noise};
+      const auto accumulated = [&](std::initializer_list<Item> items) {
+        const Item* v = items.begin();
+        std::array<std::size_t, 4> o{0, 1, 2, 3};
+        const auto m = std::ptrdiff_t(items.size());
+        do {
+          if (o[0] > o[1]) continue;
+          Item acc = rnd(add(v[o[0]], v[o[1]]));
+          for (std::ptrdiff_t q = 2; q < m; ++q) acc = rnd(add(acc, v[o[std::size_t(q)]]));
+          all.push_back(acc);
+        } while (std::next_permutation(o.begin(), o.begin() + m));
+      };
+      accumulated({A, rnd(add(add(Bu, P1u), P2u))});
+      accumulated({A, rnd(add(Bu, P1u)), rnd(P2u)});
+      accumulated({A, rnd(add(Bu, P2u)), rnd(P1u)});
+      accumulated({A, Br, rnd(P1u), rnd(P2u)});
+      for (const Item& Bs : {Bu, Br}) {
+        const Item S = add(add(A, Bs), add(rnd(P1u), rnd(P2u)));
+        all.push_back(S);
+        all.push_back(rnd(S));
+      }
+      for (std::size_t h = 0; h < kCompositions; ++h) {
+        dev[h * nd + i] = all[h].m - g.gx[at];
+        half[h * nd + i] = all[h].h;
+      }
     }
 }
 
