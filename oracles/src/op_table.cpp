@@ -483,6 +483,14 @@ Precision precision_from_name(const std::string& name) {
     }
     d.*(part_of->member) = f;
   }
+  // An eager framework's last operation stores each output in its operations' format: fp32
+  // streams or mixes beside narrower intermediates would claim the looser bound for fp32 values.
+  if (d.intermediates != bnd::Format::fp32 &&
+      (d.streams != d.intermediates || d.mixes != d.intermediates)) {
+    const std::string f = bnd::format_info(d.intermediates).name;
+    throw bad("intermediates=" + f + " needs streams=" + f + " and mixes=" + f +
+              ": the outputs an eager framework forms in " + f + " are stored in " + f);
+  }
   for (const Precision& p : all_precisions())
     if (p.decl == d) return p;
   // The parts that are not fp32, in the table's order.

@@ -113,7 +113,11 @@ void sinkhorn(const ref::Config& c, const Bounded* logits, Bounded* C,
         trace->steps.push_back(std::move(e));
       }
   };
-  if (!linearisable(c, tr)) {
+  // A logit with no bound may be inf or NaN in the kernel (its mixes overflowed): exp(l - max)
+  // is then NaN, even where the exact entry cannot depend on it (n = 1, whose comb is 1).
+  const bool unbounded_logit =
+      std::any_of(logits, logits + nn, [](const Bounded& l) { return !std::isfinite(l.e); });
+  if (unbounded_logit || !linearisable(c, tr)) {
     for (std::size_t o = 0; o < nn; ++o) C[o] = Bounded(out[o], HUGE_VAL);
     fill_trace();
     return;

@@ -689,23 +689,24 @@ TEST_CASE("bounded: rounded_to encloses the rounding of every fp32 value in the 
 }
 
 // PyTorch eager on bf16 tensors rounds each operation's output to bf16 and accumulates sums in
-// fp32: hc_pre's and hc_post's products, the sums' results, RMSNorm's statistic and its normalised
-// value. Columns built to cancel (the last stream nearly the negated sum of the others) make those
-// roundings far larger than the output's own: they fit the intermediates model, not the streams'
-// storage alone.
+// fp32 (or in bf16: a loop of adds, a bf16 batched matmul): hc_pre's and hc_post's products, the
+// sums' results, RMSNorm's statistic and its normalised value. Columns built to cancel (the last
+// stream nearly the negated sum of the others) make those roundings far larger than the output's
+// own: they fit the intermediates model, not the streams' storage alone. At n = 8 a loop of bf16
+// adds exceeded a model of two roundings a term (1 element of these).
 TEST_CASE("bounded: eager bf16 intermediates fit the intermediates model, not storage alone",
           "[bounded]") {
   using oracles::gen::round_bf16;
   bnd::Declaration stored_only;
   stored_only.streams = bnd::Format::bf16;
   bnd::Declaration eager = stored_only;
-  eager.intermediates = bnd::Format::bf16;
+  eager.mixes = eager.intermediates = bnd::Format::bf16;
   const bnd::Model m_eager = bnd::model_for(eager, "eager"),
                    m_stored = bnd::model_for(stored_only, "stored");
   ref::Config cfg;
-  cfg.n = 4;
+  cfg.n = GENERATE(4, 8);
   cfg.d = 64;
-  const std::size_t n = 4, d = 64;
+  const std::size_t n = std::size_t(cfg.n), d = 64;
   oracles::Rng rng(23);
   auto bf = [&](double lo, double hi) { return round_bf16(float(rng.uniform(lo, hi))); };
   // The bounds of both models for one output element, stored in bf16, against the eager value.
@@ -738,28 +739,40 @@ TEST_CASE("bounded: eager bf16 intermediates fit the intermediates model, not st
       f[c] = bf(-2, 2);
       g[c] = bf(0.5, 1.5);
       double s = 0;
-      for (std::size_t j = 0; j + 1 < n; ++j) s += double(p[j]) * double(x[j * d + c] = bf(-4, 4));
+      // Odd columns same-signed but the last stream: running sums as large as they get.
+      for (std::size_t j = 0; j + 1 < n; ++j)
+        s += double(p[j]) * double(x[j * d + c] = bf(c % 2 ? 0 : -4, 4));
       x[(n - 1) * d + c] = round_bf16(float(-s / double(p[n - 1]) * rng.uniform(0.99, 1.01)));
     }
-    // hc_pre: y = bf16(sum_j bf16(p_j x_j)), the sum in fp32.
-    std::vector<float> y(d), Y(n * d), z(d);
+    // hc_pre: y = bf16(sum_j bf16(p_j x_j)), the sum in fp32; and as a loop of bf16 adds.
+    std::vector<float> y(d), Y(n * d), z(d), chain(n * d);
     for (std::size_t c = 0; c < d; ++c) {
-      float acc = 0;
-      for (std::size_t j = 0; j < n; ++j) acc += round_bf16(p[j] * x[j * d + c]);
+      float acc = 0, run = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        acc += round_bf16(p[j] * x[j * d + c]);
+        run = round_bf16(run + round_bf16(p[j] * x[j * d + c]));
+      }
       y[c] = round_bf16(acc);
+      chain[c] = run;
     }
-    judge(
-        0, [&](B* out) { ref::hc_pre(cfg, x.data(), p.data(), out); }, d, y.data());
+    const auto pre = [&](B* out) { ref::hc_pre(cfg, x.data(), p.data(), out); };
+    judge(0, pre, d, y.data());
+    judge(0, pre, d, chain.data());
     // hc_post: Y = bf16(bf16(post_k f) + bf16(sum_j bf16(C_jk R_j))).
     for (std::size_t k = 0; k < n; ++k)
       for (std::size_t c = 0; c < d; ++c) {
         float acc = 0;
         for (std::size_t j = 0; j < n; ++j) acc += round_bf16(comb[j * n + k] * x[j * d + c]);
         Y[k * d + c] = round_bf16(round_bf16(post[k] * f[c]) + round_bf16(acc));
+        float run = round_bf16(post[k] * f[c]);  // a bf16 batched matmul onto post f
+        for (std::size_t j = 0; j < n; ++j) run = round_bf16(run + comb[j * n + k] * x[j * d + c]);
+        chain[k * d + c] = run;
       }
-    judge(
-        1, [&](B* out) { ref::hc_post(cfg, f.data(), x.data(), post.data(), comb.data(), out); },
-        n * d, Y.data());
+    const auto post_of = [&](B* out) {
+      ref::hc_post(cfg, f.data(), x.data(), post.data(), comb.data(), out);
+    };
+    judge(1, post_of, n * d, Y.data());
+    judge(1, post_of, n * d, chain.data());
     // RMSNorm in bf16 throughout: squares, mean, + eps and rsqrt rounded; the normalised value
     // rounded before the weight.
     float ss = 0;

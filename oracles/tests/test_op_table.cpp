@@ -126,12 +126,12 @@ TEST_CASE("precision: presets, parts and their names", "[op_table]") {
         "streams=fp16,products=fp16");
   // Every part, in any order: named in the table's order, and read back to the same parts.
   const auto all = oracles::precision_from_name(
-      "intermediates=fp16,accumulation=bf16,products=tf32,streams=bf16,coefficients=fp16,"
+      "intermediates=bf16,accumulation=bf16,products=tf32,streams=bf16,coefficients=fp16,"
       "mixes=bf16,weights=fp16,inputs=bf16");
   CHECK(all.name ==
         "inputs=bf16,weights=fp16,mixes=bf16,coefficients=fp16,streams=bf16,products=tf32,"
-        "accumulation=bf16,intermediates=fp16");
-  CHECK(all.decl.intermediates == F::fp16);
+        "accumulation=bf16,intermediates=bf16");
+  CHECK(all.decl.intermediates == F::bf16);
   CHECK(all.decl.inputs == F::bf16);
   CHECK(all.decl.weights == F::fp16);
   CHECK(all.decl.mixes == F::bf16);
@@ -150,7 +150,9 @@ TEST_CASE("precision: presets, parts and their names", "[op_table]") {
        "fp16; or parts such as streams=bf16,products=bf16: inputs, weights, mixes, "
        "coefficients, streams, products, accumulation, intermediates, each fp32 where left "
        "out)"},
-      {"products=fp8", "'fp8' is not a format"}};
+      {"products=fp8", "'fp8' is not a format"},
+      {"streams=bf16,intermediates=bf16", "intermediates=bf16 needs streams=bf16 and mixes=bf16"},
+      {"mixes=fp16,streams=fp16,intermediates=bf16", "needs streams=bf16 and mixes=bf16"}};
   for (const auto& [text, why] : wrong) {
     CAPTURE(text);
     CHECK_THROWS_WITH(oracles::precision_from_name(text), Catch::Contains(why));

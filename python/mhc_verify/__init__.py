@@ -261,7 +261,7 @@ def judge(op: str, config: Optional[Mapping[str, Any]], inputs: Mapping[str, Any
     "fp16", or parts such as "streams=bf16,mixes=bf16,products=bf16": the storage of inputs,
     weights, mixes, coefficients and streams, the projection's products and accumulation, and
     "intermediates", every result inside hc_pre, hc_post, RMSNorm and the mixes, which
-    PyTorch eager rounds to the tensors' dtype: "streams=bf16,intermediates=bf16" for
+    PyTorch eager rounds to the tensors' dtype: "mixes=bf16,streams=bf16,intermediates=bf16" for
     `(pre[..., None] * x).sum(-2)` on bf16 tensors).
     Params the given outputs do not read may be left out. Outputs given in bfloat16 or float16
     (torch tensors, or numpy float16) are judged with their rounding to that format in the bound;

@@ -497,7 +497,9 @@ def test_eager_bf16_is_faithful_to_rounded_intermediates(capture, op, seed):
                                         "--seed", str(seed))
     held = "inputs=bf16," + ("weights=bf16," if op == "rmsnorm" else "coefficients=bf16,")
     storage = held + "streams=bf16"
-    eager = storage + ",intermediates=bf16"
+    # in the parts' order: inputs, weights, mixes, coefficients, streams, ..., intermediates
+    eager = ("inputs=bf16,weights=bf16,mixes=bf16," if op == "rmsnorm" else
+             "inputs=bf16,mixes=bf16,coefficients=bf16,") + "streams=bf16,intermediates=bf16"
     right, wrong = _eager(op, config, inputs, params), _eager(op, config, inputs, params, True)
     judged = lambda out, precision: mhc_verify.judge(op, config, inputs, out, params,
                                                      precision=precision, save_dir=None)

@@ -357,16 +357,19 @@ inline Bounded dot(const Bounded* a, const Bounded* b, std::size_t n) {
 // lincomb (hc_pre, hc_post): every column is a k-term dot product; the model's constants are
 // fetched once for all m columns. Always gamma_k: hc_pre and hc_post have k <= n + 1 terms,
 // where it is the smaller bound, and for attention's longer ones the premise is not checked.
-// Intermediates rounded as an eager framework rounds them: before the output (streams' storage)
-// a term meets at most two such roundings, its product and the sum's result (hc_post adds that
-// to post F), each also by the format's floor.
+// Intermediates rounded as an eager framework rounds them, its sums in fp32 or in that format
+// (a bf16 batched matmul, a loop of adds): every operation of the k-term combination rounded to
+// it, in any order, gamma_k, and at least two roundings a term (a product and the sum's result,
+// which hc_post adds to post F); each also by the format's floor.
 template <class W, class R>
 void lincomb(const W* w, const R* const* rows, std::size_t k, std::size_t m, Bounded* out) {
   const Model& md = model();
   const Store& st = md.store[int(ref::Storage::intermediates)];
   const double kk = double(k), g64 = gamma(kk, u64);
-  const double g = st.u == 0 ? gamma(kk, md.u) : (1 + gamma(kk, md.u)) * (1 + gamma(2, st.u)) - 1;
-  const double floor = kk * md.eta + (st.u == 0 ? 0 : (kk + 1) * st.eta);
+  const double g = st.u == 0 ? gamma(kk, md.u)
+                             : (1 + gamma(kk, md.u)) * (1 + gamma(std::max(kk, 2.0), st.u)) - 1;
+  const double floor =
+      kk * md.eta + (st.u == 0 ? 0 : 2 * kk * st.eta);  // 2k - 1 operations, the result
   const double big_sum = std::min(md.big, st.big);
   // Term by term over chunks of columns (the inner loop runs over c and vectorises; the chunk's
   // accumulators stay in the L1 cache).
