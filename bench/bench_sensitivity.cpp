@@ -46,10 +46,7 @@ const char* kind_name(Kind k) {
 oracles::Trace<float> perturbed(oracles::Trace<float> t, const std::string& stage,
                                 std::size_t element, Kind kind, double delta, bnd::Format stored) {
   const auto scaled = [&](float v) {
-    const float x = float(double(v) * (1 + delta));
-    return stored == bnd::Format::bf16   ? oracles::gen::round_bf16(x)
-           : stored == bnd::Format::fp16 ? oracles::gen::round_fp16(x)
-                                         : x;
+    return oracles::gen::round_to(stored, float(double(v) * (1 + delta)));
   };
   for (auto& s : t)
     if (s.name == stage) {

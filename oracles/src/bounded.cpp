@@ -39,10 +39,8 @@ Model model_for(const Declaration& d, const std::string& name) {
 
 Bounded rounded_to(const Bounded& a, Format f) {
   if (f == Format::fp32) return a;
-  auto round = [f](double x) {
-    const float v = float(x);  // to fp32 first: monotone, as the kernel's fp32 value is
-    return double(f == Format::bf16 ? oracles::gen::round_bf16(v) : oracles::gen::round_fp16(v));
-  };
+  // To fp32 first: monotone, as the kernel's fp32 value is.
+  auto round = [f](double x) { return double(oracles::gen::round_to(f, float(x))); };
   const double c = round(a.v), lo = round(a.v - a.e), hi = round(a.v + a.e);
   const double e = std::max(hi - c, c - lo);
   return {c, std::isfinite(c) && std::isfinite(e) ? e : HUGE_VAL};

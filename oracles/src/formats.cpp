@@ -73,6 +73,10 @@ float round_bf16(float x) {
   return x;
 }
 
+float round_to(bnd::Format f, float x) {
+  return f == bnd::Format::bf16 ? round_bf16(x) : f == bnd::Format::fp16 ? round_fp16(x) : x;
+}
+
 float round_fp16(float x) {
   if (!std::isfinite(x) || x == 0) return x;
   // The spacing of fp16 values at |x|: 2^(e - 10) for 2^e <= |x|, at least 2^-24 (subnormals).

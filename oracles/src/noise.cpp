@@ -674,10 +674,8 @@ void compositions(const OpCase& c, const StreamGrad& g, std::size_t t, std::vect
   const auto add = [](Item a, Item b) {
     return Item{a.m + b.m, a.h + b.h, a.w + b.w + u * std::fabs(a.m + b.m)};
   };
-  const auto round = [format](double v) {  // to fp32 first, as the kernel's fp32 value is
-    const float x = float(v);
-    return double(format == bnd::Format::bf16 ? gen::round_bf16(x) : gen::round_fp16(x));
-  };
+  // To fp32 first, as the kernel's fp32 value is.
+  const auto round = [format](double v) { return double(gen::round_to(format, float(v))); };
   const auto rnd = [&round](Item a) {
     const double r = a.h + a.w;
     const double lo = round(a.m - r), hi = r == 0 ? lo : round(a.m + r);

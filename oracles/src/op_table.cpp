@@ -546,10 +546,7 @@ void need_backward_declaration(Op op, const Precision& p) {
 void store_declared(OpCase& c) {
   const bnd::Declaration& d = c.precision.decl;
   auto round = [](bnd::Format f, std::vector<float>& v) {
-    if (f == bnd::Format::bf16)
-      for (float& x : v) x = gen::round_bf16(x);
-    else if (f == bnd::Format::fp16)
-      for (float& x : v) x = gen::round_fp16(x);
+    for (float& x : v) x = gen::round_to(f, x);
   };
   for (auto& [name, t] : c.inputs) round(declared_storage(d, name), t.data);
   for (auto& [name, t] : c.params) round(d.weights, t.data);

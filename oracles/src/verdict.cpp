@@ -451,19 +451,16 @@ void stored_as_declared(const OpCase& c, const Trace<float>& got, Verdict& v) {
     const bnd::Format f = declared_output_storage(c, sv.stage);
     const Stage<float>* g = find_stage(got, sv.stage);  // anchored stages: not the kernel's
     if (f == bnd::Format::fp32 || !g || sv.state == State::fail) continue;
-    const auto round = [f](float x) {
-      return f == bnd::Format::bf16 ? gen::round_bf16(x) : gen::round_fp16(x);
-    };
     for (std::size_t i = 0; i < g->values.size(); ++i) {
       const float x = g->values[i];
-      if (!std::isfinite(x) || round(x) == x) continue;
+      if (!std::isfinite(x) || gen::round_to(f, x) == x) continue;
       const std::string fmt = bnd::format_info(f).name;
       char buf[320];
       std::snprintf(buf, sizeof buf,
                     "%s.flat[%zu] = %.9g is not a %s value, though the declaration stores %s in %s "
                     "(the nearest is %.9g): the kernel did not store it as declared",
                     sv.stage.c_str(), i, double(x), fmt.c_str(), sv.stage.c_str(), fmt.c_str(),
-                    double(round(x)));
+                    double(gen::round_to(f, x)));
       sv.state = State::fail;
       sv.rule = "stored_as_declared";
       sv.reason = buf;

@@ -50,7 +50,7 @@ struct Declaration {
   Format products = Format::fp32;      // its operands, rounded before multiplying
   Format accumulation = Format::fp32;  // its running sum (fp32 or bf16)
   // Every result inside hc_pre, hc_post, RMSNorm and the mixes before their output, rounded as an
-  // eager framework rounds each operation's output to the tensors' type (sums in fp32).
+  // eager framework rounds each operation's output to the tensors' type (sums in fp32 or in it).
   Format intermediates = Format::fp32;
   friend bool operator==(const Declaration& a, const Declaration& b) {
     return a.inputs == b.inputs && a.weights == b.weights && a.mixes == b.mixes &&

@@ -32,6 +32,8 @@ std::vector<float> norm_weight(Rng& rng, std::size_t d);
 float round_bf16(float x);
 // To the nearest fp16 value (subnormals below 2^-14, infinite beyond 65504), kept in a float.
 float round_fp16(float x);
+// To the nearest value of storage format f (bf16, fp16; fp32 and tf32: x as it is).
+float round_to(bnd::Format f, float x);
 // Every value as stream storage in format f holds it (stored exactly in fp32): bf16 and fp16
 // rounded, fp16 first clamped to +-2^12.
 void to_format(bnd::Format f, std::vector<float>& v);
