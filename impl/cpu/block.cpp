@@ -173,7 +173,7 @@ void expert_backward(const KernelConfig& c, const BlockShape& s, const float* h,
   for (std::size_t i = 0; i < I; ++i) {
     const float sg = sigmoid(a[i]);
     da[i] = du[i] * e[i] * sg * (1.0f + a[i] * (1.0f - sg));
-    de[i] = du[i] * a[i] * sg;
+    de[i] = du[i] * (a[i] * sg);  // silu(a) first, as the reference: du a alone may overflow
   }
   matvec_t_add(w1, I, d, da.data(), dh);
   matvec_t_add(w3, I, d, de.data(), dh);

@@ -31,6 +31,7 @@ rev::Gradient split_gradient(const ref::Config& c, const Tensors<double>& at,
       },
       at, up, error, up_error);
   rev::Tape<double> tape;
+  tape.check_overflow();  // the closed forms are a kernel's: where they overflow, so may it
   Tensors<rev::Var<double>> x(at.size()), u(up.size());
   for (std::size_t k = 0; k < at.size(); ++k)
     for (std::size_t i = 0; i < at[k].size(); ++i)
@@ -107,7 +108,8 @@ Tensors<B> split_grads(const ref::Config& cfg, const float* scale, const float* 
       const double top = z - h <= 0 && 0 <= z + h ? 0.25 : std::max(lo, hi);
       const B& u = w ? up_post[j] : up_pre[j];
       const double G = (w && sem.post_factor2 ? 2.0 : 1.0) * (std::fabs(u.v) + u.e);
-      const double move = G * std::max(top - mid, mid - std::min(lo, hi));  // of d z
+      double move = G * std::max(top - mid, mid - std::min(lo, hi));  // of d z
+      if (std::isnan(move)) move = HUGE_VAL;  // an unbounded upstream times no move
       out[0][i].e += move * sc;
       out[2][i].e += move;
       out[1][ws].e += move * (std::fabs(mix[i].v) + mix[i].e) + std::fabs(out[2][i].v) * mix[i].e;

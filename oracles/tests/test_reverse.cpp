@@ -64,6 +64,43 @@ TEST_CASE("reverse: first_order keeps roots apart when one's budget is infinite"
   CHECK(bound[1] == 0.5 + 1 + 3);
 }
 
+// Checking overflow, an fp32 evaluation overflows where a node's value passes FLT_MAX, and a
+// reduction may where its terms' magnitudes do (a partial sum in another order); everything
+// computed from such a node is inf or NaN in fp32 whatever its partial (0 * inf), so it gets no
+// bound either, except a quotient by it or the exp of its negation: 0 in fp32, erring by its value.
+TEST_CASE("reverse: a node that may overflow fp32 leaves its descendants unbounded", "[reverse]") {
+  rev::Tape<double> t;
+  t.check_overflow();
+  using V = rev::Var<double>;
+  const V big = t.input(3e38), small = t.input(2e38), zero = t.input(0.0), two = t.input(2.0);
+  const V product = big * two;              // 6e38: beyond FLT_MAX
+  const V times_zero = (big * two) * zero;  // 0 in double, NaN in fp32
+  const V half = big / two;                 // 1.5e38: finite
+  const V v[2] = {big, -small};
+  const V cancelling = rev::sum(v, 2);  // 1e38, but 5e38 of magnitudes
+  const V w[2] = {half, small};
+  const V fits = rev::sum(w, 2) * zero;  // 3.5e38 of magnitudes: beyond FLT_MAX too
+  const V u[2] = {half, -half * zero};
+  const V finite = rev::sum(u, 2);                  // 1.5e38
+  const V e = exp(big * two * (1 / big));           // e^6: no overflow
+  const V sig = 1 / (1 + exp(big * (200 / 3e38)));  // 1 / (1 + e^200) = 1 / inf = 0 in fp32
+  const V tiny = exp(-(big * two));                 // exp(-inf) = 0
+  const std::vector<double> b =
+      t.first_order({product, times_zero, cancelling, fits, finite, e, sig, tiny});
+  CHECK(b[0] == HUGE_VAL);
+  CHECK(b[1] == HUGE_VAL);
+  CHECK(b[2] == HUGE_VAL);
+  CHECK(b[3] == HUGE_VAL);
+  CHECK(std::isfinite(b[4]));
+  CHECK(b[5] == HUGE_VAL);  // big * two itself overflowed
+  CHECK(b[6] <= 0x1.0p-126 * 2);
+  CHECK(b[7] <= 0x1.0p-126 * 2);
+  // Without the check (the recorded autograd's tape) the budgets are rounding's alone.
+  rev::Tape<double> plain;
+  const V p = plain.input(3e38) * plain.input(2.0);
+  CHECK(std::isfinite(plain.first_order({p})[0]));
+}
+
 TEST_CASE("reverse: elementary operations against their derivatives", "[reverse]") {
   // f(a, b) = exp(a b) / sqrt(a + b) - a: df/da = b e/s - e/(2 s^3) - 1, df/db = a e/s - e/(2 s^3)
   // with e = exp(a b), s = sqrt(a + b).

@@ -173,10 +173,12 @@ struct Bounded {
   friend bool operator==(const Bounded& a, const Bounded& b) { return a.v == b.v; }
 
   // Rounding of one result v with propagated bound p, k*u relative (see the header comment).
-  // A result the model cannot represent (overflow) gets an infinite bound.
+  // A result the model cannot represent (overflow, an infinite value whatever its propagated
+  // bound: inf * 0 makes that NaN) gets an infinite bound, and so does one from an unbounded
+  // operand (inf - inf of overflowed operands). A NaN input's NaN stays NaN: undefined exactly.
   static double rnd(double v, double p, double k) {
     const Model& m = model();
-    if (std::fabs(v) + p > m.big) return HUGE_VAL;
+    if (p == HUGE_VAL || std::fabs(v) > m.big || std::fabs(v) + p > m.big) return HUGE_VAL;
     return k * m.u * (std::fabs(v) + p) + u64 * std::fabs(v) + m.eta;
   }
 };

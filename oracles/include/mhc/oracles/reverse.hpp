@@ -43,17 +43,29 @@ class Tape {
 
   static Tape* current() { return current_; }
 
+  // fp32 overflow in the recorded program: off by default (the forward's recorded autograd, whose
+  // fp32 evaluation meets 0 * inf wherever a sigmoid saturates, is not a kernel's form); on for
+  // programs written as kernels write them (the split's closed forms).
+  void check_overflow() { overflow_ = true; }
+  bool overflow_checked() const { return overflow_; }
+  bool overflowed(std::int64_t id) const {
+    return id >= 0 && overflow_ && budget_[std::size_t(id)] == HUGE_VAL;
+  }
+
   // An independent variable (an input or parameter to differentiate by); error: a bound on how
   // far the value a kernel holds may be from it (first_order() counts it as a budget).
   Var<T> input(const T& value, double error = 0) { return Var<T>(value, node({}, error)); }
 
   // A node with edges to its parents (index, partial); constants (index < 0) are left out.
   // budget: a bound on the rounding error of the node's own operation in fp32 (first_order()).
+  // Checking overflow, it is infinite where the node may overflow, and then for every node
+  // computed from it: an fp32 inf or NaN reaches its descendants whatever their partials (0 * inf).
   std::int64_t node(std::initializer_list<std::pair<std::int64_t, T>> edges, double budget = 0) {
     for (const auto& [p, d] : edges)
       if (p >= 0) {
         parent_.push_back(p);
         partial_.push_back(d);
+        if (overflowed(p)) budget = HUGE_VAL;
       }
     start_.push_back(parent_.size());
     budget_.push_back(budget);
@@ -67,6 +79,7 @@ class Tape {
       if (p >= 0) {
         parent_.push_back(p);
         partial_.push_back(std::move(d));
+        if (overflowed(p)) budget = HUGE_VAL;
       }
     }
     start_.push_back(parent_.size());
@@ -202,6 +215,7 @@ class Tape {
   std::vector<std::int64_t> parent_;
   std::vector<T> partial_;
   std::vector<double> budget_;
+  bool overflow_ = false;
   Tape* prev_;
   static thread_local Tape* current_;
 };
@@ -230,13 +244,23 @@ struct Var {
   // model's budgets; negation exact).
   static Var make(T value, const Var& a, T da, const Var& b = Var(), T db = T(0), double k = 1) {
     if (a.id < 0 && b.id < 0) return Var(std::move(value), -1);
-    const double budget = fp32_rounding(value, k);
-    return Var(std::move(value),
-               tape().node({{a.id, std::move(da)}, {b.id, std::move(db)}}, budget));
+    Tape<T>& t = tape();
+    const double budget = fp32_rounding(value, k, t.overflow_checked());
+    return Var(std::move(value), t.node({{a.id, std::move(da)}, {b.id, std::move(db)}}, budget));
   }
-  static double fp32_rounding(const T& value, double k) {
-    if constexpr (std::is_same<T, double>::value)
-      return k == 0 ? 0 : k * 0x1.0p-24 * std::fabs(value) + 0x1.0p-126;
+  // A result fp32 gives as 0 whatever its operands (x / inf, exp(-inf)): no edges, and its value
+  // as its error.
+  static Var flushed(T value) {
+    double budget = 0;
+    if constexpr (std::is_same<T, double>::value) budget = std::fabs(value) + 0x1.0p-126;
+    return Var(std::move(value), tape().node({}, budget));
+  }
+  static double fp32_rounding(const T& value, double k, bool overflow = false) {
+    if constexpr (std::is_same<T, double>::value) {
+      if (k == 0) return 0;
+      const double r = k * 0x1.0p-24 * std::fabs(value) + 0x1.0p-126;
+      return overflow && std::fabs(value) + r > 0x1.fffffep127 ? HUGE_VAL : r;
+    }
     return 0;
   }
 
@@ -251,6 +275,8 @@ struct Var {
   friend Var operator*(const Var& a, const Var& b) { return make(a.v * b.v, a, b.v, b, a.v); }
   friend Var operator/(const Var& a, const Var& b) {
     const T q = a.v / b.v;
+    if (b.id >= 0 && !(a.id >= 0 && tape().overflowed(a.id)) && tape().overflowed(b.id))
+      return flushed(q);  // x / inf
     return make(q, a, T(1) / b.v, b, -q / b.v, 2);
   }
   friend bool operator<(const Var& a, const Var& b) { return a.v < b.v; }
@@ -264,6 +290,7 @@ template <class T>
 Var<T> exp(const Var<T>& a) {
   using std::exp;
   const T e = exp(a.v);
+  if (a.id >= 0 && a.v < 0 && Var<T>::tape().overflowed(a.id)) return Var<T>::flushed(e);
   return Var<T>::make(e, a, e, Var<T>(), T(0), 4);
 }
 template <class T>
@@ -294,13 +321,17 @@ inline double magnitude(double x) {
   return std::fabs(x);
 }
 // A reduction's result: s, with n edges edge(i) unless every operand is a constant. Its fp32
-// rounding in any order: gamma_{terms - 1} of its terms' magnitudes (plus underflow).
+// rounding in any order: gamma_{terms - 1} of its terms' magnitudes (plus underflow); infinite
+// where their magnitudes pass FLT_MAX, since a partial sum in some order may overflow.
 template <class T, class Edge>
 Var<T> reduced(T s, bool constant, std::size_t n, Edge edge, double magnitude, std::size_t terms) {
   if (constant) return Var<T>(std::move(s), -1);
   const double k = double(terms > 1 ? terms - 1 : 0), g = k * 0x1.0p-24 * (1 + k * 0x1.0p-23);
-  return Var<T>(std::move(s),
-                Var<T>::tape().node(n, edge, g * magnitude + double(terms) * 0x1.0p-126));
+  Tape<T>& t = Var<T>::tape();
+  const double budget = t.overflow_checked() && (1 + g) * magnitude > 0x1.fffffep127
+                            ? HUGE_VAL
+                            : g * magnitude + double(terms) * 0x1.0p-126;
+  return Var<T>(std::move(s), t.node(n, edge, budget));
 }
 }  // namespace detail
 
