@@ -43,6 +43,42 @@ double rms_scale_noise(const bnd::detail::SequentialSums& q) {
   return q.exact > 0 ? 0.5 * S_noise / q.exact + 5 * u : 5 * u;
 }
 
+// RMSNorm's y = w x r, r = (S / d + eps)^-1/2 from the token's sum of squares S, in fp32 (x [T, d],
+// w [d]): the value in double; the scale r's relative noise (rms_scale_noise, or the deviation of
+// r formed from either order's fp32 sum, the larger) plus the element's own roundings (x r and the
+// weight's product, or a division x / sqrt), 3 u, and an absolute floor of flushed products (w x
+// flushed then scaled by r included). r's error is the token's: its d elements count as one.
+// Tokens whose squares repeat are not modelled.
+NoiseModel rmsnorm_model(const ref::Config& cfg, const float* x, const float* w, std::size_t T) {
+  const std::size_t d = std::size_t(cfg.d);
+  std::vector<bnd::detail::SequentialSums> squares(T);
+  bnd::detail::self_sums(x, T, d, squares.data());
+  bnd::Model probabilistic = bnd::fp32();
+  probabilistic.probabilistic = true;
+  NoiseModel m;
+  m.value.resize(T * d);
+  m.scale.resize(T * d);
+  m.independent = 1 / double(d);
+  for (std::size_t t = 0; t < T; ++t) {
+    const bnd::detail::SequentialSums& q = squares[t];
+    const bool repeat = bnd::detail::too_many_repeats(probabilistic, double(d),
+                                                      bnd::detail::repeated_values(x + t * d, d));
+    auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(d) + float(cfg.norm_eps)); };
+    const double r = 1 / std::sqrt(q.exact / double(d) + cfg.norm_eps);
+    const double rel = std::max({rms_scale_noise(q), std::fabs(double(r_fp32(q.forward)) / r - 1),
+                                 std::fabs(double(r_fp32(q.backward)) / r - 1)}) +
+                       3 * u;
+    for (std::size_t i = 0; i < d; ++i) {
+      const double wi = double(w[i]), value = wi * double(x[t * d + i]) * r;
+      m.value[t * d + i] = value;
+      m.scale[t * d + i] = repeat || !std::isfinite(r)
+                               ? HUGE_VAL
+                               : std::fabs(value) * rel + (1 + std::fabs(wi) + r) * 0x1.0p-126;
+    }
+  }
+  return m;
+}
+
 NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, const float* W) {
   const std::size_t nd = cfg.stream_size(), M = std::size_t(cfg.mix());
   const std::size_t n = std::size_t(cfg.n), d = std::size_t(cfg.d);
@@ -1169,6 +1205,15 @@ const float* handed_over(const OpCase& c, const Trace<float>& got, const bnd::St
                                                                                 : nullptr;
 }
 
+// RMSNorm's model needs its arithmetic and its output in fp32 (inputs and weights stored narrower
+// are read as they are).
+bool rmsnorm_modelled(const OpCase& c) {
+  const bnd::Declaration& d = c.precision.decl;
+  using F = bnd::Format;
+  return d.streams == F::fp32 && d.intermediates == F::fp32 && d.products == F::fp32 &&
+         d.accumulation == F::fp32;
+}
+
 // The boundary's model of its stage `name` (b holds the boundary's params): the split's stages
 // from `mixes`, the projection from the streams `xs` in fp32; null operands are not modelled.
 NoiseModel boundary_model(const OpCase& b, const std::string& name, const float* mixes,
@@ -1205,6 +1250,13 @@ NoiseModel block_model(const OpCase& c, const std::string& stage, const Trace<fl
   const std::string sub = rest.substr(0, dot), name = rest.substr(dot + 1);
   if (sub != "attn" && sub != "ffn") return {};
   const std::string prefix = stage.substr(0, stage.size() - name.size());  // "L1.attn."
+  if (name == "normed") {  // the RMSNorm of the kernel's own sublayer input
+    const bool on = sub == "attn" ? c.block.sem.attn_norm : c.block.sem.ffn_norm;
+    const float* in = handed_over(c, got, stored, prefix + "in", c.tokens * std::size_t(c.cfg.d));
+    if (!on || !in || !rmsnorm_modelled(c)) return {};
+    return rmsnorm_model(c.cfg, in, c.param(layer_params + sub + "_norm/weight").data.data(),
+                         c.tokens);
+  }
   OpCase b = case_header(Op::boundary, c.cfg, c.tokens, c.seed, c.precision);
   for (const char* p : {"hc_fn", "hc_scale", "hc_base"})
     b.params[p] = c.param(layer_params + sub + "/" + p);
@@ -1251,6 +1303,11 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
     return m;
   }
   switch (c.op) {
+    case Op::rmsnorm:
+      return stage == "y" && rmsnorm_modelled(c)
+                 ? rmsnorm_model(c.cfg, c.input("x").data.data(), c.param("weight").data.data(),
+                                 c.tokens)
+                 : NoiseModel{};
     case Op::split_sinkhorn:  // from the case's mixes
       return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);
     case Op::mixes:

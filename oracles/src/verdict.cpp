@@ -124,8 +124,9 @@ const std::vector<RuleInfo>& rules() {
                  "its bound counts that rounding as the kernel's error, so a value the format "
                  "cannot hold (an fp32 kernel declaring a narrower storage) fails"});
     v.push_back({"noise",
-                 "second tier, statistical, only where the bounds pass: the error of mixes, of the "
-                 "comb or of the weights is more than 6 times (the weights, whose scale is a "
+                 "second tier, statistical, only where the bounds pass: the error of a modelled "
+                 "stage (mixes, the comb, the weights, RMSNorm, the backward's sums) is more than "
+                 "6 times (the weights, whose scale is a "
                  "worst case: 1 time) its modelled fp32 rounding noise at some element, or more "
                  "than 1.5 times in root mean square "
                  "over the stage "

@@ -241,14 +241,15 @@ def test_captured_sublayers_are_given_and_the_mhc_around_them_judged(capture):
 
 def test_every_boundary_of_a_stack_has_the_second_tier(capture):
     """Each layer's attn and ffn boundary (mixes, pre, post, comb) is modelled as the op boundary
-    is, anchored on the kernel's own streams: a token's L1.ffn.mixes off by 32 u, inside its bound,
-    is flagged there; it reads the kernel's L1.x_mid."""
+    is, anchored on the kernel's own streams, and its RMSNorm on the kernel's own sublayer input: a
+    token's L1.ffn.mixes off by 32 u, inside its bound, is flagged there; it reads the kernel's
+    L1.x_mid."""
     config, inputs, params, outputs = capture("stack", *STACK)
     r = mhc_verify.judge("stack", config, inputs, outputs, params, save_dir=None)
     assert r.passed
     modelled = {s.stage for s in r.stages if s.noise is not None}
     assert modelled == {f"L{l}.{b}.{n}" for l in (0, 1) for b in ("attn", "ffn")
-                        for n in ("mixes", "pre", "post", "comb")}
+                        for n in ("mixes", "pre", "post", "comb", "normed")}
     off = dict(outputs, **{"L1.ffn.mixes": (outputs["L1.ffn.mixes"].astype(np.float64) *
                                             (1 + 32 * 2.0**-24)).astype(np.float32)})
     r = mhc_verify.judge("stack", config, inputs, off, params, save_dir=None)

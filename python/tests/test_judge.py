@@ -650,3 +650,43 @@ def test_declared_storage_of_weights_is_the_values_judged(capture):
     assert got.passed and got.precision == "weights=bf16"
     as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
     assert not as32.passed and as32.first_divergent == "mixes"
+
+
+def _rmsnorm32(x, w, eps, order):
+    """RMSNorm in float32 as kernels write it: the sum of squares in the order given, then
+    w * (x * r), or w * (x / sqrt(...)) for "division"."""
+    d = x.shape[-1]
+    sq = x * x
+    if order == "forward":
+        s = np.zeros(x.shape[0], np.float32)
+        for i in range(d):
+            s += sq[:, i]
+    elif order == "reverse":
+        s = np.zeros(x.shape[0], np.float32)
+        for i in reversed(range(d)):
+            s += sq[:, i]
+    else:  # numpy's own float32 sum (pairwise)
+        s = sq.sum(-1, dtype=np.float32)
+    q = (s / np.float32(d) + np.float32(eps))[:, None]
+    if order == "division":
+        return w * (x / np.sqrt(q))
+    return w * (x * (np.float32(1) / np.sqrt(q)))
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "pairwise", "division"])
+def test_an_rmsnorm_with_another_eps_fails_where_its_bounds_pass(order):
+    # eps 1e-6 where 1e-20 is specified moves r by 1e-6 / (2 ms) relative: 93 u at an rms of 0.3,
+    # inside the bound (about 8 sqrt(d) u) but 3.6 times r's rounding noise, shared by each token's
+    # 5120 elements; over 64 tokens the second tier's root mean square sees it.
+    rng = np.random.default_rng(7)
+    T, d = 64, 5120
+    x = (0.3 * rng.standard_normal((T, d))).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    config = {"dim": d}
+    good = mhc_verify.judge("rmsnorm", config, {"x": x}, {"y": _rmsnorm32(x, w, 1e-20, order)},
+                            {"weight": w}, save_dir=None)
+    assert good.passed, good.stages[0].reason
+    bad = mhc_verify.judge("rmsnorm", config, {"x": x}, {"y": _rmsnorm32(x, w, 1e-6, order)},
+                           {"weight": w}, save_dir=None)
+    y = bad.stage("y")
+    assert not bad.passed and y.rule == "noise" and y.ratio_max <= 1

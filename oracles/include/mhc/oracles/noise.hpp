@@ -1,9 +1,9 @@
 // The second tier: a statistical judgement beside the bounds, where the bounds are loose (the
-// 20480-term projection of mixes and its RMS scale; the comb's 39 normalisations; the weights,
-// whose bounds allow every usual form of the sigmoid; the backward pieces' sums over d). It asks
-// whether the kernel's error is the size of the legitimate rounding noise of fp32 kernels on this
-// data, not whether it is possible. Its own rule ("noise") and its own numbers in the verdict: a
-// flag is evidence at a stated false-alarm rate, not a proof. Model and calibration:
+// 20480-term projection of mixes and its RMS scale; RMSNorm's; the comb's 39 normalisations; the
+// weights, whose bounds allow every usual form of the sigmoid; the backward pieces' sums over d).
+// It asks whether the kernel's error is the size of the legitimate rounding noise of fp32 kernels
+// on this data, not whether it is possible. Its own rule ("noise") and its own numbers in the
+// verdict: a flag is evidence at a stated false-alarm rate, not a proof. Model and calibration:
 // docs/semantics.md, "The second tier"; measurements: bench/README.md, "The second tier".
 #pragma once
 
@@ -54,9 +54,11 @@ struct NoiseModel {
 // over the streams) and grad_post and grad_comb (dots over d with it); under narrower streams over
 // every composition of the boundary's gradient from its shares, and a stream gradient with its
 // storage's rounding; and grad_hc_fn of both (the sum over tokens of G times the streams, any
-// streams format). None for another gradient stored narrower than fp32. Empty
-// for a stage it does not model, and where the stage it is anchored on (the kernel's mixes or
-// streams) was handed over rounded (stored: rounded_on_handover).
+// streams format). For RMSNorm's y (op rmsnorm; a Block's normed stages, anchored on the kernel's
+// sublayer input): r's noise, shared by the token's elements, and each element's own roundings.
+// None for another gradient stored narrower than fp32. Empty for a stage it does not model, and
+// where the stage it is anchored on (the kernel's mixes or streams) was handed over rounded
+// (stored: rounded_on_handover).
 NoiseModel noise_model(const OpCase& c, const std::string& stage, const Trace<float>& got,
                        const bnd::StoredFormats& stored = {});
 
