@@ -161,9 +161,12 @@ def ops() -> List[str]:
     return list(_core.ops())
 
 
-def layout(op: str, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The names and trailing shapes of an op's inputs, params and outputs at a configuration."""
-    return dict(_core.layout(_text("op", op), dict(config or {})))
+def layout(op: str, config: Optional[Mapping[str, Any]] = None,
+           precision: str = "fp32") -> Dict[str, Any]:
+    """The names and trailing shapes of an op's inputs, params and outputs at a configuration;
+    ValueError where the op cannot be judged under `precision` (a backward op declared with
+    narrower mixes, coefficients, products, accumulation or intermediates)."""
+    return dict(_core.layout(_text("op", op), dict(config or {}), _text("precision", precision)))
 
 
 def _host_float32(name: str, value: Any) -> "tuple[np.ndarray, str]":

@@ -8,7 +8,9 @@
         model(tokens)
     # then: mhc-verify compare forward.h5, or mhc_verify.judge_file("forward.h5")
 
-A module is a Site too: Site(module, "forward", ...) records its calls.
+A module is a Site too: Site(module, "forward", ...) records its calls; the params it holds
+are named by Site.params, Site(norm, "forward", op="rmsnorm", args=("x",), returns=("y",),
+params={"weight": "weight"}), and read at each call.
 
 Training's backward: a Site with backward=True records, for each call, the gradients the
 function's own backward (autograd, or its custom backward) computes when the model's backward
@@ -55,6 +57,9 @@ class Site:
     name: Optional[str] = None  # in case names; default attr
     config: Optional[Mapping[str, Any]] = None  # this site's config, over capture's
     backward: bool = False  # record the backward of each call (<op>_backward) instead
+    # the op's params the owner holds rather than the call's arguments, by the owner's attribute
+    # (a module's weight: {"weight": "weight"}), read at each call; forward sites only
+    params: Optional[Mapping[str, str]] = None
 
 
 def _nothing(path, why: str) -> None:
@@ -78,10 +83,27 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
     cases, counts, originals = {}, {}, []
 
     def wrap(site: Site, fn):
-        layout = mhc_verify.layout(site.op, {**(config or {}), **(site.config or {})})
+        site_config = {**(config or {}), **(site.config or {})}
         site_name = site.name or site.attr
+        try:  # a declaration its cases cannot be judged under: refused before any call
+            mhc_verify.layout(site.op + ("_backward" if site.backward else ""), site_config,
+                              precision)
+        except ValueError as e:
+            raise ValueError(f"site {site_name!r}: {e}") from None
+        layout = mhc_verify.layout(site.op, site_config)
+        held = dict(site.params or {})
+        unknown = sorted(set(held) - set(layout["params"]))
+        if unknown:
+            raise ValueError(f"site {site_name!r}: params {unknown} are not params of op "
+                             f"{site.op} ({', '.join(layout['params']) or 'none'})")
+        if held and site.backward:
+            raise ValueError(f"site {site_name!r}: a backward site differentiates its call's "
+                             f"arguments only; pass {sorted(held)} as arguments (args) instead "
+                             "of Site.params")
+        for attr in held.values():
+            getattr(site.owner, attr)  # an AttributeError now, not after the model ran
         if site.backward:
-            return _backward_recording(site, fn, layout, {**(config or {}), **(site.config or {})},
+            return _backward_recording(site, fn, layout, site_config,
                                        precision, cases, counts)
 
         def recording(*a, **kw):
@@ -91,6 +113,7 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
             # the residual's storage) is judged on what it was given.
             inputs = {n: _copy(v) for n, v in named.items() if n in layout["inputs"]}
             params = {n: _copy(v) for n, v in named.items() if n in layout["params"]}
+            params.update({n: _copy(getattr(site.owner, a)) for n, a in held.items()})
             result = fn(*a, **kw)
             got = result if isinstance(result, (tuple, list)) else (result,)
             k = counts.get(site_name, 0)
@@ -118,7 +141,14 @@ def capture(path, sites: Sequence[Site], config: Optional[Mapping[str, Any]] = N
         for site, fn in reversed(originals):
             setattr(site.owner, site.attr, fn)
         if cases:
-            mhc_verify.write_capture(path, cases, producer)
+            try:
+                mhc_verify.write_capture(path, cases, producer)
+            except ValueError as e:
+                if "params[" not in str(e) or "missing" not in str(e):
+                    raise
+                raise ValueError(f"{e}; a Site records the call's arguments named in its args, "
+                                 "and params its owner holds by Site.params (a module's weight: "
+                                 "params={'weight': 'weight'})") from None
         elif not raised:
             _nothing(path, "no call of " + ", ".join(
                 f"{getattr(s.owner, '__name__', type(s.owner).__name__)}.{s.attr}" for s in sites) +
@@ -323,6 +353,13 @@ def capture_blocks(path, blocks: Sequence[Block], config: Mapping[str, Any], fin
                     "precision": precision, "inputs": {"x": part.pop("L0.x")}, "params": read,
                     "outputs": part}
         if cases:
-            mhc_verify.write_capture(path, cases, producer)
+            try:
+                mhc_verify.write_capture(path, cases, producer)
+            except ValueError as e:
+                if "params[" not in str(e) or "missing" not in str(e):
+                    raise
+                raise ValueError(f"{e}; a Site records the call's arguments named in its args, "
+                                 "and params its owner holds by Site.params (a module's weight: "
+                                 "params={'weight': 'weight'})") from None
         elif not raised:
             _nothing(path, "no forward ran through the blocks")

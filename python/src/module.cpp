@@ -437,20 +437,23 @@ PYBIND11_MODULE(_core, m) {
     for (const auto& s : oracles::op_table()) v.push_back(s.name);
     return v;
   });
-  m.def("layout", [](const std::string& op_name, const py::dict& config) {
-    const oracles::OpCase c =
-        header(oracles::op_from_name(op_name), config, oracles::Precision::fp32());
-    const oracles::CaseLayout l = oracles::case_layout(c);
-    auto list = [](const std::vector<oracles::NamedShape>& v) {
-      py::dict d;
-      for (const auto& s : v) d[py::str(s.name)] = py::tuple(py::cast(s.trailing));
-      return d;
-    };
-    py::dict d;
-    d["inputs"] = list(l.inputs);
-    d["params"] = list(l.params);
-    d["outputs"] = list(l.outputs);
-    d["leading"] = l.leading;
-    return d;
-  });
+  m.def(
+      "layout",
+      [](const std::string& op_name, const py::dict& config, const std::string& precision) {
+        const oracles::OpCase c =
+            header(oracles::op_from_name(op_name), config, oracles::precision_from_name(precision));
+        const oracles::CaseLayout l = oracles::case_layout(c);
+        auto list = [](const std::vector<oracles::NamedShape>& v) {
+          py::dict d;
+          for (const auto& s : v) d[py::str(s.name)] = py::tuple(py::cast(s.trailing));
+          return d;
+        };
+        py::dict d;
+        d["inputs"] = list(l.inputs);
+        d["params"] = list(l.params);
+        d["outputs"] = list(l.outputs);
+        d["leading"] = l.leading;
+        return d;
+      },
+      py::arg("op"), py::arg("config"), py::arg("precision") = "fp32");
 }

@@ -458,6 +458,72 @@ def test_torch_capture_records_the_backward_of_each_call(tmp_path):
     assert results[1].first_divergent == "grad_x"
 
 
+@pytest.mark.parametrize("backward", [True, False])
+def test_a_site_whose_cases_cannot_be_judged_is_refused_before_any_call(tmp_path, backward):
+    """A backward op is judged with fp32 intermediates only: a backward Site under a declaration
+    with bf16 intermediates is refused when the capture starts, naming the site, and leaves the
+    function unpatched; the same Site recording forwards is accepted."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    import mhc_verify.torch as mt
+
+    kernels = types.SimpleNamespace(norm=lambda x, weight: weight * x)
+    site = mt.Site(kernels, "norm", op="rmsnorm", args=("x", "weight"), returns=("y",),
+                   backward=backward)
+    original = kernels.norm
+    precision = "inputs=bf16,weights=bf16,streams=bf16,mixes=bf16,intermediates=bf16"
+    path = tmp_path / "c.h5"
+    if backward:
+        with pytest.raises(ValueError, match=r"site 'norm': .*rmsnorm_backward.*intermediates"):
+            with mt.capture(path, [site], config={"dim": 8}, precision=precision):
+                pytest.fail("the capture started")
+        assert kernels.norm is original and not path.exists()
+    else:
+        with mt.capture(path, [site], config={"dim": 8}, precision=precision):
+            kernels.norm(torch.ones(2, 8), torch.ones(8))
+        assert kernels.norm is original and path.exists()
+
+
+def test_a_module_site_records_the_params_its_module_holds(tmp_path):
+    """A module's weight is not an argument of its forward: Site.params names it, and each call
+    records its value then (the second call's after the weight changed). Without it the capture
+    ends with an error that says how; a name the op lacks is refused at the start."""
+    torch = pytest.importorskip("torch")
+
+    import mhc_verify.torch as mt
+
+    class Norm(torch.nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, d))
+
+        def forward(self, x):
+            return self.weight * (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-20))
+
+    norm, x = Norm(8), torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    site = dict(op="rmsnorm", args=("x",), returns=("y",))
+    path = tmp_path / "held.h5"
+    with torch.no_grad(), mt.capture(path, [mt.Site(norm, "forward", params={"weight": "weight"},
+                                                    **site)], config={"dim": 8}):
+        norm(x)
+        norm.weight.mul_(2)
+        norm(x)
+    results = mhc_verify.judge_file(path)
+    assert [r.passed for r in results] == [True, True]
+    with h5py.File(path) as f:
+        w = [f["cases"][name]["params/weight"][()] for name in sorted(f["cases"])]
+    assert len(w) == 2 and np.allclose(w[1], 2 * w[0])
+    with pytest.raises(ValueError, match=r"params\['weight'\]: missing.*params=\{'weight'"):
+        with torch.no_grad(), mt.capture(tmp_path / "m.h5", [mt.Site(norm, "forward", **site)],
+                                         config={"dim": 8}):
+            norm(x)
+    with pytest.raises(ValueError, match=r"site 'forward': params \['gain'\] are not params"):
+        with mt.capture(tmp_path / "g.h5", [mt.Site(norm, "forward", params={"gain": "weight"},
+                                                    **site)], config={"dim": 8}):
+            pass
+
+
 def _boundary_autograd(torch, d, seed, post_factor=2.0):
     """The boundary in torch float32 from the seeds' formulas, and its autograd gradients for
     random upstream gradients of every output: the program a training step records."""
