@@ -170,7 +170,8 @@ int run_compare(const CompareSpec& spec, Session& session) {
           [&](const std::string& name, const std::string& why) {
             if (session.stop()) throw Stopped{};
             invalid(name, why);
-          });
+          },
+          spec.precision);
     } catch (const Stopped&) {
       break;
     } catch (const fixtures::FixtureError& e) {
