@@ -45,6 +45,12 @@ const std::vector<ref::Semantics>& deviation_catalogue() {
   return all;
 }
 
+const std::vector<std::pair<std::string, double>>& norm_eps_alternatives() {
+  static const std::vector<std::pair<std::string, double>> all = {{"norm_eps_1e-6", 1e-6},
+                                                                  {"norm_eps_1e-5", 1e-5}};
+  return all;
+}
+
 const std::vector<ref::BlockSemantics>& block_deviation_catalogue() {
   static const std::vector<ref::BlockSemantics> all = [] {
     std::vector<ref::BlockSemantics> v(7);
@@ -85,11 +91,11 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
     }
     return true;
   };
-  std::vector<OpCase> alternatives;
+  std::vector<std::pair<std::string, OpCase>> alternatives;
   for (const auto& sem : deviation_catalogue()) {
     OpCase alt = c;
     alt.cfg.sem = sem;
-    alternatives.push_back(std::move(alt));
+    alternatives.emplace_back(sem.name(), std::move(alt));
   }
   if (op_spec(c.op).whole)
     for (const auto& sem : block_deviation_catalogue()) {
@@ -97,11 +103,19 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
       if (c.block.captured_sublayers && (!sem.causal || !sem.normalise_routing)) continue;
       OpCase alt = c;
       alt.block.sem = sem;
-      alternatives.push_back(std::move(alt));
+      alternatives.emplace_back(sem.name(), std::move(alt));
     }
-  for (const auto& alt : alternatives) {
+  // The RMS statistics with a framework's usual RMSNorm eps in place of the configured one.
+  for (const auto& [name, eps] : norm_eps_alternatives()) {
+    const bool reads =
+        op_spec(c.op).reads_norm_eps || op_spec(op_spec(c.op).forward).reads_norm_eps;
+    if (!reads || c.cfg.norm_eps == fp32_value(eps)) continue;
+    OpCase alt = c;
+    alt.cfg.norm_eps = fp32_value(eps);
+    alternatives.emplace_back(name, std::move(alt));
+  }
+  for (const auto& [name, alt] : alternatives) {
     if (!ref::validate(alt.cfg).empty()) continue;  // e.g. iters - 1 = 0
-    const std::string name = alt.block.sem.is_default() ? alt.cfg.sem.name() : alt.block.sem.name();
     Trace<bnd::Bounded> want = oracle_trace(alt, threads, model, {}, &got);
     const Trace<bnd::Bounded> anchored = anchored_trace(alt, got, threads, model, stored);
     Verdict v = compare(got, want);
@@ -194,6 +208,12 @@ std::string diagnosis_sentence(const std::string& name) {
        "The MoE routing weights are not normalised over the chosen experts."},
       {"comb_transposed_at_attn", "The attention site's hc_post reads its comb transposed."},
       {"comb_transposed_at_ffn", "The FFN site's hc_post reads its comb transposed."},
+      {"norm_eps_1e-6",
+       "The RMS statistics (RMSNorm's, the mixes') add eps 1e-6, a framework's usual RMSNorm "
+       "eps, instead of the configured norm_eps."},
+      {"norm_eps_1e-5",
+       "The RMS statistics (RMSNorm's, the mixes') add eps 1e-5, a framework's usual RMSNorm "
+       "eps, instead of the configured norm_eps."},
   };
   if (const auto it = sentences.find(name); it != sentences.end()) return it->second;
   // hc_eps_x<scale>: the Semantics names any scale this way.

@@ -690,3 +690,4 @@ def test_an_rmsnorm_with_another_eps_fails_where_its_bounds_pass(order):
                            {"weight": w}, save_dir=None)
     y = bad.stage("y")
     assert not bad.passed and y.rule == "noise" and y.ratio_max <= 1
+    assert "norm_eps_1e-6" in bad.diagnosis  # named by the diagnosis

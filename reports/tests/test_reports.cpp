@@ -290,6 +290,7 @@ TEST_CASE("reports: every catalogued deviation is explained in a sentence",
   std::vector<std::string> names;
   for (const auto& s : oracles::deviation_catalogue()) names.push_back(s.name());
   for (const auto& s : oracles::block_deviation_catalogue()) names.push_back(s.name());
+  for (const auto& [name, eps] : oracles::norm_eps_alternatives()) names.push_back(name);
   for (const auto& n : names) {
     INFO(n);
     CHECK(oracles::diagnosis_sentence(n).size() > 20);

@@ -20,6 +20,9 @@ const std::vector<ref::Semantics>& deviation_catalogue();
 // Block-level deviations, tried for block and stack: pre not shifted, attention not causal, a norm
 // skipped, routing weights not normalised, comb transposed at one site.
 const std::vector<ref::BlockSemantics>& block_deviation_catalogue();
+// The RMS statistics' eps a kernel may use in place of the configured norm_eps (a framework's
+// usual RMSNorm eps), by the name the diagnosis gives it: an alternative of every op reading it.
+const std::vector<std::pair<std::string, double>>& norm_eps_alternatives();
 
 // The names of the deviations under which the oracle (same case, same precision model, bounds
 // of the given error model) passes every stage the kernel produced, its anchored stages too;
