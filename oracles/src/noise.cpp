@@ -43,12 +43,41 @@ double rms_scale_noise(const bnd::detail::SequentialSums& q) {
   return q.exact > 0 ? 0.5 * S_noise / q.exact + 5 * u : 5 * u;
 }
 
+// A token's sum of squares in the orders fp32 kernels use beside the sequential ones: pairwise,
+// strided lanes (4, 16, 32, 256, with fma) then a tree, and blocks of 256.
+std::vector<float> squares_in_other_orders(const float* x, std::size_t d) {
+  std::vector<float> out, t(d);
+  for (std::size_t i = 0; i < d; ++i) t[i] = x[i] * x[i];
+  std::vector<float> p = t;
+  for (std::size_t w = 1; w < d; w *= 2)
+    for (std::size_t i = 0; i + w < d; i += 2 * w) p[i] += p[i + w];
+  out.push_back(d ? p[0] : 0.0f);
+  for (const std::size_t L : {4, 16, 32, 256}) {
+    std::vector<float> lane(L, 0.0f);
+    for (std::size_t i = 0; i < d; ++i) lane[i % L] = std::fma(x[i], x[i], lane[i % L]);
+    for (std::size_t w = L / 2; w > 0; w /= 2)
+      for (std::size_t l = 0; l < w; ++l) lane[l] += lane[l + w];
+    out.push_back(lane[0]);
+  }
+  float total = 0;
+  for (std::size_t b = 0; b < d; b += 256) {
+    float block = 0;
+    for (std::size_t i = b; i < std::min(d, b + 256); ++i) block += t[i];
+    total += block;
+  }
+  out.push_back(total);
+  return out;
+}
+
 // RMSNorm's y = w x r, r = (S / d + eps)^-1/2 from the token's sum of squares S, in fp32 (x [T, d],
 // w [d]): the value in double; the scale r's relative noise (rms_scale_noise, or the deviation of
-// r formed from either order's fp32 sum, the larger) plus the element's own roundings (x r and the
-// weight's product, or a division x / sqrt), 3 u, and an absolute floor of flushed products (w x
-// flushed then scaled by r included). r's error is the token's: its d elements count as one.
-// Tokens whose squares repeat are not modelled.
+// r formed from an fp32 sum in one of the usual orders, the largest) plus the element's own
+// roundings (x r and the weight's product, or a division x / sqrt), 3 u, and an absolute floor of
+// flushed products (w x flushed then scaled by r included). r's error is the token's: its d
+// elements count as one. Not modelled: tokens whose squares repeat, and tokens where an order's
+// sum errs by more than 3 times the sums' noise (5 standard deviations under the model): data whose
+// rounding is biased (residues chosen so that every addition rounds one way), where an order not
+// run may err more than those run.
 NoiseModel rmsnorm_model(const ref::Config& cfg, const float* x, const float* w, std::size_t T) {
   const std::size_t d = std::size_t(cfg.d);
   std::vector<bnd::detail::SequentialSums> squares(T);
@@ -61,17 +90,24 @@ NoiseModel rmsnorm_model(const ref::Config& cfg, const float* x, const float* w,
   m.independent = 1 / double(d);
   for (std::size_t t = 0; t < T; ++t) {
     const bnd::detail::SequentialSums& q = squares[t];
-    const bool repeat = bnd::detail::too_many_repeats(probabilistic, double(d),
-                                                      bnd::detail::repeated_values(x + t * d, d));
     auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(d) + float(cfg.norm_eps)); };
     const double r = 1 / std::sqrt(q.exact / double(d) + cfg.norm_eps);
-    const double rel = std::max({rms_scale_noise(q), std::fabs(double(r_fp32(q.forward)) / r - 1),
-                                 std::fabs(double(r_fp32(q.backward)) / r - 1)}) +
-                       3 * u;
+    const double S_noise = sum_noise(q.partials2_forward, q.partials2_backward, q.products2);
+    std::vector<float> sums = squares_in_other_orders(x + t * d, d);
+    sums.push_back(q.forward);
+    sums.push_back(q.backward);
+    bool biased = bnd::detail::too_many_repeats(probabilistic, double(d),
+                                                bnd::detail::repeated_values(x + t * d, d));
+    double rel = rms_scale_noise(q);
+    for (const float S : sums) {
+      biased = biased || !(std::fabs(double(S) - q.exact) <= 3 * S_noise);
+      rel = std::max(rel, std::fabs(double(r_fp32(S)) / r - 1));
+    }
+    rel += 3 * u;
     for (std::size_t i = 0; i < d; ++i) {
       const double wi = double(w[i]), value = wi * double(x[t * d + i]) * r;
       m.value[t * d + i] = value;
-      m.scale[t * d + i] = repeat || !std::isfinite(r)
+      m.scale[t * d + i] = biased || !std::isfinite(r)
                                ? HUGE_VAL
                                : std::fabs(value) * rel + (1 + std::fabs(wi) + r) * 0x1.0p-126;
     }

@@ -386,3 +386,49 @@ TEST_CASE("noise: RMSNorm's scale holds every usual fp32 form and flags the usua
     }
   }
 }
+
+// Data whose rounding is biased: every square's residue below the ulp of [64, 128) is just under
+// half of it, so each addition there rounds down. A 16-lane kernel's lane sums live in that binade
+// and err together, beyond the sequential orders' deviations (z 2.99, root mean square 2.87 before
+// such tokens were left unmodelled; bench/README.md, "RMSNorm under the second tier").
+TEST_CASE("noise: RMSNorm leaves tokens whose rounding is biased unmodelled", "[noise]") {
+  ref::Config cfg;
+  cfg.d = 5120;
+  const std::size_t d = std::size_t(cfg.d), T = 16, L = 16;
+  oracles::OpCase c = oracles::generate_case(Op::rmsnorm, cfg, T, 3, oracles::Precision::fp32());
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> unit(0.2f, 0.3f);
+  std::vector<float>& x = c.inputs.at("x").data;
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t i = 0; i < d; ++i) {
+      const float sign = rng() % 2 ? 1.0f : -1.0f;
+      if (i < L) {
+        x[t * d + i] = 8 * sign;
+        continue;
+      }
+      for (;;) {
+        const float v = unit(rng), r = std::fmod(v * v, 0x1p-17f) / 0x1p-17f;
+        if (r > 0.45f && r < 0.5f) {
+          x[t * d + i] = sign * v;
+          break;
+        }
+      }
+    }
+  const float* w = c.param("weight").data.data();
+  oracles::Trace<float> got{{"y", {T, d}, std::vector<float>(T * d)}};
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* xt = x.data() + t * d;
+    std::vector<float> lane(L, 0.0f);
+    for (std::size_t i = 0; i < d; ++i) lane[i % L] += xt[i] * xt[i];
+    for (std::size_t s = L / 2; s > 0; s /= 2)
+      for (std::size_t l = 0; l < s; ++l) lane[l] += lane[l + s];
+    const float r = 1.0f / std::sqrt(lane[0] / float(d) + float(cfg.norm_eps));
+    for (std::size_t i = 0; i < d; ++i) got[0].values[t * d + i] = w[i] * (xt[i] * r);
+  }
+  const oracles::NoiseModel m = oracles::noise_model(c, "y", got);
+  REQUIRE(m.value.size() == T * d);
+  const auto v = oracles::noise_judge(got[0].values.data(), m, d);
+  CAPTURE(v.reason);
+  CHECK(v.state == oracles::State::pass);
+  CHECK(v.elements < T * d);  // the biased tokens are not judged by the tier
+}
