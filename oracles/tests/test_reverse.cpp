@@ -80,8 +80,8 @@ TEST_CASE("reverse: a node that may overflow fp32 leaves its descendants unbound
   const V cancelling = rev::sum(v, 2);  // 1e38, but 5e38 of magnitudes
   const V w[2] = {half, small};
   const V fits = rev::sum(w, 2) * zero;  // 3.5e38 of magnitudes: beyond FLT_MAX too
-  const V u[2] = {half, -half * zero};
-  const V finite = rev::sum(u, 2);                  // 1.5e38
+  const V mixed[2] = {half, -half * zero};
+  const V finite = rev::sum(mixed, 2);              // 1.5e38
   const V e = exp(big * two * (1 / big));           // e^6: no overflow
   const V sig = 1 / (1 + exp(big * (200 / 3e38)));  // 1 / (1 + e^200) = 1 / inf = 0 in fp32
   const V tiny = exp(-(big * two));                 // exp(-inf) = 0
