@@ -152,8 +152,7 @@ int run_compare(const CompareSpec& spec, Session& session) {
             if (!spec.cases.empty() &&
                 (fx.name.empty() || !std::count(spec.cases.begin(), spec.cases.end(), fx.name)))
               return;
-            if (spec.precision) {  // the tensors stored as this declaration says
-              fx.c.precision = *spec.precision;
+            if (spec.precision) {  // read as declared: the tensors stored as it says
               fx.c.precision_given = true;
               oracles::store_declared(fx.c);
             }
