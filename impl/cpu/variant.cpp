@@ -433,10 +433,14 @@ const std::vector<Variant>& variant_catalogue() {
           [](Variant& x) { x.no_max_subtraction = true; });
     wrong("bf16_accumulation", "", [](Variant& x) { x.bf16_accumulation = true; });
     wrong("rsqrt_estimate", "", [](Variant& x) { x.rsqrt_estimate = true; });
-    wrong("tf32_products_undeclared", "", [](Variant& x) { x.products = Format::tf32; });
-    wrong("bf16_products_undeclared", "", [](Variant& x) { x.products = Format::bf16; });
-    wrong("bf16_mixes_undeclared", "", [](Variant& x) { x.mixes = Format::bf16; });
-    wrong("bf16_streams_undeclared", "", [](Variant& x) { x.streams = Format::bf16; });
+    wrong("tf32_products_undeclared", "undeclared_products_tf32",
+          [](Variant& x) { x.products = Format::tf32; });
+    wrong("bf16_products_undeclared", "undeclared_products_bf16",
+          [](Variant& x) { x.products = Format::bf16; });
+    wrong("bf16_mixes_undeclared", "undeclared_mixes_bf16",
+          [](Variant& x) { x.mixes = Format::bf16; });
+    wrong("bf16_streams_undeclared", "undeclared_streams_bf16",
+          [](Variant& x) { x.streams = Format::bf16; });
     wrong("sinkhorn_reciprocal_estimate", "", [](Variant& x) { x.sinkhorn_recip_bits = 18; });
     wrong("sigmoid_exp_estimate", "", [](Variant& x) { x.sigmoid_exp_bits = 19; });
     wrong("block_pre_not_shifted", "pre_not_shifted",

@@ -3,7 +3,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <optional>
+#include <stdexcept>
 
 #include "mhc/oracles/anchored.hpp"
 #include "mhc/oracles/error_model.hpp"
@@ -66,6 +69,32 @@ const std::vector<ref::BlockSemantics>& block_deviation_catalogue() {
   return all;
 }
 
+namespace {
+
+// got judged as alt's outputs: alt's oracle (into want, its anchored stages appended) and
+// anchored stages, without the second tier.
+Verdict judged_as(const OpCase& alt, const Trace<float>& got, unsigned threads, ErrorModel model,
+                  const bnd::StoredFormats& stored, Trace<bnd::Bounded>* want) {
+  *want = oracle_trace(alt, threads, model, {}, &got);
+  const Trace<bnd::Bounded> anchored = anchored_trace(alt, got, threads, model, stored);
+  Verdict v = compare(got, *want);
+  add_anchored(anchored_stages(alt, got, anchored), v);
+  want->insert(want->end(), anchored.begin(), anchored.end());
+  return v;
+}
+
+// Every stage passes, and at least one was judged.
+bool passes(const Verdict& v) {
+  bool any_judged = false;
+  for (const auto& s : v.stages) {
+    if (s.state == State::fail) return false;
+    any_judged = any_judged || s.state == State::pass;
+  }
+  return any_judged;
+}
+
+}  // namespace
+
 std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsigned threads,
                                   ErrorModel model, const std::vector<std::string>& failed,
                                   const Trace<bnd::Bounded>* own, const NoiseModels* models,
@@ -116,11 +145,8 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
   }
   for (const auto& [name, alt] : alternatives) {
     if (!ref::validate(alt.cfg).empty()) continue;  // e.g. iters - 1 = 0
-    Trace<bnd::Bounded> want = oracle_trace(alt, threads, model, {}, &got);
-    const Trace<bnd::Bounded> anchored = anchored_trace(alt, got, threads, model, stored);
-    Verdict v = compare(got, want);
-    add_anchored(anchored_stages(alt, got, anchored), v);
-    want.insert(want.end(), anchored.begin(), anchored.end());
+    Trace<bnd::Bounded> want;
+    Verdict v = judged_as(alt, got, threads, model, stored, &want);
     if (same(want)) continue;
     if (models && own) {
       NoiseModels judged = noise_models(alt, got, stored);  // measured under its semantics
@@ -128,13 +154,7 @@ std::vector<std::string> diagnose(const OpCase& c, const Trace<float>& got, unsi
         judged.emplace(stage, std::move(m));
       second_tier(judged, alt, got, v);
     }
-    bool all_pass = !v.stages.empty();
-    bool any_judged = false;
-    for (const auto& s : v.stages) {
-      if (s.state == State::fail) all_pass = false;
-      any_judged = any_judged || s.state == State::pass;
-    }
-    if (all_pass && any_judged) names.push_back(name);
+    if (passes(v)) names.push_back(name);
   }
   return names;
 }
@@ -144,17 +164,134 @@ const char* const kWithinWorstCase =
     "shortfall (a precision the kernel does not declare, or an arithmetic regression)";
 
 bool within_worst_case(const OpCase& c, const Trace<float>& got, unsigned threads) {
-  const Verdict v = compare(got, oracle_trace(c, threads, ErrorModel::rigorous, {}, &got));
-  bool any_judged = false;
-  for (const auto& s : v.stages) {
-    if (s.state == State::fail) return false;
-    any_judged = any_judged || s.state == State::pass;
+  return passes(compare(got, oracle_trace(c, threads, ErrorModel::rigorous, {}, &got)));
+}
+
+namespace {
+
+constexpr const char* kUndeclared = "undeclared_";
+
+// One part of a declaration set to a format ("intermediates" sets streams and mixes with it: an
+// eager framework stores the outputs it forms in that format).
+struct Widening {
+  const char* key;
+  bnd::Format format;
+};
+
+// c's precision with the widenings that make a part narrower than c declares it, as a validated
+// Precision; nothing where none applies or the op cannot be judged under the result.
+std::optional<Precision> widened(const OpCase& c, const std::vector<Widening>& ws) {
+  bnd::Declaration d = c.precision.decl;
+  auto widen = [](bnd::Format& part, bnd::Format f) {
+    if (bnd::format_info(f).u > bnd::format_info(part).u) part = f;
+  };
+  for (const Widening& w : ws)
+    for (const bnd::Part& p : bnd::declaration_parts())
+      if (std::string(p.key) == w.key) {
+        widen(d.*(p.member), w.format);
+        if (p.member == &bnd::Declaration::intermediates) {
+          widen(d.streams, w.format);
+          widen(d.mixes, w.format);
+        }
+      }
+  if (d == c.precision.decl) return std::nullopt;
+  std::string parts;
+  for (const bnd::Part& p : bnd::declaration_parts())
+    if (d.*(p.member) != bnd::Format::fp32)
+      parts += std::string(parts.empty() ? "" : ",") + p.key + "=" +
+               bnd::format_info(d.*(p.member)).name;
+  try {
+    Precision p = precision_from_name(parts);
+    need_backward_declaration(c.op, p);
+    return p;
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;  // e.g. intermediates narrower than streams declared already
   }
-  return any_judged;
+}
+
+std::string widening_name(const std::vector<Widening>& ws) {
+  std::string name = kUndeclared;
+  for (std::size_t i = 0; i < ws.size(); ++i)
+    name += std::string(i ? "_and_" : "") + ws[i].key + "_" + bnd::format_info(ws[i].format).name;
+  return name;
+}
+
+}  // namespace
+
+std::vector<std::string> undeclared_precision(const OpCase& c, const Trace<float>& got,
+                                              unsigned threads, ErrorModel model,
+                                              const bnd::StoredFormats& stored) {
+  using F = bnd::Format;
+  // Two widths, 11 significant bits then 8; a storage of either before the products': a stored
+  // stage passes only where every value the kernel gave is of the format, evidence that
+  // arithmetic of the same error's size does not leave. Where several storages of one width pass,
+  // each is named.
+  const std::vector<std::vector<Widening>> levels = {{{"mixes", F::fp16},
+                                                      {"coefficients", F::fp16},
+                                                      {"streams", F::fp16},
+                                                      {"intermediates", F::fp16},
+                                                      {"products", F::tf32}},
+                                                     {{"mixes", F::bf16},
+                                                      {"coefficients", F::bf16},
+                                                      {"streams", F::bf16},
+                                                      {"intermediates", F::bf16},
+                                                      {"products", F::bf16}}};
+  // sized: by the size of the error alone (values of any format).
+  auto passes_under = [&](const std::vector<Widening>& ws, bool sized = false) {
+    const std::optional<Precision> p = widened(c, ws);
+    if (!p) return false;
+    OpCase alt = c;
+    alt.precision = *p;
+    Trace<bnd::Bounded> want;
+    Verdict v = judged_as(alt, got, threads, model, stored, &want);
+    second_tier(noise_models(alt, got, stored), alt, got, v);  // fp32's noise where it applies
+    if (!sized) stored_as_declared(alt, got, v);
+    return passes(v);
+  };
+  std::vector<std::vector<Widening>> applicable(levels.size());
+  for (std::size_t l = 0; l < levels.size(); ++l)
+    for (const Widening& w : levels[l])
+      if (widened(c, {w})) applicable[l].push_back(w);
+  auto is_storage = [](const Widening& w) { return std::string(w.key) != "products"; };
+  for (const auto& level : applicable) {
+    std::vector<std::string> names;
+    for (const Widening& w : level)
+      if (is_storage(w) && passes_under({w})) names.push_back(widening_name({w}));
+    if (!names.empty()) return names;
+  }
+  // The products' bounds (lambda sqrt(n) of the operands' rounding) do not tell tf32 from bf16:
+  // every products format that passes is named.
+  std::vector<std::string> names;
+  for (const auto& level : applicable)
+    for (const Widening& w : level)
+      if (!is_storage(w) && passes_under({w})) names.push_back(widening_name({w}));
+  if (!names.empty()) return names;
+  // Only together: the fewest parts of a width, each left out where the rest still pass (not
+  // monotone: fp16's range may overflow where a part alone does not).
+  for (std::vector<Widening> need : applicable) {
+    if (need.empty() || !passes_under(need, true) || !passes_under(need)) continue;
+    for (std::size_t i = 0; i < need.size() && need.size() > 1;) {
+      std::vector<Widening> rest = need;
+      rest.erase(rest.begin() + std::ptrdiff_t(i));
+      if (passes_under(rest))
+        need = std::move(rest);
+      else
+        ++i;
+    }
+    return {widening_name(need)};
+  }
+  return {};
 }
 
 std::string describe_diagnosis(const std::vector<std::string>& names) {
   if (names.empty()) return "no catalogued deviation explains the output";
+  if (names[0].rfind(kUndeclared, 0) == 0) {
+    std::string s =
+        "no catalogued deviation explains the output; its error is the size of a "
+        "precision it does not declare, ";
+    for (std::size_t i = 0; i < names.size(); ++i) s += (i ? " or " : "") + names[i];
+    return s;
+  }
   std::string s = "matches the oracle with ";
   for (std::size_t i = 0; i < names.size(); ++i) s += (i ? " or " : "") + names[i];
   return s;
@@ -216,6 +353,31 @@ std::string diagnosis_sentence(const std::string& name) {
        "eps, instead of the configured norm_eps."},
   };
   if (const auto it = sentences.find(name); it != sentences.end()) return it->second;
+  // undeclared_<key>_<format>[_and_...]: undeclared_precision's names.
+  if (name.rfind(kUndeclared, 0) == 0) {
+    std::string what, declare;
+    for (std::size_t at = std::strlen(kUndeclared); at < name.size();) {
+      const std::size_t end = std::min(name.find("_and_", at), name.size());
+      const std::string unit = name.substr(at, end - at);
+      at = end + 5;
+      const std::size_t cut = unit.rfind('_');
+      const bnd::Part* part = nullptr;
+      for (const bnd::Part& p : bnd::declaration_parts())
+        if (cut != std::string::npos && unit.compare(0, cut, p.key) == 0 && p.key[cut] == '\0')
+          part = &p;
+      if (!part) return {};
+      const std::string f = unit.substr(cut + 1);
+      what += std::string(what.empty() ? "" : ", and ") + part->what + " in " + f;
+      declare += std::string(declare.empty() ? "" : ",") + part->key + "=" + f;
+      if (part->member == &bnd::Declaration::intermediates)
+        declare += ",mixes=" + f + ",streams=" + f;  // as an eager framework stores its outputs
+    }
+    if (what.empty()) return {};
+    return "The kernel errs as much as " + what + ": it passes when its declaration adds " +
+           declare +
+           " (--precision), a narrower precision than it declares, or an arithmetic "
+           "error of that size.";
+  }
   // hc_eps_x<scale>: the Semantics names any scale this way.
   if (name.rfind("hc_eps_x", 0) == 0 && name.size() > 8) {
     const std::string scale = name.substr(8);

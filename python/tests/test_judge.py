@@ -447,6 +447,14 @@ def test_fp16_datasets_in_a_file_carry_their_rounding(tmp_path):
     assert not r32.passed and r32.first_divergent == "y"
 
 
+def _tf32(a):
+    """fp32 values rounded to tf32 (10 explicit mantissa bits), to nearest, ties to even."""
+    b = a.numpy().astype(np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0xFFF + ((b >> 13) & 1)) & ~np.uint64(0x1FFF)
+    import torch
+    return torch.from_numpy(b.astype(np.uint32).view(np.float32))
+
+
 def test_a_declared_precision_is_what_the_outputs_are_judged_by(capture):
     # mixes from bf16-rounded projection operands (fp32 sums, the RMS from the fp32 streams):
     # faithful to "bf16-projection" and to the same parts spelled out, not to fp32
@@ -462,6 +470,17 @@ def test_a_declared_precision_is_what_the_outputs_are_judged_by(capture):
         assert got.passed and got.precision == "bf16-projection"
     as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
     assert not as32.passed and as32.first_divergent == "mixes"
+    # ... and the diagnosis names the part: the products, as the declaration under which it passes
+    # (bounds of lambda sqrt(n) of the operands' rounding accept bf16's error under tf32 too)
+    assert "undeclared_products_bf16" in as32.deviations, as32.diagnosis
+    assert all(d.startswith("undeclared_products_") for d in as32.deviations)
+    assert "precision it does not declare" in as32.diagnosis
+    # tf32 operands (TF32 matmuls left on): named too, and it passes when declared
+    t = torch.nn.functional.linear(*(_tf32(a) for a in (x, w))) * r
+    tf = mhc_verify.judge("mixes", config, inputs, {"mixes": t}, params, save_dir=None)
+    assert not tf.passed and tf.deviations[0] == "undeclared_products_tf32", tf.diagnosis
+    assert mhc_verify.judge("mixes", config, inputs, {"mixes": t}, params, precision="tf32",
+                            save_dir=None).passed
     with pytest.raises(ValueError, match="accumulation.*is one of fp32, bf16"):
         mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params,
                          precision="products=bf16,accumulation=fp16", save_dir=None)
@@ -650,6 +669,8 @@ def test_declared_storage_of_weights_is_the_values_judged(capture):
     assert got.passed and got.precision == "weights=bf16"
     as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
     assert not as32.passed and as32.first_divergent == "mixes"
+    # bf16 weights are bf16 products for the diagnosis: one operand rounded
+    assert "undeclared_products_bf16" in as32.deviations, as32.diagnosis
 
 
 def _rmsnorm32(x, w, eps, order):

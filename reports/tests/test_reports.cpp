@@ -295,6 +295,16 @@ TEST_CASE("reports: every catalogued deviation is explained in a sentence",
     INFO(n);
     CHECK(oracles::diagnosis_sentence(n).size() > 20);
   }
+  // The undeclared precisions' names, by the declaration parts they name.
+  CHECK_THAT(oracles::diagnosis_sentence("undeclared_products_tf32"),
+             Catch::Matchers::Contains("the projection's operands in tf32") &&
+                 Catch::Matchers::Contains("adds products=tf32 "));
+  CHECK_THAT(oracles::diagnosis_sentence("undeclared_mixes_bf16_and_streams_bf16"),
+             Catch::Matchers::Contains("adds mixes=bf16,streams=bf16 "));
+  CHECK_THAT(oracles::diagnosis_sentence("undeclared_intermediates_fp16"),
+             Catch::Matchers::Contains("intermediates=fp16,mixes=fp16,streams=fp16"));
+  CHECK(oracles::diagnosis_sentence("undeclared_bogus_bf16").empty());
+  CHECK(oracles::diagnosis_sentence("undeclared_").empty());
   CHECK(oracles::diagnosis_sentence("deepseek").empty());
   CHECK(oracles::diagnosis_sentence("comb").empty());
   // Names inside a diagnosis line or a list, as whole words, each once; others ignored.

@@ -163,9 +163,14 @@ Outcome finish(oracles::Trace<float> got, WantOf want_of, const oracles::OpCase&
       if (s.state == oracles::State::fail) failed.push_back(s.stage);
     oracles::Trace<bnd::Bounded> own = want;
     own.insert(own.end(), anchored.begin(), anchored.end());
-    o.deviations =
-        oracles::diagnose(c, o.got, j.threads, worst_case ? j.model : oracles::ErrorModel::rigorous,
-                          failed, &own, &models, stored);
+    const oracles::ErrorModel model = worst_case ? j.model : oracles::ErrorModel::rigorous;
+    o.deviations = oracles::diagnose(c, o.got, j.threads, model, failed, &own, &models, stored);
+    // An error beyond a bound, no deviation: how narrow a precision would account for its size.
+    const bool beyond_bound = std::any_of(
+        o.verdict.stages.begin(), o.verdict.stages.end(),
+        [](const auto& s) { return s.state == oracles::State::fail && s.rule == "within_bound"; });
+    if (o.deviations.empty() && beyond_bound)
+      o.deviations = oracles::undeclared_precision(c, o.got, j.threads, model, stored);
     o.diagnosis = worst_case && o.deviations.empty() ? oracles::kWithinWorstCase
                                                      : oracles::describe_diagnosis(o.deviations);
   }
