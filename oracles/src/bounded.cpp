@@ -146,6 +146,21 @@ float value(float f) {
   return f;
 }
 
+// The power of two 2^-e that brings the largest magnitude m near 1 (e its exponent), kept within
+// float's normal range; the squares' scale.
+int scale_exponent(float m) {
+  return m > 0 && std::isfinite(m) ? std::clamp(-std::ilogb(m), -63, 63) : 0;
+}
+std::vector<int> scale_exponents(const float* v, std::size_t rows, std::size_t n) {
+  std::vector<int> e(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    float m = 0;
+    for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(v[r * n + i]));
+    e[r] = scale_exponent(m);
+  }
+  return e;
+}
+
 #ifdef __AVX2__
 // Four tokens and four rows at a time in vector lanes: lane (r, k) of a float vector holds row r's
 // and token k's running sum; the same operations in the same order as the scalar definition.
@@ -155,8 +170,14 @@ void sums_avx2(const X* x, std::size_t tokens, const float* W, std::size_t rows,
                SequentialSums* out) {
   const std::size_t padded = (tokens + 3) / 4 * 4, prows = (rows + 3) / 4 * 4;
   std::vector<float> xt(padded * n, 0.0f);  // [token block][i][4 tokens]
+  std::vector<float> xf(kSquares ? tokens * n : 0);
   for (std::size_t t = 0; t < tokens; ++t)
-    for (std::size_t i = 0; i < n; ++i) xt[(t / 4) * n * 4 + i * 4 + t % 4] = value(x[t * n + i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      xt[(t / 4) * n * 4 + i * 4 + t % 4] = value(x[t * n + i]);
+      if (kSquares) xf[t * n + i] = value(x[t * n + i]);
+    }
+  const std::vector<int> xe = kSquares ? scale_exponents(xf.data(), tokens, n) : std::vector<int>(),
+                         we = kSquares ? scale_exponents(W, rows, n) : std::vector<int>();
   std::vector<float> wt(n * 4);
   std::vector<double> wd(n * 4);
   const __m256i lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
@@ -173,6 +194,12 @@ void sums_avx2(const X* x, std::size_t tokens, const float* W, std::size_t rows,
       // Lanes: rows 0-1 (f01) and 2-3 (f23), four tokens each; ex per row, four tokens.
       __m256 f01 = _mm256_setzero_ps(), f23 = f01, b01 = f01, b23 = f01, s01 = f01, s23 = f01;
       __m256 qf01 = f01, qf23 = f01, qb01 = f01, qb23 = f01, qp01 = f01, qp23 = f01;
+      alignas(32) float sc[16] = {};  // lane (r, k): its row's and token's scale
+      if (kSquares)
+        for (std::size_t r = 0; r < nr; ++r)
+          for (std::size_t k = 0; k < 4 && t0 + k < tokens; ++k)
+            sc[r * 4 + k] = std::ldexp(1.0f, we[a0 + r] + xe[t0 + k]);
+      const __m256 sc01 = _mm256_load_ps(sc), sc23 = _mm256_load_ps(sc + 8);
       __m256d e0 = _mm256_setzero_pd(), e1 = e0, e2 = e0, e3 = e0;
       for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
         const __m256 xi = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xb + i * 4));
@@ -188,12 +215,16 @@ void sums_avx2(const X* x, std::size_t tokens, const float* W, std::size_t rows,
         s01 = _mm256_add_ps(s01, _mm256_and_ps(p01, abs_mask));
         s23 = _mm256_add_ps(s23, _mm256_and_ps(p23, abs_mask));
         if (kSquares) {
-          qf01 = _mm256_fmadd_ps(f01, f01, qf01);
-          qf23 = _mm256_fmadd_ps(f23, f23, qf23);
-          qb01 = _mm256_fmadd_ps(b01, b01, qb01);
-          qb23 = _mm256_fmadd_ps(b23, b23, qb23);
-          qp01 = _mm256_fmadd_ps(p01, p01, qp01);
-          qp23 = _mm256_fmadd_ps(p23, p23, qp23);
+          const auto square_add = [](__m256 v, __m256 scale, __m256 q) {
+            const __m256 w = _mm256_mul_ps(v, scale);
+            return _mm256_fmadd_ps(w, w, q);
+          };
+          qf01 = square_add(f01, sc01, qf01);
+          qf23 = square_add(f23, sc23, qf23);
+          qb01 = square_add(b01, sc01, qb01);
+          qb23 = square_add(b23, sc23, qb23);
+          qp01 = square_add(p01, sc01, qp01);
+          qp23 = square_add(p23, sc23, qp23);
         }
         // Products of two floats are exact in double: a fused add rounds as add(mul) does.
         const __m256d xd = _mm256_cvtps_pd(_mm_loadu_ps(xb + i * 4));
@@ -227,9 +258,10 @@ void sums_avx2(const X* x, std::size_t tokens, const float* W, std::size_t rows,
           o.magnitude = sa[l];
           o.exact = ex[l];
           if (kSquares) {
-            o.partials2_forward = qf[l];
-            o.partials2_backward = qb[l];
-            o.products2 = qp[l];
+            const int e = -2 * (we[a0 + r] + xe[t0 + k]);
+            o.partials2_forward = std::ldexp(double(qf[l]), e);
+            o.partials2_backward = std::ldexp(double(qb[l]), e);
+            o.products2 = std::ldexp(double(qp[l]), e);
           }
         }
     }
@@ -256,9 +288,9 @@ void sums(const X* x, std::size_t tokens, const float* W, std::size_t rows, std:
         o.magnitude += std::fabs(p);
         o.exact += double(value(xt[i])) * double(w[i]);
         if (kSquares) {
-          o.partials2_forward += o.forward * o.forward;
-          o.partials2_backward += o.backward * o.backward;
-          o.products2 += p * p;
+          o.partials2_forward += double(o.forward) * o.forward;
+          o.partials2_backward += double(o.backward) * o.backward;
+          o.products2 += double(p) * p;
         }
       }
     }
@@ -317,6 +349,10 @@ void self_sums(const float* x, std::size_t tokens, std::size_t n, SequentialSums
     std::fill(xt.begin(), xt.end(), 0.0f);
     for (std::size_t t = 0; t < k; ++t)
       for (std::size_t i = 0; i < n; ++i) xt[i * 4 + t] = x[(t0 + t) * n + i];
+    const std::vector<int> xe = scale_exponents(x + t0 * n, k, n);
+    alignas(16) float sc4[4] = {};  // lane t: its token's squares' scale
+    for (std::size_t t = 0; t < k; ++t) sc4[t] = std::ldexp(1.0f, 2 * xe[t]);
+    const __m128 sc = _mm_load_ps(sc4);
     __m128 f = _mm_setzero_ps(), b = f, sa = f, qf = f, qb = f, qp = f;
     __m256d e = _mm256_setzero_pd();
     for (std::size_t i = 0, j = n - 1; i < n; ++i, --j) {
@@ -325,9 +361,10 @@ void self_sums(const float* x, std::size_t tokens, std::size_t n, SequentialSums
       f = _mm_add_ps(f, p);
       b = _mm_add_ps(b, _mm_mul_ps(xj, xj));
       sa = _mm_add_ps(sa, _mm_and_ps(p, abs_mask));
-      qf = _mm_fmadd_ps(f, f, qf);
-      qb = _mm_fmadd_ps(b, b, qb);
-      qp = _mm_fmadd_ps(p, p, qp);
+      const __m128 fs = _mm_mul_ps(f, sc), bs = _mm_mul_ps(b, sc), ps = _mm_mul_ps(p, sc);
+      qf = _mm_fmadd_ps(fs, fs, qf);
+      qb = _mm_fmadd_ps(bs, bs, qb);
+      qp = _mm_fmadd_ps(ps, ps, qp);
       const __m256d xd = _mm256_cvtps_pd(xi);
       e = _mm256_fmadd_pd(xd, xd, e);
     }
@@ -340,8 +377,16 @@ void self_sums(const float* x, std::size_t tokens, std::size_t n, SequentialSums
     _mm_store_ps(vqb, qb);
     _mm_store_ps(vqp, qp);
     _mm256_store_pd(ve, e);
-    for (std::size_t t = 0; t < k; ++t)
-      out[t0 + t] = SequentialSums{vf[t], vb[t], vs[t], ve[t], vqf[t], vqb[t], vqp[t]};
+    for (std::size_t t = 0; t < k; ++t) {
+      const int e = -4 * xe[t];
+      out[t0 + t] = SequentialSums{vf[t],
+                                   vb[t],
+                                   vs[t],
+                                   ve[t],
+                                   std::ldexp(double(vqf[t]), e),
+                                   std::ldexp(double(vqb[t]), e),
+                                   std::ldexp(double(vqp[t]), e)};
+    }
   }
 #else
   for (std::size_t t = 0; t < tokens; ++t) sums<true>(x + t * n, 1, x + t * n, 1, n, out + t);

@@ -28,9 +28,8 @@ constexpr double u = 0x1.0p-24;
 // independent, its spread is u sqrt(sum s_k^2 + sum t_i^2) / sqrt(3). The scale takes the larger
 // of the two orders' partial sums, products counted 4 times (the product's rounding, the
 // stream's own, a scaling before the projection, tensor-core operand handling).
-double sum_noise(float partials2_forward, float partials2_backward, float products2) {
-  return u * std::sqrt(std::max(double(partials2_forward), double(partials2_backward)) +
-                       4 * double(products2));
+double sum_noise(double partials2_forward, double partials2_backward, double products2) {
+  return u * std::sqrt(std::max(partials2_forward, partials2_backward) + 4 * products2);
 }
 
 // The RMS scale r = (S / nd + eps)^-1/2's relative noise from its sum of squares S (q): half the
@@ -209,14 +208,14 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
       }
       m.value[t * na * nb + k] = value;
       m.scale[t * na * nb + k] =
-          repeated[k] ? HUGE_VAL
-                      : std::max({std::sqrt(u * u *
-                                                (std::max(double(o.partials2_forward),
-                                                          double(o.partials2_backward)) +
-                                                 4 * double(o.products2)) +
-                                            b_noise2),
-                                  std::fabs(double(o.forward) - value),
-                                  std::fabs(double(o.backward) - value)});
+          repeated[k]
+              ? HUGE_VAL
+              : std::max({std::sqrt(u * u *
+                                        (std::max(o.partials2_forward, o.partials2_backward) +
+                                         4 * o.products2) +
+                                    b_noise2),
+                          std::fabs(double(o.forward) - value),
+                          std::fabs(double(o.backward) - value)});
     }
   }
   return m;

@@ -529,6 +529,19 @@ TEST_CASE("bounded: the vector premise check is the sequential definition", "[bo
       CHECK(std::fabs(double(o.partials2_backward) - qb) <= tol * qb);
       CHECK(std::fabs(double(o.products2) - qp) <= tol * qp);
     }
+  // The squares scale with the operands by powers of two, bit for bit, down to terms whose
+  // squares are below float's range (products near 1e-25: the scale of a dot of tiny gradients).
+  std::vector<float> xs(xf.size()), Ws(W.size());
+  for (std::size_t i = 0; i < xf.size(); ++i) xs[i] = std::ldexp(xf[i], -43);
+  for (std::size_t i = 0; i < W.size(); ++i) Ws[i] = std::ldexp(W[i], -40);
+  std::vector<bnd::detail::SequentialSums> tiny(tokens * rows);
+  bnd::detail::sequential_sums(xs.data(), tokens, Ws.data(), rows, n, tiny.data());
+  for (std::size_t k = 0; k < tokens * rows; ++k) {
+    CAPTURE(n, tokens, rows, repeats, k);
+    CHECK(tiny[k].partials2_forward == std::ldexp(s[k].partials2_forward, -166));
+    CHECK(tiny[k].partials2_backward == std::ldexp(s[k].partials2_backward, -166));
+    CHECK(tiny[k].products2 == std::ldexp(s[k].products2, -166));
+  }
   // Each token's sum of squares alone: the diagonal of the sums of x against itself, every field
   // bit for bit.
   std::vector<bnd::detail::SequentialSums> all(tokens * tokens), own(tokens);

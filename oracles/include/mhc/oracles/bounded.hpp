@@ -458,8 +458,9 @@ struct SequentialSums {
   float magnitude = 0;              // sum of |w x| (forward)
   double exact = 0;                 // in double: each product of two floats is exact
   // Sums of the squared partial sums (each forward and backward sum after each addition) and of
-  // the squared products, in float: scales only.
-  float partials2_forward = 0, partials2_backward = 0, products2 = 0;
+  // the squared products: scales only, summed in float on values scaled by a power of two (so
+  // that tiny terms' squares do not underflow), returned unscaled.
+  double partials2_forward = 0, partials2_backward = 0, products2 = 0;
 };
 // Every (token, row) of x W^T, into out[token * rows + row].
 void sequential_sums(const float* x, std::size_t tokens, const float* W, std::size_t rows,
