@@ -288,9 +288,9 @@ void sums(const X* x, std::size_t tokens, const float* W, std::size_t rows, std:
         o.magnitude += std::fabs(p);
         o.exact += double(value(xt[i])) * double(w[i]);
         if (kSquares) {
-          o.partials2_forward += double(o.forward) * o.forward;
-          o.partials2_backward += double(o.backward) * o.backward;
-          o.products2 += double(p) * p;
+          o.partials2_forward += double(o.forward) * double(o.forward);
+          o.partials2_backward += double(o.backward) * double(o.backward);
+          o.products2 += double(p) * double(p);
         }
       }
     }
@@ -378,14 +378,14 @@ void self_sums(const float* x, std::size_t tokens, std::size_t n, SequentialSums
     _mm_store_ps(vqp, qp);
     _mm256_store_pd(ve, e);
     for (std::size_t t = 0; t < k; ++t) {
-      const int e = -4 * xe[t];
+      const int unscale = -4 * xe[t];
       out[t0 + t] = SequentialSums{vf[t],
                                    vb[t],
                                    vs[t],
                                    ve[t],
-                                   std::ldexp(double(vqf[t]), e),
-                                   std::ldexp(double(vqb[t]), e),
-                                   std::ldexp(double(vqp[t]), e)};
+                                   std::ldexp(double(vqf[t]), unscale),
+                                   std::ldexp(double(vqb[t]), unscale),
+                                   std::ldexp(double(vqp[t]), unscale)};
     }
   }
 #else

@@ -174,10 +174,42 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
+// A dot a . b over d in strided-lane orders, S = 2, 4, ..., 32 lanes (lane l adds terms l, l + S,
+// ..., in fp32, then a tree of the lanes' totals), as SIMD and warp reductions sum: the largest
+// sum of the squared partial sums, and each order's result. Their partial sums keep large terms
+// that the sequential orders cancel at once (two adjacent outlier channels of opposite products
+// ride their lanes to the end).
+struct LaneSums {
+  double partials2 = 0;
+  std::vector<float> results;
+};
+LaneSums lane_sums(const float* a, const float* b, std::size_t d) {
+  LaneSums out;
+  std::array<float, 32> lane{};
+  for (std::size_t S = 2; S <= lane.size() && S < d; S *= 2) {
+    std::fill(lane.begin(), lane.end(), 0.0f);
+    double q = 0;
+    for (std::size_t i = 0; i < d; ++i) {
+      float& l = lane[i & (S - 1)];
+      l += a[i] * b[i];
+      q += double(l) * double(l);
+    }
+    for (std::size_t w = S / 2; w > 0; w /= 2)
+      for (std::size_t l = 0; l < w; ++l) {
+        lane[l] += lane[l + w];
+        q += double(lane[l]) * double(lane[l]);
+      }
+    out.partials2 = std::max(out.partials2, q);
+    out.results.push_back(lane[0]);
+  }
+  return out;
+}
+
 // Every token's dot products a_i . b_j over d of two stream tensors, a [T, na, d] and b [T, nb, d],
 // into [T, na, nb] (the backward's sums over d): the projection's sums model without its RMS scale,
-// the two orders run. Where b is the kernel's own evaluation of values the model knows (b_exact),
-// the value is taken from those, and b's own errors (scale b_own each) counted as independent.
+// the two sequential orders and the strided-lane ones (lane_sums) run. Where b is the kernel's own
+// evaluation of values the model knows (b_exact), the value is taken from those, and b's own errors
+// (scale b_own each) counted as independent.
 struct Recomputed {
   const double *exact = nullptr, *own = nullptr;
 };
@@ -206,16 +238,19 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
           b_noise2 += (ai * rb.own[e + i]) * (ai * rb.own[e + i]);
         }
       }
+      const LaneSums lanes = lane_sums(at + (k / nb) * d, bt + (k % nb) * d, d);
+      double run =
+          std::max(std::fabs(double(o.forward) - value), std::fabs(double(o.backward) - value));
+      for (const float r : lanes.results) run = std::max(run, std::fabs(double(r) - value));
       m.value[t * na * nb + k] = value;
       m.scale[t * na * nb + k] =
-          repeated[k]
-              ? HUGE_VAL
-              : std::max({std::sqrt(u * u *
-                                        (std::max(o.partials2_forward, o.partials2_backward) +
-                                         4 * o.products2) +
-                                    b_noise2),
-                          std::fabs(double(o.forward) - value),
-                          std::fabs(double(o.backward) - value)});
+          repeated[k] ? HUGE_VAL
+                      : std::max(std::sqrt(u * u *
+                                               (std::max({o.partials2_forward, o.partials2_backward,
+                                                          lanes.partials2}) +
+                                                4 * o.products2) +
+                                           b_noise2),
+                                 run);
     }
   }
   return m;

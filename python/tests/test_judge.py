@@ -712,3 +712,37 @@ def test_an_rmsnorm_with_another_eps_fails_where_its_bounds_pass(order):
     y = bad.stage("y")
     assert not bad.passed and y.rule == "noise" and y.ratio_max <= 1
     assert "norm_eps_1e-6" in bad.diagnosis  # named by the diagnosis
+
+
+def _dot_lanes(a, b, lanes):
+    """a . b over the last axis in fp32 as a SIMD or warp sum: lane l adds terms l, l + lanes, ...,
+    then a tree of the lanes' totals."""
+    A = a.reshape(a.shape[:-1] + (-1, lanes))
+    B = b.reshape(b.shape[:-1] + (-1, lanes))
+    acc = np.zeros(a.shape[:-1] + (lanes,), np.float32)
+    for r in range(A.shape[-2]):
+        acc = (acc + A[..., r, :] * B[..., r, :]).astype(np.float32)
+    while acc.shape[-1] > 1:
+        acc = (acc[..., 0::2] + acc[..., 1::2]).astype(np.float32)
+    return acc[..., 0]
+
+
+@pytest.mark.parametrize("lanes", [2, 8, 32])
+def test_a_dot_summed_in_lanes_passes_beside_cancelling_outlier_channels(lanes):
+    # Two adjacent outlier channels (1e4) whose products cancel: a sequential sum cancels them at
+    # once, each lane carries its own to the end, and rounds at their size (the second tier had
+    # only the sequential orders' partial sums: z 29, 10.9 and 6 at 2, 8 and 32 lanes).
+    T, n, d = 4, 4, 5120
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((T, n, d))
+    g = rng.standard_normal((T, d))
+    x[:, :, :2] = 1e4 * (1 + 0.01 * rng.standard_normal((T, n, 2)))
+    g[:, 0] = 1 + 0.01 * rng.standard_normal(T)
+    g[:, 1] = -g[:, 0] * (1 + 1e-3 * rng.standard_normal(T))
+    inputs = {"x": x.astype(np.float32), "pre_mix": rng.uniform(0.2, 1, (T, n)).astype(np.float32),
+              "upstream_y": g.astype(np.float32)}
+    grads = {"grad_x": (inputs["pre_mix"][..., None] * inputs["upstream_y"][:, None, :]),
+             "grad_pre_mix": _dot_lanes(inputs["x"], np.broadcast_to(
+                 inputs["upstream_y"][:, None, :], inputs["x"].shape), lanes)}
+    r = mhc_verify.judge("pre_backward", {"n": n, "dim": d}, inputs, grads, save_dir=None)
+    assert r.passed, r.stage("grad_pre_mix").reason
