@@ -68,47 +68,59 @@ std::vector<float> squares_in_other_orders(const float* x, std::size_t d) {
   return out;
 }
 
-// RMSNorm's y = w x r, r = (S / d + eps)^-1/2 from the token's sum of squares S, in fp32 (x [T, d],
-// w [d]): the value in double; the scale r's relative noise (rms_scale_noise, or the deviation of
-// r formed from an fp32 sum in one of the usual orders, the largest) plus the element's own
-// roundings (x r and the weight's product, or a division x / sqrt), 3 u, and an absolute floor of
-// flushed products (w x flushed then scaled by r included). r's error is the token's: its d
-// elements count as one. Not modelled: tokens whose squares repeat, and tokens where an order's
-// sum errs by more than 3 times the sums' noise (5 standard deviations under the model): data whose
-// rounding is biased (residues chosen so that every addition rounds one way), where an order not
-// run may err more than those run.
+// A token's RMS scale r = (S / d + eps)^-1/2 from its d values x and their sums of squares q: r in
+// double; its relative noise, rms_scale_noise or the deviation of r formed from an fp32 sum in
+// one of the usual orders, the largest; and whether the token is not modelled: its squares repeat,
+// or an order's sum errs by more than 3 times the sums' noise (5 standard deviations under the
+// model): data whose rounding is biased (residues chosen so that every addition rounds one way),
+// where an order not run may err more than those run.
+struct RmsScale {
+  double r = 0, rel = 0;
+  bool biased = false;
+};
+RmsScale rms_scale_of(const ref::Config& cfg, const float* x, std::size_t d,
+                      const bnd::detail::SequentialSums& q) {
+  bnd::Model probabilistic = bnd::fp32();
+  probabilistic.probabilistic = true;
+  auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(d) + float(cfg.norm_eps)); };
+  RmsScale out;
+  out.r = 1 / std::sqrt(q.exact / double(d) + cfg.norm_eps);
+  const double S_noise = sum_noise(q.partials2_forward, q.partials2_backward, q.products2);
+  std::vector<float> sums = squares_in_other_orders(x, d);
+  sums.push_back(q.forward);
+  sums.push_back(q.backward);
+  out.biased =
+      bnd::detail::too_many_repeats(probabilistic, double(d), bnd::detail::repeated_values(x, d)) ||
+      !std::isfinite(out.r);
+  out.rel = rms_scale_noise(q);
+  for (const float S : sums) {
+    out.biased = out.biased || !(std::fabs(double(S) - q.exact) <= 3 * S_noise);
+    out.rel = std::max(out.rel, std::fabs(double(r_fp32(S)) / out.r - 1));
+  }
+  return out;
+}
+
+// RMSNorm's y = w x r in fp32 (x [T, d], w [d]): the value in double; r's relative noise
+// (rms_scale_of) plus the element's own roundings (x r and the weight's product, or a division
+// x / sqrt), 3 u, and an absolute floor of flushed products (w x flushed then scaled by r
+// included). r's error is the token's: its d elements count as one. Tokens rms_scale_of finds
+// biased are not modelled.
 NoiseModel rmsnorm_model(const ref::Config& cfg, const float* x, const float* w, std::size_t T) {
   const std::size_t d = std::size_t(cfg.d);
   std::vector<bnd::detail::SequentialSums> squares(T);
   bnd::detail::self_sums(x, T, d, squares.data());
-  bnd::Model probabilistic = bnd::fp32();
-  probabilistic.probabilistic = true;
   NoiseModel m;
   m.value.resize(T * d);
   m.scale.resize(T * d);
   m.independent = 1 / double(d);
   for (std::size_t t = 0; t < T; ++t) {
-    const bnd::detail::SequentialSums& q = squares[t];
-    auto r_fp32 = [&](float S) { return 1.0f / std::sqrt(S / float(d) + float(cfg.norm_eps)); };
-    const double r = 1 / std::sqrt(q.exact / double(d) + cfg.norm_eps);
-    const double S_noise = sum_noise(q.partials2_forward, q.partials2_backward, q.products2);
-    std::vector<float> sums = squares_in_other_orders(x + t * d, d);
-    sums.push_back(q.forward);
-    sums.push_back(q.backward);
-    bool biased = bnd::detail::too_many_repeats(probabilistic, double(d),
-                                                bnd::detail::repeated_values(x + t * d, d));
-    double rel = rms_scale_noise(q);
-    for (const float S : sums) {
-      biased = biased || !(std::fabs(double(S) - q.exact) <= 3 * S_noise);
-      rel = std::max(rel, std::fabs(double(r_fp32(S)) / r - 1));
-    }
-    rel += 3 * u;
+    const RmsScale s = rms_scale_of(cfg, x + t * d, d, squares[t]);
+    const double rel = s.rel + 3 * u;
     for (std::size_t i = 0; i < d; ++i) {
-      const double wi = double(w[i]), value = wi * double(x[t * d + i]) * r;
+      const double wi = double(w[i]), value = wi * double(x[t * d + i]) * s.r;
       m.value[t * d + i] = value;
-      m.scale[t * d + i] = biased || !std::isfinite(r)
-                               ? HUGE_VAL
-                               : std::fabs(value) * rel + (1 + std::fabs(wi) + r) * 0x1.0p-126;
+      m.scale[t * d + i] =
+          s.biased ? HUGE_VAL : std::fabs(value) * rel + (1 + std::fabs(wi) + s.r) * 0x1.0p-126;
     }
   }
   return m;
@@ -251,6 +263,62 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
                                                 4 * o.products2) +
                                            b_noise2),
                                  run);
+    }
+  }
+  return m;
+}
+
+// RMSNorm's gradient of x for the gradient g of y = w x r (x, g [T, d], w [d]): dx_i = r a_i - c
+// x_i, a_i = w_i g_i, c = r^3 (a . x) / d, in double. Its noise: r's relative noise (rms_scale_of)
+// on the first term once and on c three times; the dot's absolute noise as dots_model's (the
+// sequential and lane orders of fl(a_i) x_i, products counted 4 times: a's rounding, a normalised
+// x); each term's own roundings (2 u, 4 u on c) and the difference's (u); an absolute floor of
+// flushed products. r's and the dot's errors are the token's: its d elements count as one. Not
+// modelled: tokens rms_scale_of finds biased, and dots whose terms repeat.
+NoiseModel rmsnorm_backward_model(const ref::Config& cfg, const float* x, const float* w,
+                                  const float* g, std::size_t T) {
+  const std::size_t d = std::size_t(cfg.d);
+  bnd::Model probabilistic = bnd::fp32();
+  probabilistic.probabilistic = true;
+  const bnd::ModelScope scope(probabilistic);
+  std::vector<bnd::detail::SequentialSums> squares(T);
+  bnd::detail::self_sums(x, T, d, squares.data());
+  NoiseModel m;
+  m.value.resize(T * d);
+  m.scale.resize(T * d);
+  m.independent = 1 / double(d);
+  std::vector<float> a(d);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float *xt = x + t * d, *gt = g + t * d;
+    const RmsScale s = rms_scale_of(cfg, xt, d, squares[t]);
+    double dot = 0;
+    for (std::size_t i = 0; i < d; ++i) {
+      a[i] = w[i] * gt[i];
+      dot += double(w[i]) * double(gt[i]) * double(xt[i]);
+    }
+    bnd::detail::SequentialSums o;
+    bnd::detail::sequential_sums(a.data(), 1, xt, 1, d, &o);
+    const bool repeated = bnd::detail::repeated_terms(a.data(), 1, xt, 1, d)[0];
+    const LaneSums lanes = lane_sums(a.data(), xt, d);
+    double dot_noise =
+        std::max({sum_noise(std::max(o.partials2_forward, lanes.partials2), o.partials2_backward,
+                            o.products2),
+                  std::fabs(double(o.forward) - o.exact), std::fabs(double(o.backward) - o.exact)});
+    for (const float rl : lanes.results)
+      dot_noise = std::max(dot_noise, std::fabs(double(rl) - o.exact));
+    const double r3d = s.r * s.r * s.r / double(d), c = r3d * dot;
+    for (std::size_t i = 0; i < d; ++i) {
+      const double xi = double(xt[i]), first = s.r * double(w[i]) * double(gt[i]),
+                   value = first - c * xi;
+      m.value[t * d + i] = value;
+      m.scale[t * d + i] =
+          s.biased || repeated
+              ? HUGE_VAL
+              : std::fabs(first) * (s.rel + 2 * u) +
+                    std::fabs(xi) * (std::fabs(c) * (3 * s.rel + 4 * u) + r3d * dot_noise) +
+                    u * std::fabs(value) +
+                    ((1 + s.r) * (1 + std::fabs(double(w[i]))) + r3d * double(d) * std::fabs(xi)) *
+                        0x1.0p-126;
     }
   }
   return m;
@@ -1377,6 +1445,13 @@ NoiseModel model_of(const OpCase& c, const std::string& stage, const Trace<float
       return stage == "y" && rmsnorm_modelled(c)
                  ? rmsnorm_model(c.cfg, c.input("x").data.data(), c.param("weight").data.data(),
                                  c.tokens)
+                 : NoiseModel{};
+    case Op::rmsnorm_backward:
+      return stage == "grad_x" && rmsnorm_modelled(c) &&
+                     declared_output_storage(c, stage) == bnd::Format::fp32
+                 ? rmsnorm_backward_model(c.cfg, c.input("x").data.data(),
+                                          c.param("weight").data.data(),
+                                          c.input("upstream_y").data.data(), c.tokens)
                  : NoiseModel{};
     case Op::split_sinkhorn:  // from the case's mixes
       return boundary_model(c, stage, c.input("mixes").data.data(), nullptr);

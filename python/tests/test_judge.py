@@ -746,3 +746,37 @@ def test_a_dot_summed_in_lanes_passes_beside_cancelling_outlier_channels(lanes):
                  inputs["upstream_y"][:, None, :], inputs["x"].shape), lanes)}
     r = mhc_verify.judge("pre_backward", {"n": n, "dim": d}, inputs, grads, save_dir=None)
     assert r.passed, r.stage("grad_pre_mix").reason
+
+
+def _rmsnorm_backward(x, w, g, bug=None):
+    """RMSNorm's gradient of x in fp32 through torch, the closed form, with one of four slips."""
+    torch = pytest.importorskip("torch")
+    d = x.shape[-1]
+    xs = x.astype(np.float16).astype(np.float32) if bug == "r_from_fp16" else x
+    x, w, g, xs = (torch.from_numpy(a) for a in (x, w, g, xs))
+    ms = (xs * xs).mean(-1, keepdim=True)
+    r = {"eps_outside_sqrt": lambda: 1 / (torch.sqrt(ms) + 1e-6),
+         "eps_1e-6": lambda: torch.rsqrt(ms + 1e-6)}.get(bug, lambda: torch.rsqrt(ms + 1e-20))()
+    mean_over = d - 1 if bug == "mean_over_d-1" else d
+    return (r * w * g - (r ** 3 / mean_over) * x * (g * w * x).sum(-1, keepdim=True)).numpy()
+
+
+@pytest.mark.parametrize("bug, rms", [(None, 0.3), (None, 1.0), ("eps_1e-6", 0.3),
+                                      ("mean_over_d-1", 1.0), ("eps_outside_sqrt", 0.1),
+                                      ("r_from_fp16", 1.0)])
+def test_rmsnorm_backward_slips_fail_where_their_bounds_pass(bug, rms):
+    # At d = 5120 the gradient's bounds sit far above fp32's noise: these slips err 20 to 90
+    # times a faithful kernel and pass them; the second tier (r's and the dot's noise, shared by
+    # the token's elements) fails them, and passes the faithful kernel.
+    T, d = 16, 5120
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((T, d)) * rms).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    g = rng.standard_normal((T, d)).astype(np.float32)
+    r = mhc_verify.judge("rmsnorm_backward", {"dim": d}, {"x": x, "upstream_y": g},
+                         {"grad_x": _rmsnorm_backward(x, w, g, bug)}, {"weight": w}, save_dir=None)
+    s = r.stage("grad_x")
+    assert s.ratio_max < 1 and s.noise is not None
+    assert r.passed == (bug is None), s.reason
+    if bug:
+        assert s.rule == "noise"

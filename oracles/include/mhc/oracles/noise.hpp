@@ -55,7 +55,8 @@ struct NoiseModel {
 // every composition of the boundary's gradient from its shares, and a stream gradient with its
 // storage's rounding; and grad_hc_fn of both (the sum over tokens of G times the streams, any
 // streams format). For RMSNorm's y (op rmsnorm; a Block's normed stages, anchored on the kernel's
-// sublayer input): r's noise, shared by the token's elements, and each element's own roundings.
+// sublayer input): r's noise, shared by the token's elements, and each element's own roundings;
+// for rmsnorm_backward's grad_x, r's and the dot a . x's noise, shared too, and each term's own.
 // None for another gradient stored narrower than fp32. Empty for a stage it does not model, and
 // where the stage it is anchored on (the kernel's mixes or streams) was handed over rounded
 // (stored: rounded_on_handover).
