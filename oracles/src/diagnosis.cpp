@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -224,17 +225,21 @@ std::vector<std::string> undeclared_precision(const OpCase& c, const Trace<float
   using F = bnd::Format;
   // Two widths, 11 significant bits then 8; a storage of either before the products': a stored
   // stage passes only where every value the kernel gave is of the format, evidence that
-  // arithmetic of the same error's size does not leave. Where several storages of one width pass,
-  // each is named.
+  // arithmetic of the same error's size does not leave (inputs and weights are read rounded, as
+  // the oracle reads them). Where several storages of one width pass, each is named.
   const std::vector<std::vector<Widening>> levels = {{{"mixes", F::fp16},
                                                       {"coefficients", F::fp16},
                                                       {"streams", F::fp16},
                                                       {"intermediates", F::fp16},
+                                                      {"inputs", F::fp16},
+                                                      {"weights", F::fp16},
                                                       {"products", F::tf32}},
                                                      {{"mixes", F::bf16},
                                                       {"coefficients", F::bf16},
                                                       {"streams", F::bf16},
                                                       {"intermediates", F::bf16},
+                                                      {"inputs", F::bf16},
+                                                      {"weights", F::bf16},
                                                       {"products", F::bf16}}};
   // sized: by the size of the error alone (values of any format).
   auto passes_under = [&](const std::vector<Widening>& ws, bool sized = false) {
@@ -242,6 +247,7 @@ std::vector<std::string> undeclared_precision(const OpCase& c, const Trace<float
     if (!p) return false;
     OpCase alt = c;
     alt.precision = *p;
+    store_declared(alt);  // inputs and weights as the kernel would have read them
     Trace<bnd::Bounded> want;
     Verdict v = judged_as(alt, got, threads, model, stored, &want);
     second_tier(noise_models(alt, got, stored), alt, got, v);  // fp32's noise where it applies

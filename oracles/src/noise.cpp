@@ -186,34 +186,45 @@ NoiseModel mixes_model(const ref::Config& cfg, const float* xs, std::size_t T, c
   return m;
 }
 
-// A dot a . b over d in strided-lane orders, S = 2, 4, ..., 32 lanes (lane l adds terms l, l + S,
-// ..., in fp32, then a tree of the lanes' totals), as SIMD and warp reductions sum: the largest
-// sum of the squared partial sums, and each order's result. Their partial sums keep large terms
-// that the sequential orders cancel at once (two adjacent outlier channels of opposite products
-// ride their lanes to the end).
+// A dot a . b over d in the lane orders of SIMD, warp and block reductions: S = 2, 4, ..., 1024
+// lanes, each taking c = 1, 2, 4 or 8 contiguous terms in turn (lane l adds chunks l, l + S, ...:
+// float4 loads are c = 4), in fp32; then the lanes' totals in a tree (lane l + w into lane l) or in
+// sequence. The largest sum of the squared partial sums, and each order's result. Their partial
+// sums keep large terms that the sequential orders cancel at once: two adjacent outlier channels
+// of opposite products ride their lanes to the end, and products whose signs repeat with the
+// lanes' period (a pattern per 64-wide head) grow in every lane.
 struct LaneSums {
   double partials2 = 0;
   std::vector<float> results;
 };
 LaneSums lane_sums(const float* a, const float* b, std::size_t d) {
   LaneSums out;
-  std::array<float, 32> lane{};
-  for (std::size_t S = 2; S <= lane.size() && S < d; S *= 2) {
-    std::fill(lane.begin(), lane.end(), 0.0f);
-    double q = 0;
-    for (std::size_t i = 0; i < d; ++i) {
-      float& l = lane[i & (S - 1)];
-      l += a[i] * b[i];
-      q += double(l) * double(l);
-    }
-    for (std::size_t w = S / 2; w > 0; w /= 2)
-      for (std::size_t l = 0; l < w; ++l) {
-        lane[l] += lane[l + w];
-        q += double(lane[l]) * double(lane[l]);
+  std::vector<float> lane, tree;
+  for (unsigned shift = 0; shift <= 3; ++shift)
+    for (std::size_t S = 2; S <= 1024 && (S << shift) < d; S *= 2) {
+      lane.assign(S, 0.0f);
+      double q = 0;
+      for (std::size_t i = 0; i < d; ++i) {
+        float& l = lane[(i >> shift) & (S - 1)];
+        l += a[i] * b[i];
+        q += double(l) * double(l);
       }
-    out.partials2 = std::max(out.partials2, q);
-    out.results.push_back(lane[0]);
-  }
+      double in_sequence = 0, in_tree = 0;
+      float total = 0;
+      for (const float l : lane) {
+        total += l;
+        in_sequence += double(total) * double(total);
+      }
+      tree = lane;
+      for (std::size_t w = S / 2; w > 0; w /= 2)
+        for (std::size_t l = 0; l < w; ++l) {
+          tree[l] += tree[l + w];
+          in_tree += double(tree[l]) * double(tree[l]);
+        }
+      out.partials2 = std::max(out.partials2, q + std::max(in_sequence, in_tree));
+      out.results.push_back(tree[0]);
+      out.results.push_back(total);
+    }
   return out;
 }
 

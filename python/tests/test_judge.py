@@ -714,36 +714,55 @@ def test_an_rmsnorm_with_another_eps_fails_where_its_bounds_pass(order):
     assert "norm_eps_1e-6" in bad.diagnosis  # named by the diagnosis
 
 
-def _dot_lanes(a, b, lanes):
-    """a . b over the last axis in fp32 as a SIMD or warp sum: lane l adds terms l, l + lanes, ...,
-    then a tree of the lanes' totals."""
-    A = a.reshape(a.shape[:-1] + (-1, lanes))
-    B = b.reshape(b.shape[:-1] + (-1, lanes))
-    acc = np.zeros(a.shape[:-1] + (lanes,), np.float32)
-    for r in range(A.shape[-2]):
-        acc = (acc + A[..., r, :] * B[..., r, :]).astype(np.float32)
+def _dot_lanes(a, b, lanes, chunk=1, tree=True):
+    """a . b over the last axis in fp32 as a SIMD, warp or block sum: lane l adds chunks of `chunk`
+    contiguous terms l, l + lanes, ... (float4 loads: chunk 4), then the lanes' totals in a tree or
+    in sequence."""
+    p = (a * b).astype(np.float32)
+    p = p.reshape(p.shape[:-1] + (-1, lanes, chunk))
+    acc = np.zeros(p.shape[:-3] + (lanes,), np.float32)
+    for r in range(p.shape[-3]):
+        for c in range(chunk):
+            acc = (acc + p[..., r, :, c]).astype(np.float32)
+    if not tree:
+        total = np.zeros(acc.shape[:-1], np.float32)
+        for lane in range(lanes):
+            total = (total + acc[..., lane]).astype(np.float32)
+        return total
     while acc.shape[-1] > 1:
-        acc = (acc[..., 0::2] + acc[..., 1::2]).astype(np.float32)
+        half = acc.shape[-1] // 2
+        acc = (acc[..., :half] + acc[..., half:]).astype(np.float32)
     return acc[..., 0]
 
 
-@pytest.mark.parametrize("lanes", [2, 8, 32])
-def test_a_dot_summed_in_lanes_passes_beside_cancelling_outlier_channels(lanes):
-    # Two adjacent outlier channels (1e4) whose products cancel: a sequential sum cancels them at
-    # once, each lane carries its own to the end, and rounds at their size (the second tier had
-    # only the sequential orders' partial sums: z 29, 10.9 and 6 at 2, 8 and 32 lanes).
+@pytest.mark.parametrize("data, lanes, chunk, tree", [
+    ("outlier pair", 2, 1, True), ("outlier pair", 8, 1, True), ("outlier pair", 32, 1, True),
+    ("signs of period 64", 64, 1, True), ("signs of period 64", 64, 1, False),
+    ("signs of period 64", 32, 4, True)])
+def test_a_dot_summed_in_lanes_passes_on_structured_data(data, lanes, chunk, tree):
+    # Orders whose partial sums keep what a sequential sum cancels at once: two adjacent outlier
+    # channels (1e4) whose products cancel ride their lanes to the end; products whose signs repeat
+    # every 64 channels grow in every lane of 64, or of 32 float4 loads. With the sequential orders
+    # alone in the model these were flagged: z 29, 10.9 and 6 (the pair at 2, 8 and 32 lanes);
+    # with lanes of up to 32 single terms, 5.1, 16.2 and 12.6 (period 64 at 64 lanes in a tree, in
+    # sequence, and 32 float4 lanes).
     T, n, d = 4, 4, 5120
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((T, n, d))
-    g = rng.standard_normal((T, d))
-    x[:, :, :2] = 1e4 * (1 + 0.01 * rng.standard_normal((T, n, 2)))
-    g[:, 0] = 1 + 0.01 * rng.standard_normal(T)
-    g[:, 1] = -g[:, 0] * (1 + 1e-3 * rng.standard_normal(T))
+    if data == "outlier pair":
+        x = rng.standard_normal((T, n, d))
+        g = rng.standard_normal((T, d))
+        x[:, :, :2] = 1e4 * (1 + 0.01 * rng.standard_normal((T, n, 2)))
+        g[:, 0] = 1 + 0.01 * rng.standard_normal(T)
+        g[:, 1] = -g[:, 0] * (1 + 1e-3 * rng.standard_normal(T))
+    else:
+        sign = np.where(np.arange(d) % 64 < 32, 1.0, -1.0)
+        x = sign * (1 + 0.5 * rng.random((T, n, d)))
+        g = 1 + 0.5 * rng.random((T, d))
     inputs = {"x": x.astype(np.float32), "pre_mix": rng.uniform(0.2, 1, (T, n)).astype(np.float32),
               "upstream_y": g.astype(np.float32)}
     grads = {"grad_x": (inputs["pre_mix"][..., None] * inputs["upstream_y"][:, None, :]),
-             "grad_pre_mix": _dot_lanes(inputs["x"], np.broadcast_to(
-                 inputs["upstream_y"][:, None, :], inputs["x"].shape), lanes)}
+             "grad_pre_mix": _dot_lanes(inputs["x"], inputs["upstream_y"][:, None, :], lanes,
+                                        chunk, tree)}
     r = mhc_verify.judge("pre_backward", {"n": n, "dim": d}, inputs, grads, save_dir=None)
     assert r.passed, r.stage("grad_pre_mix").reason
 
@@ -780,3 +799,25 @@ def test_rmsnorm_backward_slips_fail_where_their_bounds_pass(bug, rms):
     assert r.passed == (bug is None), s.reason
     if bug:
         assert s.rule == "noise"
+
+
+@pytest.mark.parametrize("stored, part", [("x", "inputs"), ("weight", "weights")])
+def test_a_gradient_from_operands_read_as_bf16_is_diagnosed_as_that_storage(stored, part):
+    # A backward that reads its saved activations (or the weight) as bf16 and is exact otherwise:
+    # it fails as fp32, passes when the part is declared, and the diagnosis names the part.
+    torch = pytest.importorskip("torch")
+    T, d = 16, 5120
+    rng = np.random.default_rng(3)
+    x = (0.05 * rng.standard_normal((T, d))).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    g = rng.standard_normal((T, d)).astype(np.float32)
+    bf16 = {"x": x, "weight": w}
+    bf16[stored] = torch.from_numpy(bf16[stored]).bfloat16().float().numpy()
+    grad_x = _rmsnorm_backward(bf16["x"].astype(np.float64), bf16["weight"].astype(np.float64),
+                               g.astype(np.float64)).astype(np.float32)
+    judge = lambda precision: mhc_verify.judge(
+        "rmsnorm_backward", {"dim": d}, {"x": x, "upstream_y": g}, {"grad_x": grad_x},
+        {"weight": w}, precision=precision, save_dir=None)
+    r = judge("fp32")
+    assert not r.passed and r.deviations == [f"undeclared_{part}_bf16"], r.diagnosis
+    assert judge(f"{part}=bf16").passed

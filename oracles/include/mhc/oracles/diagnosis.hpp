@@ -47,9 +47,9 @@ extern const char* const kWithinWorstCase;  // the diagnosis line for it
 
 // Where no catalogued deviation explains an output that fails its bounds: the declarations,
 // each c's with one part narrower (the projection's products tf32 or bf16; mixes, coefficients,
-// streams or an eager framework's intermediates fp16 or bf16), under which it passes every stage
-// and the second tier, named undeclared_<part>_<format>; those of the narrowest width that
-// explains it, or, where no single part does, the fewest parts of that width together
+// streams, an eager framework's intermediates, inputs or weights fp16 or bf16), under which it
+// passes every stage and the second tier, named undeclared_<part>_<format>; those of the narrowest
+// width that explains it, or, where no single part does, the fewest parts of that width together
 // (undeclared_a_bf16_and_b_bf16). A statement of the error's size: a kernel that computes in that
 // format, or errs as much for another reason, passes under it alike.
 std::vector<std::string> undeclared_precision(const OpCase& c, const Trace<float>& got,
