@@ -669,8 +669,8 @@ def test_declared_storage_of_weights_is_the_values_judged(capture):
     assert got.passed and got.precision == "weights=bf16"
     as32 = mhc_verify.judge("mixes", config, inputs, {"mixes": m}, params, save_dir=None)
     assert not as32.passed and as32.first_divergent == "mixes"
-    # bf16 weights are bf16 products for the diagnosis: one operand rounded
-    assert "undeclared_products_bf16" in as32.deviations, as32.diagnosis
+    # ... and the diagnosis names the weights' storage
+    assert as32.deviations == ["undeclared_weights_bf16"], as32.diagnosis
 
 
 def _rmsnorm32(x, w, eps, order):
