@@ -100,6 +100,18 @@ RmsScale rms_scale_of(const ref::Config& cfg, const float* x, std::size_t d,
   return out;
 }
 
+// A stage of T tokens of d elements that share their token's RMS scale (1 / d of them count as
+// independent), sized; and the tokens' sums of squares of x.
+NoiseModel shared_by_token(const float* x, std::size_t T, std::size_t d,
+                           std::vector<bnd::detail::SequentialSums>& squares) {
+  bnd::detail::self_sums(x, T, d, squares.data());
+  NoiseModel m;
+  m.value.resize(T * d);
+  m.scale.resize(T * d);
+  m.independent = 1 / double(d);
+  return m;
+}
+
 // RMSNorm's y = w x r in fp32 (x [T, d], w [d]): the value in double; r's relative noise
 // (rms_scale_of) plus the element's own roundings (x r and the weight's product, or a division
 // x / sqrt), 3 u, and an absolute floor of flushed products (w x flushed then scaled by r
@@ -108,11 +120,7 @@ RmsScale rms_scale_of(const ref::Config& cfg, const float* x, std::size_t d,
 NoiseModel rmsnorm_model(const ref::Config& cfg, const float* x, const float* w, std::size_t T) {
   const std::size_t d = std::size_t(cfg.d);
   std::vector<bnd::detail::SequentialSums> squares(T);
-  bnd::detail::self_sums(x, T, d, squares.data());
-  NoiseModel m;
-  m.value.resize(T * d);
-  m.scale.resize(T * d);
-  m.independent = 1 / double(d);
+  NoiseModel m = shared_by_token(x, T, d, squares);
   for (std::size_t t = 0; t < T; ++t) {
     const RmsScale s = rms_scale_of(cfg, x + t * d, d, squares[t]);
     const double rel = s.rel + 3 * u;
@@ -293,11 +301,7 @@ NoiseModel rmsnorm_backward_model(const ref::Config& cfg, const float* x, const 
   probabilistic.probabilistic = true;
   const bnd::ModelScope scope(probabilistic);
   std::vector<bnd::detail::SequentialSums> squares(T);
-  bnd::detail::self_sums(x, T, d, squares.data());
-  NoiseModel m;
-  m.value.resize(T * d);
-  m.scale.resize(T * d);
-  m.independent = 1 / double(d);
+  NoiseModel m = shared_by_token(x, T, d, squares);
   std::vector<float> a(d);
   for (std::size_t t = 0; t < T; ++t) {
     const float *xt = x + t * d, *gt = g + t * d;
