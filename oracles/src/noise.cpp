@@ -236,6 +236,19 @@ LaneSums lane_sums(const float* a, const float* b, std::size_t d) {
   return out;
 }
 
+// The noise of an fp32 dot a . b over d whose sequential sums are o: u sqrt(P + 4 Q) with P the
+// largest sum of squared partial sums of the sequential and lane orders (b_noise2 added: b's own
+// errors), or the largest deviation from `value` of an order run, where larger.
+double dot_noise(const float* a, const float* b, std::size_t d,
+                 const bnd::detail::SequentialSums& o, double value, double b_noise2 = 0) {
+  const LaneSums lanes = lane_sums(a, b, d);
+  double run =
+      std::max(std::fabs(double(o.forward) - value), std::fabs(double(o.backward) - value));
+  for (const float r : lanes.results) run = std::max(run, std::fabs(double(r) - value));
+  const double P = std::max({o.partials2_forward, o.partials2_backward, lanes.partials2});
+  return std::max(std::sqrt(u * u * (P + 4 * o.products2) + b_noise2), run);
+}
+
 // Every token's dot products a_i . b_j over d of two stream tensors, a [T, na, d] and b [T, nb, d],
 // into [T, na, nb] (the backward's sums over d): the projection's sums model without its RMS scale,
 // the two sequential orders and the strided-lane ones (lane_sums) run. Where b is the kernel's own
@@ -269,19 +282,10 @@ NoiseModel dots_model(const float* a, std::size_t na, const float* b, std::size_
           b_noise2 += (ai * rb.own[e + i]) * (ai * rb.own[e + i]);
         }
       }
-      const LaneSums lanes = lane_sums(at + (k / nb) * d, bt + (k % nb) * d, d);
-      double run =
-          std::max(std::fabs(double(o.forward) - value), std::fabs(double(o.backward) - value));
-      for (const float r : lanes.results) run = std::max(run, std::fabs(double(r) - value));
       m.value[t * na * nb + k] = value;
       m.scale[t * na * nb + k] =
           repeated[k] ? HUGE_VAL
-                      : std::max(std::sqrt(u * u *
-                                               (std::max({o.partials2_forward, o.partials2_backward,
-                                                          lanes.partials2}) +
-                                                4 * o.products2) +
-                                           b_noise2),
-                                 run);
+                      : dot_noise(at + (k / nb) * d, bt + (k % nb) * d, d, o, value, b_noise2);
     }
   }
   return m;
@@ -314,13 +318,7 @@ NoiseModel rmsnorm_backward_model(const ref::Config& cfg, const float* x, const 
     bnd::detail::SequentialSums o;
     bnd::detail::sequential_sums(a.data(), 1, xt, 1, d, &o);
     const bool repeated = bnd::detail::repeated_terms(a.data(), 1, xt, 1, d)[0];
-    const LaneSums lanes = lane_sums(a.data(), xt, d);
-    double dot_noise =
-        std::max({sum_noise(std::max(o.partials2_forward, lanes.partials2), o.partials2_backward,
-                            o.products2),
-                  std::fabs(double(o.forward) - o.exact), std::fabs(double(o.backward) - o.exact)});
-    for (const float rl : lanes.results)
-      dot_noise = std::max(dot_noise, std::fabs(double(rl) - o.exact));
+    const double noise = dot_noise(a.data(), xt, d, o, o.exact);
     const double r3d = s.r * s.r * s.r / double(d), c = r3d * dot;
     for (std::size_t i = 0; i < d; ++i) {
       const double xi = double(xt[i]), first = s.r * double(w[i]) * double(gt[i]),
@@ -330,7 +328,7 @@ NoiseModel rmsnorm_backward_model(const ref::Config& cfg, const float* x, const 
           s.biased || repeated
               ? HUGE_VAL
               : std::fabs(first) * (s.rel + 2 * u) +
-                    std::fabs(xi) * (std::fabs(c) * (3 * s.rel + 4 * u) + r3d * dot_noise) +
+                    std::fabs(xi) * (std::fabs(c) * (3 * s.rel + 4 * u) + r3d * noise) +
                     u * std::fabs(value) +
                     ((1 + s.r) * (1 + std::fabs(double(w[i]))) + r3d * double(d) * std::fabs(xi)) *
                         0x1.0p-126;
