@@ -170,14 +170,17 @@ void sums_avx2(const X* x, std::size_t tokens, const float* W, std::size_t rows,
                SequentialSums* out) {
   const std::size_t padded = (tokens + 3) / 4 * 4, prows = (rows + 3) / 4 * 4;
   std::vector<float> xt(padded * n, 0.0f);  // [token block][i][4 tokens]
-  std::vector<float> xf(kSquares ? tokens * n : 0);
-  for (std::size_t t = 0; t < tokens; ++t)
+  std::vector<int> xe(tokens);  // the squares' scale exponents of the tokens and of the rows
+  for (std::size_t t = 0; t < tokens; ++t) {
+    float most = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      xt[(t / 4) * n * 4 + i * 4 + t % 4] = value(x[t * n + i]);
-      if (kSquares) xf[t * n + i] = value(x[t * n + i]);
+      const float v = value(x[t * n + i]);
+      xt[(t / 4) * n * 4 + i * 4 + t % 4] = v;
+      most = std::max(most, std::fabs(v));
     }
-  const std::vector<int> xe = kSquares ? scale_exponents(xf.data(), tokens, n) : std::vector<int>(),
-                         we = kSquares ? scale_exponents(W, rows, n) : std::vector<int>();
+    xe[t] = scale_exponent(most);
+  }
+  const std::vector<int> we = kSquares ? scale_exponents(W, rows, n) : std::vector<int>();
   std::vector<float> wt(n * 4);
   std::vector<double> wd(n * 4);
   const __m256i lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),

@@ -458,8 +458,8 @@ struct SequentialSums {
   float magnitude = 0;              // sum of |w x| (forward)
   double exact = 0;                 // in double: each product of two floats is exact
   // Sums of the squared partial sums (each forward and backward sum after each addition) and of
-  // the squared products: scales only, summed in float on values scaled by a power of two (so
-  // that tiny terms' squares do not underflow), returned unscaled.
+  // the squared products: scales only, kept from float's underflow (summed in double, or in float
+  // on operands scaled by a power of two and returned unscaled).
   double partials2_forward = 0, partials2_backward = 0, products2 = 0;
 };
 // Every (token, row) of x W^T, into out[token * rows + row].
